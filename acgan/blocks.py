@@ -1,0 +1,64 @@
+"""Policy-aware building blocks: conv/dense compute in the policy's dtype, BN and outputs in float32.
+
+Layers take the global dtype policy when they are constructed, so these helpers must be called after
+`precision.set_policy`. Variables are always float32; under a mixed policy the Keras layer casts its
+inputs to the compute dtype (float16 / bfloat16), which is where Tensor Cores earn their keep.
+"""
+import keras
+from keras import layers
+
+BN_MOMENTUM = 0.9
+BN_EPSILON = 1e-5
+
+
+def init():
+    return keras.initializers.RandomNormal(mean=0.0, stddev=0.02)
+
+
+def channels(base, width):
+    """`base * width`, rounded to a multiple of 8 (Tensor Cores want multiples of 8), at least 8."""
+    return max(8, int(round(base * width / 8.0)) * 8)
+
+
+def dense(x, units, name, dtype=None):
+    return layers.Dense(units, kernel_initializer=init(), dtype=dtype, name=name)(x)
+
+
+def conv(x, filters, name):
+    """4x4 stride-2 convolution: halves the spatial size."""
+    return layers.Conv2D(filters, 4, strides=2, padding="same", kernel_initializer=init(), name=name)(x)
+
+
+def conv_transpose(x, filters, name):
+    """4x4 stride-2 transposed convolution: doubles the spatial size."""
+    return layers.Conv2DTranspose(
+        filters, 4, strides=2, padding="same", kernel_initializer=init(), name=name
+    )(x)
+
+
+def batch_norm(x, name):
+    """A float32 island: statistics of float16 activations overflow and lose precision.
+
+    The float32 output is cast back to the compute dtype by the next layer.
+    """
+    return layers.BatchNormalization(
+        momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype="float32", name=name
+    )(x)
+
+
+def relu(x, name):
+    return layers.ReLU(name=name)(x)
+
+
+def leaky_relu(x, name):
+    return layers.LeakyReLU(negative_slope=0.2, name=name)(x)
+
+
+def float32_activation(x, activation, name):
+    """A model output: cast to float32 first, so sigmoid/softmax saturate and sum in full precision."""
+    return layers.Activation(activation, dtype="float32", name=name)(x)
+
+
+def float32_logits(x, units, name):
+    """A final dense layer computed in float32: logits feed from_logits losses."""
+    return dense(x, units, name, dtype="float32")

@@ -1,0 +1,98 @@
+"""Every training setting in one frozen dataclass, validated up front with one-line errors."""
+import dataclasses
+import json
+from typing import Optional
+
+from acgan.errors import UserError
+from acgan.precision import validate_policy
+
+DEFAULT_STEPS = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    # Data: "doodles", "quickdraw", "cifar10", "npz:PATH" or "folder:PATH".
+    dataset: str = "doodles"
+    # Quick-Draw class names (None: the original experiment's ten).
+    classes: Optional[tuple] = None
+    # Where downloads and caches live.
+    data_dir: str = "data"
+    # Cap on images per class (None: all); bounds memory on Quick-Draw.
+    max_per_class: Optional[int] = None
+    # Keras dtype policy: float32, mixed_float16 or mixed_bfloat16.
+    policy: str = "float32"
+    # Global batch size (samples per D/G/Q update).
+    batch: int = 64
+    # Channel multiplier for every layer; channel counts are rounded to multiples of 8.
+    width: float = 1.0
+    # Length: exactly one of steps / epochs / minutes; none given means DEFAULT_STEPS steps.
+    steps: Optional[int] = None
+    epochs: Optional[int] = None
+    minutes: Optional[float] = None
+    # Compile the train step with XLA.
+    jit: bool = True
+    # Seeds the weights, the noise, the data order and the grid noise.
+    seed: int = 0
+    # Save a sample grid every N steps (and always at the end); 0 turns the periodic grids off.
+    sample_every: int = 250
+    # Save a checkpoint every N steps (and always at the end).
+    checkpoint_every: int = 500
+    # How many checkpoints to keep.
+    keep_checkpoints: int = 3
+    # Steps after the compiled first step that are left out of the timing.
+    warmup_steps: int = 5
+    # The run's folder; None: a new folder under outputs/.
+    output_dir: Optional[str] = None
+    # USD per hour of the machine, for the cost of a million batches.
+    price_per_hour: Optional[float] = None
+
+    def validate(self):
+        """Raises UserError on the first bad setting; cheap (loads no data, builds nothing)."""
+        validate_policy(self.policy)
+        _positive_int("batch", self.batch)
+        _positive_number("width", self.width)
+        lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
+        if len(lengths) > 1:
+            raise UserError(f"give only one of --steps, --epochs, --minutes (got {', '.join(lengths)})")
+        for name in ("steps", "epochs", "max_per_class"):
+            if getattr(self, name) is not None:
+                _positive_int(name, getattr(self, name))
+        if self.minutes is not None:
+            _positive_number("minutes", self.minutes)
+        for name in ("sample_every", "warmup_steps"):
+            _non_negative_int(name, getattr(self, name))
+        for name in ("checkpoint_every", "keep_checkpoints"):
+            _positive_int(name, getattr(self, name))
+        if self.price_per_hour is not None:
+            _positive_number("price_per_hour", self.price_per_hour)
+        if self.classes is not None and len(set(self.classes)) != len(self.classes):
+            dupes = sorted({c for c in self.classes if self.classes.count(c) > 1})
+            raise UserError(f"duplicate classes in --classes: {', '.join(dupes)}")
+        return self
+
+    def to_json(self):
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text):
+        values = json.loads(text)
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in values.items() if k in known}
+        if values.get("classes") is not None:
+            values["classes"] = tuple(values["classes"])
+        return cls(**values)
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UserError(f"--{name} must be a positive integer, got {value!r}")
+
+
+def _non_negative_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserError(f"--{name} must be a non-negative integer, got {value!r}")
+
+
+def _positive_number(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise UserError(f"--{name} must be a positive number, got {value!r}")
