@@ -2,7 +2,7 @@
 import os
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from acgan.errors import UserError
 
@@ -33,9 +33,9 @@ def _parse_flags(argv):
     return rest
 
 
-def command_line(argv=None):
+def command_line():
     """The command as typed, for reports."""
-    argv = sys.argv if argv is None else argv
+    argv = sys.argv
     name = os.path.basename(argv[0])
     if name == "__main__.py" or name.endswith(".py"):
         name = "python -m " + (sys.modules["__main__"].__spec__.name if sys.modules["__main__"].__spec__ else name)
@@ -48,6 +48,8 @@ def run_main(main):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
     def guarded(argv):
+        # absl's app.run logs INFO to stderr (TensorFlow's checkpoint chatter among it); keep warnings.
+        logging.set_verbosity(logging.WARNING)
         try:
             main(argv)
         except UserError as e:

@@ -4,9 +4,14 @@ import json
 from typing import Optional
 
 from acgan.errors import UserError
-from acgan.precision import validate_policy
 
 DEFAULT_STEPS = 1000
+POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+def validate_policy(name):
+    if name not in POLICIES:
+        raise UserError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}")
 
 
 @dataclasses.dataclass(frozen=True)

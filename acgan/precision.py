@@ -1,15 +1,7 @@
 """The dtype-policy switch and the loss-scaled optimizer factory."""
 import keras
 
-from acgan.errors import UserError
-
-POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
-
-
-def validate_policy(name):
-    if name not in POLICIES:
-        raise UserError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}")
-
+from acgan.config import POLICIES, validate_policy  # noqa: F401  (re-exported)
 
 def set_policy(name):
     """Sets the global Keras dtype policy; call it once, before any layer is built."""

@@ -54,11 +54,11 @@ def main(argv):
     config = config_from_flags().validate()
     from acgan import data
 
-    data.validate_dataset_name(config.dataset)
+    data.validate_dataset_name(config.dataset, classes=config.classes)
     from acgan import precision, trainer  # TensorFlow loads here, after the flags are known good.
 
     precision.set_policy(config.policy)
-    run_dir = trainer.run(config, command=cli.command_line(argv))
+    run_dir = trainer.run(config, command=cli.command_line())
     print(f"run folder: {run_dir}  (report: {run_dir / 'report.md'})")
 
 

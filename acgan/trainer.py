@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from acgan import data as data_lib
-from acgan import device, images, report
+from acgan import device, images, run_report, timing
 from acgan.config import DEFAULT_STEPS
 from acgan.errors import UserError
 from acgan.files import write_atomically, write_json
@@ -52,8 +52,7 @@ def load_data(config):
         data_dir=config.data_dir,
         classes=config.classes,
         max_per_class=config.max_per_class,
-        seed=config.seed,
-    )
+    )  # the data's own seed stays fixed: runs with other --seed values train on the same doodles
     check_image_shape(data.image_shape)
     if config.batch > len(data.images):
         raise UserError(
@@ -153,8 +152,8 @@ def run(config, command=None):
     if steps is None:
         sys.stdout.write("\n")
 
-    timing = report.timing_summary(step_seconds, config.batch)
-    run_report = {
+    times = timing.timing_summary(step_seconds, config.batch)
+    report = {
         "run_dir": str(run_dir),
         "command": command or "acgan.trainer.run",
         "config": dataclasses.asdict(config),
@@ -165,14 +164,14 @@ def run(config, command=None):
         "steps": step,
         "warmup_steps": config.warmup_steps,
         "compile_seconds": compile_seconds,
-        "timing": timing,
-        "cost": report.cost_summary(timing.get("time_per_batch_ms"), config.price_per_hour),
+        "timing": times,
+        "cost": timing.cost_summary(times.get("time_per_batch_ms"), config.price_per_hour),
         "peak_memory_bytes": device.peak_memory_bytes(),
         "loop_seconds": loop_seconds,
         "wall_seconds": time.perf_counter() - started,
         "final_metrics": values,
     }
-    report.write_report(run_dir, run_report)
+    run_report.write_report(run_dir, report)
     return run_dir
 
 

@@ -1,0 +1,187 @@
+"""Doodles: ten classes of hand-drawn-looking 28x28 strokes in Quick-Draw's style, generated offline from a seed."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from acgan.data import ImageSet
+
+CLASS_NAMES = ("circle", "square", "triangle", "star", "plus", "zigzag", "spiral", "heart", "arrow", "house")
+PER_CLASS = {"train": 2000, "test": 500}
+SIZE = 28
+OVERSAMPLE = 4  # draw at 4x and box-downsample: that gives the soft stroke edges Quick-Draw bitmaps have
+VERSION = 1  # bump whenever the drawing changes, so cached arrays from older code are never reused
+# The full train split takes ~5 s to draw on a 2-core machine, so full splits are cached as .npz under
+# data_dir/doodles/; capped loads are a prefix of the full split (images are drawn class-interleaved).
+_STREAM = {"train": 0, "test": 1}  # independent seed streams, so train and test never share a drawing
+
+
+def load(split: str, *, seed: int = 0, data_dir: str = "data", max_per_class: int | None = None) -> ImageSet:
+    """One split, from the cache when present; the same seed always gives the same bytes."""
+    full = PER_CLASS[split]
+    per_class = full if max_per_class is None else min(full, max_per_class)
+    path = cache_path(data_dir, split, seed)
+    cached = _read_cache(path, full * len(CLASS_NAMES))
+    if cached is not None:
+        images, labels = cached
+    else:
+        images, labels = generate(per_class, seed=seed, stream=_STREAM[split])
+        if per_class == full:
+            _save_atomic(path, images=images, labels=labels)
+    n = per_class * len(CLASS_NAMES)
+    if n < len(images):  # copy, so the full cached split can be freed
+        images, labels = images[:n].copy(), labels[:n].copy()
+    return ImageSet(images, labels, CLASS_NAMES)
+
+
+def cache_path(data_dir: str, split: str, seed: int) -> str:
+    return os.path.join(data_dir, "doodles", f"doodles-v{VERSION}-seed{seed}-{split}-{PER_CLASS[split]}.npz")
+
+
+def _read_cache(path: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    if not os.path.exists(path):
+        return None
+    try:
+        with np.load(path) as f:
+            images, labels = f["images"], f["labels"]
+    except Exception:  # a damaged cache is only a cache: regenerate and overwrite it
+        return None
+    ok = images.shape == (n, SIZE, SIZE, 1) and images.dtype == np.uint8 and labels.shape == (n,)
+    return (images, labels.astype(np.int32)) if ok else None
+
+
+def generate(per_class: int, *, seed: int, stream: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 [10*per_class, 28, 28, 1] images and int32 labels cycling 0..9; same (seed, stream) -> same bytes."""
+    rng = np.random.default_rng([seed, stream])
+    n = per_class * len(CLASS_NAMES)
+    labels = (np.arange(n) % len(CLASS_NAMES)).astype(np.int32)
+    images = np.empty((n, SIZE, SIZE, 1), np.uint8)
+    for i, label in enumerate(labels):
+        images[i, :, :, 0] = _draw(CLASS_NAMES[label], rng)
+    return images, labels
+
+
+def _save_atomic(path: str, **arrays: np.ndarray) -> None:
+    # Temp file + os.replace: a killed run never leaves a half-written cache that looks complete.
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            np.savez_compressed(f, **arrays)
+        os.replace(tmp, path)
+    except OSError:
+        # An unwritable data_dir only costs regenerating next time.
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _draw(name: str, rng: np.random.Generator) -> np.ndarray:
+    canvas = SIZE * OVERSAMPLE
+    # One draw for all per-image scalars: cheaper than many tiny rng calls.
+    angle, aspect, width, fill, dx, dy, shake = rng.uniform(
+        (-20, 0.8, 1.3, 0.65, -0.06, -0.06, 0.015), (20, 1.25, 2.3, 0.92, 0.06, 0.06, 0.05)
+    )
+    c, s = np.cos(np.deg2rad(angle)), np.sin(np.deg2rad(angle))
+    rot = np.array([[c * aspect, s * aspect], [-s, c]])  # aspect stretch, then rotation, as one matrix
+    strokes = [_by_hand(stroke, rng, shake) @ rot for stroke in _SHAPES[name](rng)]
+
+    # Like Quick-Draw's preprocessing: centre the drawing and scale its longer side to fill most of the frame.
+    pts = np.concatenate(strokes)
+    lo, hi = pts.min(0), pts.max(0)
+    width *= OVERSAMPLE
+    scale = fill * (canvas - 2 * width) / max(hi - lo) * np.array([1, -1])  # image y points down
+    centre = canvas * np.array([0.5 + dx, 0.5 + dy]) - (lo + hi) / 2 * scale
+
+    img = Image.new("L", (canvas, canvas), 0)
+    draw = ImageDraw.Draw(img)
+    r = width / 2
+    for stroke in strokes:
+        px = stroke * scale + centre
+        draw.line(px.ravel().tolist(), fill=255, width=int(round(width)))
+        for x, y in (px[0], px[-1]):  # round pen caps
+            draw.ellipse((x - r, y - r, x + r, y + r), fill=255)
+    return np.asarray(img.reduce(OVERSAMPLE))
+
+
+def _by_hand(stroke: np.ndarray, rng: np.random.Generator, shake: float, step: float = 0.08) -> np.ndarray:
+    """Jitter the ideal vertices, resample densely, then add low-frequency drift (a shaky hand) and tremor."""
+    v = stroke + rng.normal(0, 0.05, stroke.shape)
+    dist = np.concatenate(([0.0], np.cumsum(np.hypot(*np.diff(v, axis=0).T))))
+    m = int(dist[-1] / step) + 2
+    t = np.arange(m) * (dist[-1] / (m - 1))
+    k = m // 8 + 2
+    ctrl = rng.normal(0, shake, (k, 2))
+    u = np.arange(m) * ((k - 1) / (m - 1))
+    xy = np.array([np.interp(t, dist, v[:, 0]), np.interp(t, dist, v[:, 1])]).T
+    drift = np.array([np.interp(u, np.arange(k), ctrl[:, 0]), np.interp(u, np.arange(k), ctrl[:, 1])]).T
+    return xy + drift + rng.normal(0, 0.006, (m, 2))
+
+
+def _poly(*pts) -> np.ndarray:
+    return np.array(pts, dtype=np.float64)
+
+
+def _circle(rng):
+    start = rng.uniform(0, 2 * np.pi)
+    t = start + np.linspace(0, 2 * np.pi + rng.uniform(0, 0.5), 24)
+    return [np.stack([np.cos(t), np.sin(t)], axis=1)]
+
+
+def _square(rng):
+    return [_poly((-1, 1), (-1, -1), (1, -1), (1, 1), (-1, 1))]
+
+
+def _triangle(rng):
+    return [_poly((0, 1), (-1, -0.8), (1, -0.8), (0, 1))]
+
+
+def _star(rng):
+    # A pentagram drawn in one stroke, the way people doodle stars.
+    t = np.pi / 2 + np.arange(6) * 4 * np.pi / 5
+    return [np.stack([np.cos(t), np.sin(t)], axis=1)]
+
+
+def _plus(rng):
+    return [_poly((-1, 0), (1, 0)), _poly((0, 1), (0, -1))]
+
+
+def _zigzag(rng):
+    k = rng.integers(4, 7)
+    x = np.linspace(-1, 1, k + 1)
+    y = np.where(np.arange(k + 1) % 2 == 0, -1.0, 1.0) * rng.uniform(0.35, 0.6)
+    return [np.stack([x, y], axis=1)]
+
+
+def _spiral(rng):
+    t = np.linspace(0, 2 * np.pi * rng.uniform(2.2, 3.0), 60)
+    r = t / t[-1]
+    phase = rng.uniform(0, 2 * np.pi)
+    return [np.stack([r * np.cos(t + phase), r * np.sin(t + phase)], axis=1)]
+
+
+def _heart(rng):
+    t = np.linspace(0, 2 * np.pi, 40)
+    x = 16 * np.sin(t) ** 3
+    y = 13 * np.cos(t) - 5 * np.cos(2 * t) - 2 * np.cos(3 * t) - np.cos(4 * t)
+    return [np.stack([x, y + 3], axis=1) / 16]
+
+
+def _arrow(rng):
+    h = rng.uniform(0.35, 0.55)
+    return [_poly((-1, 0), (1, 0)), _poly((1 - h, h), (1, 0), (1 - h, -h))]
+
+
+def _house(rng):
+    walls = _poly((-0.7, 0.1), (-0.7, -1), (0.7, -1), (0.7, 0.1), (-0.7, 0.1))
+    return [walls, _poly((-0.9, 0.05), (0, 1), (0.9, 0.05))]
+
+
+_SHAPES = {
+    "circle": _circle, "square": _square, "triangle": _triangle, "star": _star, "plus": _plus,
+    "zigzag": _zigzag, "spiral": _spiral, "heart": _heart, "arrow": _arrow, "house": _house,
+}
