@@ -7,9 +7,9 @@ from absl import app, flags, logging
 from acgan.errors import UserError
 
 
-def fail(message):
+def fail(message, status=2):
     sys.stderr.write(f"error: {message}\n")
-    sys.exit(2)
+    sys.exit(status)
 
 
 def _spell_negations(argv):

@@ -38,8 +38,8 @@ class Config:
     jit: bool = True
     # Seeds the weights, the noise, the data order and the grid noise.
     seed: int = 0
-    # Save a sample grid every N steps (and always at the end); 0 turns the periodic grids off.
-    sample_every: int = 250
+    # Save a sample grid every N steps (and always at the end); None: only at the end.
+    sample_every: Optional[int] = 250
     # Save a checkpoint every N steps (and always at the end).
     checkpoint_every: int = 500
     # How many checkpoints to keep.
@@ -50,6 +50,10 @@ class Config:
     output_dir: Optional[str] = None
     # USD per hour of the machine, for the cost of a million batches.
     price_per_hour: Optional[float] = None
+    # Continue the run in output_dir (re-running with an existing run's output_dir does it too).
+    resume: bool = False
+    # Under mixed_float16: stop when an optimizer skips more steps than this in a row.
+    max_skipped_in_a_row: int = 20
 
     def validate(self):
         """Raises UserError on the first bad setting; cheap (loads no data, builds nothing)."""
@@ -59,14 +63,13 @@ class Config:
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
         if len(lengths) > 1:
             raise UserError(f"give only one of --steps, --epochs, --minutes (got {', '.join(lengths)})")
-        for name in ("steps", "epochs", "max_per_class"):
+        for name in ("steps", "epochs", "max_per_class", "sample_every"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
         if self.minutes is not None:
             _positive_number("minutes", self.minutes)
-        for name in ("sample_every", "warmup_steps"):
-            _non_negative_int(name, getattr(self, name))
-        for name in ("checkpoint_every", "keep_checkpoints"):
+        _non_negative_int("warmup_steps", self.warmup_steps)
+        for name in ("checkpoint_every", "keep_checkpoints", "max_skipped_in_a_row"):
             _positive_int(name, getattr(self, name))
         if self.price_per_hour is not None:
             _positive_number("price_per_hour", self.price_per_hour)

@@ -118,6 +118,16 @@ class ACGAN(tf.Module):
             metrics[f"{name}_skipped"] = self.step - tf.cast(optimizer.iterations, tf.int64)
         return metrics
 
+    def skipped_steps(self):
+        """{optimizer name: steps it skipped so far}."""
+        return {name: int(self.step.numpy()) - int(optimizer.iterations.numpy())
+                for name, (optimizer, _) in zip(OPTIMIZER_NAMES, self._optimizers_and_variables())}
+
+    def loss_scales(self):
+        """{optimizer name: current loss scale} (1.0 where there is no loss scaling)."""
+        return {name: float(precision.current_loss_scale(optimizer))
+                for name, (optimizer, _) in zip(OPTIMIZER_NAMES, self._optimizers_and_variables())}
+
     def generate(self, z, labels):
         """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics)."""
         return self.models.generator([z, labels], training=False)

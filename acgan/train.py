@@ -1,4 +1,7 @@
 """CLI: python -m acgan.train [--dataset doodles] [--policy float32] [--batch 64] ..."""
+import sys
+from pathlib import Path
+
 from absl import flags
 
 from acgan import cli
@@ -15,14 +18,19 @@ flags.DEFINE_integer("epochs", None, "Train this many passes over the data.")
 flags.DEFINE_float("minutes", None, "Train for this much wall-clock time.")
 flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
 flags.DEFINE_integer("seed", 0, "Random seed for weights, noise, data order and grids.")
-flags.DEFINE_integer("sample_every", 250, "Save a sample grid every N steps (0: only at the end).")
+flags.DEFINE_integer("sample_every", 250, "Save a sample grid every N steps (and at the end).")
 flags.DEFINE_integer("checkpoint_every", 500, "Save a checkpoint every N steps.")
 flags.DEFINE_integer("keep_checkpoints", 3, "How many checkpoints to keep.")
 flags.DEFINE_integer("warmup_steps", 5, "Steps after compilation left out of the timing.")
 flags.DEFINE_string("output_dir", None, "The run's folder (default: a new folder under outputs/).")
 flags.DEFINE_float("price_per_hour", None, "USD per hour of this machine, for the cost report.")
+flags.DEFINE_boolean("resume", False, "Continue the run in --output_dir (default: the newest run under outputs/).")
+flags.DEFINE_integer("max_skipped_in_a_row", 20, "mixed_float16: stop when an optimizer skips more steps in a row.")
 
 FLAGS = flags.FLAGS
+
+
+LENGTH_FLAGS = ("steps", "epochs", "minutes")
 
 
 def config_from_flags():
@@ -47,19 +55,65 @@ def config_from_flags():
         warmup_steps=FLAGS.warmup_steps,
         output_dir=FLAGS.output_dir,
         price_per_hour=FLAGS.price_per_hour,
+        resume=FLAGS.resume,
+        max_skipped_in_a_row=FLAGS.max_skipped_in_a_row,
     )
+
+
+def newest_run(root="outputs"):
+    from acgan.errors import UserError
+
+    runs = sorted(Path(root).glob("*/config.json"), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        raise UserError(f"--resume: there is no run under {root}/ to resume; pass --output_dir")
+    return runs[-1].parent
+
+
+def resumed_config(config):
+    """The saved run's config, overridden by the flags given on this command line."""
+    import dataclasses
+
+    from acgan.trainer import saved_config
+
+    run_dir = Path(config.output_dir) if config.output_dir else newest_run()
+    saved = saved_config(run_dir) if run_dir.is_dir() else None
+    if saved is None:
+        if config.resume:
+            from acgan.errors import UserError
+
+            raise UserError(f"--resume: nothing to resume in {run_dir} (no config.json)")
+        return config
+    given = {name: getattr(config, name) for name in _given_flags() if hasattr(config, name)}
+    if any(name in given for name in LENGTH_FLAGS):
+        saved = dataclasses.replace(saved, steps=None, epochs=None, minutes=None)
+    given.update(resume=True, output_dir=str(run_dir))
+    return dataclasses.replace(saved, **given)
+
+
+def _given_flags():
+    names = {name for name in FLAGS if FLAGS[name].present}
+    if "nojit" in names:
+        names.add("jit")
+    return names
 
 
 def main(argv):
     config = config_from_flags().validate()
+    if config.resume or (config.output_dir and Path(config.output_dir, "config.json").is_file()):
+        config = resumed_config(config).validate()
     from acgan import data
 
     data.validate_dataset_name(config.dataset, classes=config.classes)
     from acgan import precision, trainer  # TensorFlow loads here, after the flags are known good.
 
     precision.set_policy(config.policy)
-    run_dir = trainer.run(config, command=cli.command_line())
-    print(f"run folder: {run_dir}  (report: {run_dir / 'report.md'})")
+    result = trainer.run(config, command=cli.command_line())
+    print(f"run folder: {result.run_dir}  (report: {result.run_dir / 'report.md'})")
+    if result.status == "diverged":
+        cli.fail(result.message, status=3)
+    if result.status == "interrupted":
+        sys.stderr.write(f"{result.message}; checkpoint and report saved, resume with --resume\n")
+        sys.exit(128 + result.signal)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,18 @@
-"""The training loop: data, models, the AC-GAN step, grids, TensorBoard, checkpoints and the report."""
+"""The training loop: data, models, the AC-GAN step, grids, TensorBoard, checkpoints and the report.
+
+A run resumes from its folder: the checkpoint holds the models, the three optimizers (loss-scale
+state included), the step, the noise generator and the timing history; the data stream is rebuilt
+at the restored step and the grid noise is a function of the seed.
+"""
 import dataclasses
 import re
+import signal
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 import keras
 import numpy as np
@@ -12,14 +20,25 @@ import tensorflow as tf
 
 from acgan import data as data_lib
 from acgan import device, images, run_report, timing
-from acgan.config import DEFAULT_STEPS
+from acgan.config import DEFAULT_STEPS, Config
 from acgan.errors import UserError
 from acgan.files import write_atomically, write_json
 from acgan.gan import ACGAN
+from acgan.health import DivergenceMonitor
 from acgan.models import build_models, check_image_shape
+from acgan.precision import needs_loss_scaling
 from acgan.sampling import generate_images
 
 GRID_COLUMNS = 10
+# Settings that define the model, its optimizer state or its data stream: a resumed run keeps them.
+RESUME_FIXED = ("dataset", "classes", "max_per_class", "policy", "width", "batch", "seed")
+
+
+class RunResult(NamedTuple):
+    run_dir: Path
+    status: str                     # "completed", "interrupted" or "diverged"
+    message: Optional[str] = None   # why it stopped early
+    signal: Optional[int] = None    # the signal that interrupted it
 
 
 def default_run_dir(config, now=None):
@@ -28,13 +47,36 @@ def default_run_dir(config, now=None):
     return Path("outputs") / f"{stamp}-{dataset}-{config.policy}-b{config.batch}"
 
 
+def saved_config(run_dir):
+    """The Config stored in a run folder, or None when the folder holds no run."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        return Config.from_json(path.read_text())
+    except (ValueError, TypeError) as e:
+        raise UserError(f"{path} is not a valid acgan config ({e.__class__.__name__}); cannot resume") from None
+
+
+def check_resumable(config, saved, run_dir):
+    if saved is None:
+        raise UserError(f"nothing to resume in {run_dir}: it holds no run (no config.json)")
+    changed = [f"--{k} {getattr(saved, k)!r} -> {getattr(config, k)!r}"
+               for k in RESUME_FIXED if getattr(saved, k) != getattr(config, k)]
+    if changed:
+        raise UserError(f"cannot resume {run_dir} with a different model config ({'; '.join(changed)}); "
+                        "use a new --output_dir")
+
+
 def prepare_run_dir(config):
-    """The run's folder, created empty; refuses a file, an unwritable place or an earlier run."""
+    """The run's folder and whether it resumes an earlier run; refuses a file or an unwritable place."""
     run_dir = Path(config.output_dir) if config.output_dir else default_run_dir(config)
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"--output_dir {run_dir} is a file, not a folder")
-    if (run_dir / "config.json").exists():
-        raise UserError(f"{run_dir} already holds a run; choose another --output_dir")
+    saved = saved_config(run_dir) if run_dir.is_dir() else None
+    resume = config.resume or saved is not None
+    if resume:
+        check_resumable(config, saved, run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write_test"
@@ -42,7 +84,7 @@ def prepare_run_dir(config):
         probe.unlink()
     except OSError as e:
         raise UserError(f"cannot write to output folder {run_dir}: {e.strerror}") from None
-    return run_dir
+    return run_dir, resume
 
 
 def load_data(config):
@@ -55,14 +97,12 @@ def load_data(config):
     )  # the data's own seed stays fixed: runs with other --seed values train on the same doodles
     check_image_shape(data.image_shape)
     if config.batch > len(data.images):
-        raise UserError(
-            f"--batch {config.batch} is larger than the dataset ({len(data.images)} images)"
-        )
+        raise UserError(f"--batch {config.batch} is larger than the dataset ({len(data.images)} images)")
     return data
 
 
 def total_steps(config, num_images):
-    """The step budget, or None when the run is bounded by --minutes."""
+    """The step to stop at, or None when the run is bounded by --minutes."""
     if config.minutes is not None:
         return None
     if config.epochs is not None:
@@ -92,87 +132,152 @@ class _Grids:
         tf.summary.image("samples", grid[None], step=step)
 
 
+class _History(tf.Module):
+    """Timing history that travels in the checkpoint: per-step seconds and each session's compile time."""
+
+    def __init__(self):
+        super().__init__(name="history")
+        self.step_seconds = tf.Variable(np.zeros(0), shape=tf.TensorShape([None]), dtype=tf.float64)
+        self.compile_seconds = tf.Variable(np.zeros(0), shape=tf.TensorShape([None]), dtype=tf.float64)
+
+
+class _StopSignals:
+    """SIGINT / SIGTERM set a flag; the loop finishes its step, saves and stops."""
+
+    def __init__(self):
+        self.received = None
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.received = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
 def run(config, command=None):
-    """Trains one AC-GAN as `config` says and returns the run folder. The dtype policy must be set."""
+    """Trains (or resumes) one AC-GAN as `config` says. The dtype policy must be set already."""
     config.validate()
     policy = keras.mixed_precision.global_policy().name
     if policy != config.policy:
         raise RuntimeError(f"set the dtype policy {config.policy!r} before run() (it is {policy!r})")
     started = time.perf_counter()
     data = load_data(config)
-    run_dir = prepare_run_dir(config)
+    run_dir, resume = prepare_run_dir(config)
+
+    keras.utils.set_random_seed(config.seed)
+    models = build_models(data.image_shape, data.num_classes, width=config.width)
+    gan = ACGAN(models, data.num_classes, config.policy, seed=config.seed, jit=config.jit)
+    history = _History()
+    checkpoints = tf.train.CheckpointManager(
+        tf.train.Checkpoint(gan=gan, history=history), run_dir / "checkpoints",
+        max_to_keep=config.keep_checkpoints,
+    )
+    resumed_from = None
+    if resume and checkpoints.latest_checkpoint:
+        checkpoints.checkpoint.restore(checkpoints.latest_checkpoint).assert_existing_objects_matched()
+        resumed_from = {"step": int(gan.step.numpy()), "checkpoint": checkpoints.latest_checkpoint,
+                        "loss_scales": gan.loss_scales()}
+    start_step = int(gan.step.numpy())
+    steps = total_steps(config, len(data.images))
+    if steps is not None and start_step >= steps:
+        raise UserError(f"{run_dir} already reached step {start_step}; pass a larger --steps/--epochs to go on")
     write_atomically(run_dir / "config.json", config.to_json() + "\n")
     write_json(run_dir / "dataset.json", {
         "class_names": list(data.class_names),
         "image_shape": list(data.image_shape),
         "num_images": len(data.images),
     })
+    if resumed_from:
+        print(f"resuming {run_dir} from step {start_step}")
 
-    keras.utils.set_random_seed(config.seed)
-    models = build_models(data.image_shape, data.num_classes, width=config.width)
-    gan = ACGAN(models, data.num_classes, config.policy, seed=config.seed, jit=config.jit)
-    checkpoints = tf.train.CheckpointManager(
-        tf.train.Checkpoint(gan=gan), run_dir / "checkpoints", max_to_keep=config.keep_checkpoints
-    )
     writer = tf.summary.create_file_writer(str(run_dir / "tensorboard"))
-    batches = iter(data_lib.make_pipeline(data, config.batch, config.seed))
-    steps = total_steps(config, len(data.images))
+    batches = iter(data_lib.make_pipeline(data, config.batch, config.seed, start_step=start_step))
     deadline = None if config.minutes is None else started + config.minutes * 60.0
     progress = keras.utils.Progbar(steps, stateful_metrics=_STATEFUL, unit_name="step")
+    monitor = DivergenceMonitor(needs_loss_scaling(config.policy), config.max_skipped_in_a_row,
+                                gan.skipped_steps())
+    step_seconds = list(history.step_seconds.numpy())
+    compile_seconds = list(history.compile_seconds.numpy())
 
-    step_seconds, compile_seconds, values = [], None, {}
-    with writer.as_default():
-        grids = _Grids(gan, run_dir, data.num_classes, config.seed)
+    def save_checkpoint(step):
+        history.step_seconds.assign(np.asarray(step_seconds, np.float64))
+        history.compile_seconds.assign(np.asarray(compile_seconds, np.float64))
+        checkpoints.save(checkpoint_number=step)
+
+    status, message, values, step = "completed", None, {}, start_step
+    grids = _Grids(gan, run_dir, data.num_classes, config.seed)
+    with writer.as_default(), _StopSignals() as signals:
         loop_started = time.perf_counter()
         while True:
-            step = int(gan.step.numpy()) + 1
             tick = time.perf_counter()
             images_batch, labels_batch = next(batches)
             metrics = gan.train_step(images_batch, labels_batch)
             values = {k: float(v) for k, v in metrics.items()}  # the device sync
             elapsed = time.perf_counter() - tick
-            if step == 1:
-                compile_seconds = elapsed
-            elif step > 1 + config.warmup_steps:
+            step += 1
+            session_step = step - start_step
+            if session_step == 1:
+                compile_seconds.append(elapsed)
+            elif session_step > 1 + config.warmup_steps:
                 step_seconds.append(elapsed)
             for name, value in values.items():
                 tf.summary.scalar(name, value, step=step)
-            progress.update(step, [(k, values[k]) for k in _SHOWN if k in values])
+            message = monitor.check(step, values)
+            if message:
+                status = "diverged"
+                break  # no checkpoint: the weights may already be non-finite
+            progress.update(step, [(k, values[k]) for k in _SHOWN])
             if config.sample_every and step % config.sample_every == 0:
                 grids.save(step)
             if step % config.checkpoint_every == 0:
-                checkpoints.save(checkpoint_number=step)
+                save_checkpoint(step)
+            if signals.received:
+                status, message = "interrupted", f"stopped by {signal.Signals(signals.received).name} at step {step}"
+                break
             if (steps is not None and step >= steps) or (deadline and time.perf_counter() >= deadline):
                 break
         loop_seconds = time.perf_counter() - loop_started
-        grids.save(step, name="final")
-        if checkpoints.latest_checkpoint != str(run_dir / "checkpoints" / f"ckpt-{step}"):
-            checkpoints.save(checkpoint_number=step)
+        if status != "diverged":
+            grids.save(step, name="final")
+            if step % config.checkpoint_every:
+                save_checkpoint(step)
     writer.flush()
-    if steps is None:
-        sys.stdout.write("\n")
+    sys.stdout.write("\n")
 
     times = timing.timing_summary(step_seconds, config.batch)
     report = {
         "run_dir": str(run_dir),
         "command": command or "acgan.trainer.run",
+        "status": status,
+        "message": message,
         "config": dataclasses.asdict(config),
         "device": device.describe_device(),
         "policy": config.policy,
         "jit": config.jit,
         "batch": config.batch,
         "steps": step,
+        "resumed_from": resumed_from,
         "warmup_steps": config.warmup_steps,
-        "compile_seconds": compile_seconds,
+        "compile_seconds": compile_seconds[0] if compile_seconds else None,
+        "compile_seconds_per_session": compile_seconds,
         "timing": times,
         "cost": timing.cost_summary(times.get("time_per_batch_ms"), config.price_per_hour),
         "peak_memory_bytes": device.peak_memory_bytes(),
         "loop_seconds": loop_seconds,
         "wall_seconds": time.perf_counter() - started,
         "final_metrics": values,
+        "last_checkpoint": checkpoints.latest_checkpoint,
     }
     run_report.write_report(run_dir, report)
-    return run_dir
+    return RunResult(run_dir, status, message, signals.received)
 
 
 # On the console: losses and accuracies averaged since the start, loss scale and skips as they are now.

@@ -494,6 +494,13 @@ def test_pipeline_batches_span_epochs_without_dropping():
     assert all(sorted(e) == list(range(10)) for e in ids)
 
 
+@pytest.mark.parametrize("start_step", [1, 2, 3, 7])
+def test_pipeline_resumes_the_same_stream(start_step):
+    full, _ = _stream(make_pipeline(_indexed(n=10), batch=4, seed=5), 10)
+    resumed, _ = _stream(make_pipeline(_indexed(n=10), batch=4, seed=5, start_step=start_step), 10 - start_step)
+    np.testing.assert_array_equal(resumed, full[start_step * 4 :])
+
+
 def test_pipeline_rejects_batch_larger_than_data():
     with pytest.raises(UserError, match="larger than the dataset") as e:
         make_pipeline(_indexed(n=10), batch=11, seed=0)

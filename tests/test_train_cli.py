@@ -14,8 +14,8 @@ TINY = ["--steps", "4", "--batch", "16", "--width", "0.125", "--sample_every", "
         "--checkpoint_every", "2", "--warmup_steps", "1"]
 
 
-def _run(module, *args, cwd=None):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+def _run(module, *args, cwd=None, env=None):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                           env=env, cwd=cwd, timeout=600)
 
@@ -76,26 +76,96 @@ def test_generate_png_and_npz(runs, tmp_path):
         assert list(f["labels"]) == [c for c in range(10) for _ in range(3)]
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--policy", "float8"], "--policy"),
-        (["--dataset", "mnist"], "unknown dataset 'mnist'"),
-        (["--dataset", "quickdraw", "--classes", "airplane,dragonn"], "dragonn"),
-        (["--batch", "0"], "--batch must be a positive integer"),
-        (["--batch", "-3"], "--batch must be a positive integer"),
-        (["--steps", "10", "--minutes", "1"], "only one of --steps, --epochs, --minutes"),
-        (["--price_per_hour", "-1"], "--price_per_hour must be a positive number"),
-        (["--batch", "1000000"], "larger than the dataset"),
-        (["stray"], "unexpected arguments"),
-    ],
-)
-def test_bad_flags_give_one_line_and_exit_2(args, message, tmp_path):
-    result = _run("acgan.train", "--output_dir", str(tmp_path / "run"), *args, cwd=tmp_path)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: ") and message in lines[-1], result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
+def _npz(tmp_path, name="d.npz", images=None, labels=None, **extra):
+    rng = np.random.default_rng(0)
+    arrays = {"images": rng.integers(0, 256, (40, 28, 28), dtype=np.uint8) if images is None else images,
+              "labels": np.arange(40) % 4 if labels is None else labels, **extra}
+    arrays = {k: v for k, v in arrays.items() if v is not False}
+    np.savez(tmp_path / name, **arrays)
+    return f"npz:{tmp_path / name}"
+
+
+def _truncated_npz(tmp_path):
+    path = _npz(tmp_path)[4:]
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+    return f"npz:{path}"
+
+
+def _folder(tmp_path, classes):
+    root = tmp_path / "imgs"
+    for c in range(classes):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(np.full((28, 28), i * 40, np.uint8)).save(root / f"c{c}" / f"{i}.png")
+    return f"folder:{root}"
+
+
+def _a_file(tmp_path):
+    (tmp_path / "plain").write_text("x")
+    return str(tmp_path / "plain")
+
+
+BAD_INPUTS = {
+    "unknown policy": (lambda t: ["--policy", "float8"], "--policy"),
+    "unknown dataset": (lambda t: ["--dataset", "mnist"], "unknown dataset 'mnist'"),
+    "unknown class": (lambda t: ["--dataset", "quickdraw", "--classes", "airplane,dragonn"], "dragonn"),
+    "duplicate classes": (lambda t: ["--dataset", "quickdraw", "--classes", "cow,dog,cow"], "duplicate"),
+    "zero batch": (lambda t: ["--batch", "0"], "--batch must be a positive integer"),
+    "negative batch": (lambda t: ["--batch", "-3"], "--batch must be a positive integer"),
+    "non-integer batch": (lambda t: ["--batch", "abc"], "--batch"),
+    "batch above dataset": (lambda t: ["--batch", "1000000"], "larger than the dataset"),
+    "zero steps": (lambda t: ["--steps", "0"], "--steps must be a positive integer"),
+    "negative minutes": (lambda t: ["--minutes", "-2"], "--minutes must be a positive number"),
+    "zero sample interval": (lambda t: ["--sample_every", "0"], "--sample_every must be a positive integer"),
+    "steps with minutes": (lambda t: ["--steps", "10", "--minutes", "1"], "only one of --steps, --epochs, --minutes"),
+    "bad price": (lambda t: ["--price_per_hour", "-1"], "--price_per_hour must be a positive number"),
+    "stray argument": (lambda t: ["stray"], "unexpected arguments"),
+    "missing npz": (lambda t: ["--dataset", f"npz:{t / 'none.npz'}"], "does not exist"),
+    "truncated npz": (lambda t: ["--dataset", _truncated_npz(t)], "d.npz"),
+    "npz without labels": (lambda t: ["--dataset", _npz(t, labels=False)], "labels"),
+    "npz without images": (lambda t: ["--dataset", _npz(t, images=False)], "images"),
+    "npz labels out of range": (lambda t: ["--dataset", _npz(t, labels=np.arange(40) - 1)], "label"),
+    "npz length mismatch": (lambda t: ["--dataset", _npz(t, labels=np.arange(39) % 4)], "40"),
+    "npz float images": (lambda t: ["--dataset", _npz(t, images=np.zeros((40, 28, 28), np.float32))], "uint8"),
+    "unsupported image size": (lambda t: ["--dataset", _npz(t, images=np.zeros((40, 30, 30), np.uint8))], "30x30"),
+    "folder with one class": (lambda t: ["--dataset", _folder(t, 1)], "class"),
+    "empty folder": (lambda t: ["--dataset", f"folder:{t}"], "folder"),
+    "quickdraw offline": (lambda t: ["--dataset", "quickdraw", "--classes", "cow", "--data_dir", str(t / "qd")], "cow"),
+    "output folder is a file": (lambda t: ["--output_dir", _a_file(t)], "is a file"),
+    "output folder unwritable": (lambda t: ["--output_dir", _a_file(t) + "/run"], "cannot write"),
+    "resume with nothing": (lambda t: ["--resume", "--output_dir", str(t / "none")], "nothing to resume"),
+}
+
+
+def _run_in_process(argv, monkeypatch, capsys):
+    """The train CLI in this process (TensorFlow is loaded once): (exit status, stderr)."""
+    from absl import flags
+
+    from acgan import cli, train
+
+    flags.FLAGS.unparse_flags()
+    monkeypatch.setattr(sys, "argv", ["acgan.train", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run_main(train.main)
+    flags.FLAGS.unparse_flags()
+    return exit_info.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys, set_policy):
+    make_args, message = BAD_INPUTS[case]
+    args = make_args(tmp_path)
+    if "--output_dir" not in args:
+        args += ["--output_dir", str(tmp_path / "run")]
+    if not {"--steps", "--minutes"} & set(args):
+        args += ["--steps", "3"]
+    monkeypatch.setenv("ACGAN_QUICKDRAW_URL", "http://127.0.0.1:9/")  # a closed port: never the internet
+    monkeypatch.chdir(tmp_path)
+    status, stderr = _run_in_process(args, monkeypatch, capsys)
+    assert status == 2, stderr[-2000:]
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], stderr[-2000:]
     assert not (tmp_path / "run").exists()
 
 

@@ -163,8 +163,11 @@ def select(data: ImageSet, split: str | None, max_per_class: int | None) -> Imag
     return ImageSet(data.images[idx], data.labels[idx], data.class_names)
 
 
-def make_pipeline(data: ImageSet, batch: int, seed: int) -> "tf.data.Dataset":
-    """Endless (uint8 images [batch,H,W,C], int32 labels [batch]) batches, reshuffled every epoch from `seed`."""
+def make_pipeline(data: ImageSet, batch: int, seed: int, start_step: int = 0) -> "tf.data.Dataset":
+    """Endless (uint8 images [batch,H,W,C], int32 labels [batch]) batches, reshuffled every epoch from `seed`.
+
+    `start_step` resumes the same stream after that many batches (cheaply: it skips whole epochs).
+    """
     import tensorflow as tf
 
     n = len(data)
@@ -187,7 +190,8 @@ def make_pipeline(data: ImageSet, batch: int, seed: int) -> "tf.data.Dataset":
     def gather(idx):
         return tf.gather(images, idx), tf.gather(labels, idx)
 
-    ds = tf.data.Dataset.counter(dtype=tf.int64).map(epoch_order).unbatch()
+    start_epoch, offset = divmod(start_step * batch, n)
+    ds = tf.data.Dataset.counter(start=start_epoch, dtype=tf.int64).map(epoch_order).unbatch().skip(offset)
     # Batching after the epoch stream means batches may straddle epochs, so none is ever dropped short.
     ds = ds.batch(batch, drop_remainder=True).map(gather, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
