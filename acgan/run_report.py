@@ -20,7 +20,13 @@ def render_markdown(report):
         cost_line = "n/a (too few steps to time)"
     else:
         cost_line = f"${cost['cost_per_million_batches']:,.2f} at ${cost['price_per_hour']}/h"
+    status = report.get("status", "completed")
+    if report.get("message"):
+        status += f": {report['message']}"
+    resumed = report.get("resumed_from")
     rows = [
+        ("status", status),
+        ("resumed from", f"step {resumed['step']}" if resumed else "no (a fresh run)"),
         ("device", f"{device['kind']}: {accelerator}"),
         ("policy", report["policy"]),
         ("XLA", "on" if report["jit"] else "off"),
@@ -38,6 +44,8 @@ def render_markdown(report):
     ]
     lines = [f"# Run report: {report['run_dir']}", "", f"`{report['command']}`", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
+    if report.get("advice"):
+        lines += ["", "Hardware advice:", ""] + [f"- {line}" for line in report["advice"]]
     if report.get("final_metrics"):
         lines += ["", "Final metrics:", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v:.4g} |" for k, v in report["final_metrics"].items()]

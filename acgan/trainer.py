@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from acgan import data as data_lib
-from acgan import device, images, run_report, timing
+from acgan import advice, device, images, run_report, timing
 from acgan.config import DEFAULT_STEPS, Config
 from acgan.errors import UserError
 from acgan.files import write_atomically, write_json
@@ -175,6 +175,10 @@ def run(config, command=None):
     keras.utils.set_random_seed(config.seed)
     models = build_models(data.image_shape, data.num_classes, width=config.width)
     gan = ACGAN(models, data.num_classes, config.policy, seed=config.seed, jit=config.jit)
+    machine = device.describe_device()
+    notes = advice.hardware_advice(config.policy, machine, advice.layer_widths(list(models)), config.batch)
+    for line in notes:
+        print(f"note: {line}")
     history = _History()
     checkpoints = tf.train.CheckpointManager(
         tf.train.Checkpoint(gan=gan, history=history), run_dir / "checkpoints",
@@ -259,7 +263,8 @@ def run(config, command=None):
         "status": status,
         "message": message,
         "config": dataclasses.asdict(config),
-        "device": device.describe_device(),
+        "device": machine,
+        "advice": notes,
         "policy": config.policy,
         "jit": config.jit,
         "batch": config.batch,
