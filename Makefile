@@ -21,5 +21,8 @@ train: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(ARGS)
 
+benchmark: $(STAMP)
+	$(BIN)/python -m acgan.benchmark $(ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -40,6 +40,10 @@ class Config:
     seed: int = 0
     # Save a sample grid every N steps (and always at the end); None: only at the end.
     sample_every: Optional[int] = 250
+    # Judge sample quality every N steps (None: never during training; see acgan.evaluate).
+    eval_every: Optional[int] = None
+    # Generated samples per evaluation during training.
+    eval_samples: int = 1000
     # Save a checkpoint every N steps (and always at the end).
     checkpoint_every: int = 500
     # How many checkpoints to keep.
@@ -63,13 +67,13 @@ class Config:
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
         if len(lengths) > 1:
             raise UserError(f"give only one of --steps, --epochs, --minutes (got {', '.join(lengths)})")
-        for name in ("steps", "epochs", "max_per_class", "sample_every"):
+        for name in ("steps", "epochs", "max_per_class", "sample_every", "eval_every"):
             if getattr(self, name) is not None:
                 _positive_int(name, getattr(self, name))
         if self.minutes is not None:
             _positive_number("minutes", self.minutes)
         _non_negative_int("warmup_steps", self.warmup_steps)
-        for name in ("checkpoint_every", "keep_checkpoints", "max_skipped_in_a_row"):
+        for name in ("checkpoint_every", "keep_checkpoints", "max_skipped_in_a_row", "eval_samples"):
             _positive_int(name, getattr(self, name))
         if self.price_per_hour is not None:
             _positive_number("price_per_hour", self.price_per_hour)

@@ -44,6 +44,11 @@ def render_markdown(report):
     ]
     lines = [f"# Run report: {report['run_dir']}", "", f"`{report['command']}`", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
+    during = report.get("quality_during_training")
+    if during:
+        lines += ["", f"Sample quality at step {during['step']} ({during['num_generated']} samples; "
+                  "`python -m acgan.evaluate` for the full measurement): conditional accuracy "
+                  f"{during['conditional_accuracy']:.1%}, Fréchet distance {during['frechet_distance']:.1f}."]
     if report.get("advice"):
         lines += ["", "Hardware advice:", ""] + [f"- {line}" for line in report["advice"]]
     if report.get("final_metrics"):

@@ -19,6 +19,8 @@ flags.DEFINE_float("minutes", None, "Train for this much wall-clock time.")
 flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
 flags.DEFINE_integer("seed", 0, "Random seed for weights, noise, data order and grids.")
 flags.DEFINE_integer("sample_every", 250, "Save a sample grid every N steps (and at the end).")
+flags.DEFINE_integer("eval_every", None, "Judge sample quality every N steps (conditional accuracy, FID).")
+flags.DEFINE_integer("eval_samples", 1000, "Generated samples per evaluation during training.")
 flags.DEFINE_integer("checkpoint_every", 500, "Save a checkpoint every N steps.")
 flags.DEFINE_integer("keep_checkpoints", 3, "How many checkpoints to keep.")
 flags.DEFINE_integer("warmup_steps", 5, "Steps after compilation left out of the timing.")
@@ -50,6 +52,8 @@ def config_from_flags():
         jit=FLAGS.jit,
         seed=FLAGS.seed,
         sample_every=FLAGS.sample_every,
+        eval_every=FLAGS.eval_every,
+        eval_samples=FLAGS.eval_samples,
         checkpoint_every=FLAGS.checkpoint_every,
         keep_checkpoints=FLAGS.keep_checkpoints,
         warmup_steps=FLAGS.warmup_steps,

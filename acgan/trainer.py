@@ -132,6 +132,27 @@ class _Grids:
         tf.summary.image("samples", grid[None], step=step)
 
 
+class _Evaluator:
+    """Judges the generator every --eval_every steps against the real test split (acgan.quality)."""
+
+    def __init__(self, config):
+        from acgan import judge
+
+        self.samples = config.eval_samples
+        self.test_set = data_lib.load_dataset(config.dataset, split="test", data_dir=config.data_dir,
+                                              classes=config.classes, max_per_class=config.max_per_class)
+        self.judge = judge.load_or_train(config.dataset, config.data_dir, config.classes,
+                                         config.max_per_class, test_set=self.test_set)
+        self.last = None
+
+    def evaluate(self, gan, step):
+        from acgan import quality
+
+        self.last = dict(quality.evaluate_gan(gan, self.test_set, self.judge, self.samples), step=step)
+        for name, value in quality.scalars(self.last).items():
+            tf.summary.scalar(name, value, step=step)
+
+
 class _History(tf.Module):
     """Timing history that travels in the checkpoint: per-step seconds and each session's compile time."""
 
@@ -172,6 +193,7 @@ def run(config, command=None):
     data = load_data(config)
     run_dir, resume = prepare_run_dir(config)
 
+    evaluator = _Evaluator(config) if config.eval_every else None  # may train the judge: before seeding
     keras.utils.set_random_seed(config.seed)
     models = build_models(data.image_shape, data.num_classes, width=config.width)
     gan = ACGAN(models, data.num_classes, config.policy, seed=config.seed, jit=config.jit)
@@ -241,6 +263,8 @@ def run(config, command=None):
             progress.update(step, [(k, values[k]) for k in _SHOWN])
             if config.sample_every and step % config.sample_every == 0:
                 grids.save(step)
+            if evaluator and step % config.eval_every == 0:
+                evaluator.evaluate(gan, step)
             if step % config.checkpoint_every == 0:
                 save_checkpoint(step)
             if signals.received:
@@ -279,6 +303,7 @@ def run(config, command=None):
         "loop_seconds": loop_seconds,
         "wall_seconds": time.perf_counter() - started,
         "final_metrics": values,
+        "quality_during_training": evaluator.last if evaluator else None,
         "last_checkpoint": checkpoints.latest_checkpoint,
     }
     run_report.write_report(run_dir, report)

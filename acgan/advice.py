@@ -1,0 +1,95 @@
+"""Hardware advice: when a mixed policy is expected to be slower than float32, and which sizes miss 8."""
+
+LOW_PRECISION = ("float16", "bfloat16")
+TENSOR_CORE_CAPABILITY = 7.0   # Volta: float16 Tensor Cores
+BF16_CAPABILITY = 8.0          # Ampere: bfloat16 Tensor Cores
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+XLA_NOTE = "XLA (--jit, the default) narrows the gap"
+
+
+def layer_widths(models, low_precision_only=True):
+    """{layer name: units or filters} of the Dense and Conv layers of `models` (a model or several).
+
+    With low_precision_only, only layers that compute in float16/bfloat16 count: those are what Tensor
+    Cores run; the float32 islands (logits, batch norm) are left out. Empty under float32.
+    """
+    widths = {}
+    for model in models if isinstance(models, (list, tuple)) else [models]:
+        for layer in _all_layers(model):
+            width = getattr(layer, "units", None) or getattr(layer, "filters", None)
+            if not isinstance(width, int):
+                continue
+            if low_precision_only and layer.compute_dtype not in LOW_PRECISION:
+                continue
+            widths[layer.name] = width
+    return widths
+
+
+def _all_layers(model):
+    for layer in getattr(model, "layers", []):
+        if hasattr(layer, "layers"):   # a nested model
+            yield from _all_layers(layer)
+        else:
+            yield layer
+
+
+def _capability(device_info):
+    try:
+        return float(device_info.get("compute_capability") or "")
+    except ValueError:
+        return None
+
+
+def hardware_advice(policy, device_info, layer_widths=None, batch=None):
+    """Lines of advice for training under `policy` on the device `device_info` describes.
+
+    device_info: a dict like acgan.device.describe_device() returns (kind, name, compute_capability,
+    cpu_model, cpu_flags). layer_widths: {layer: width} (see layer_widths()). Empty under float32.
+    """
+    if policy == "float32":
+        return []
+    lines = []
+    kind, name = device_info.get("kind"), device_info.get("name")
+    capability = _capability(device_info)
+    if kind == "GPU" and capability is not None:
+        if policy == "mixed_float16" and capability < TENSOR_CORE_CAPABILITY:
+            lines.append(
+                f"mixed_float16 on {name} (compute capability {capability:g}) is expected to be slower "
+                f"than float32: float16 Tensor Cores need compute capability {TENSOR_CORE_CAPABILITY:g} "
+                f"or higher; {XLA_NOTE}."
+            )
+        if policy == "mixed_bfloat16" and capability < BF16_CAPABILITY:
+            lines.append(
+                f"mixed_bfloat16 on {name} (compute capability {capability:g}) is expected to be slower "
+                f"than float32: bfloat16 Tensor Cores need compute capability {BF16_CAPABILITY:g} or "
+                f"higher; use mixed_float16 there; {XLA_NOTE}."
+            )
+    elif kind == "CPU":
+        cpu = device_info.get("cpu_model") or name
+        flags = [f for f in CPU_BF16_FLAGS if f in (device_info.get("cpu_flags") or [])]
+        if policy == "mixed_float16":
+            lines.append(
+                f"mixed_float16 on the CPU ({cpu}) is expected to be slower than float32: TensorFlow's "
+                f"CPU kernels have no fast float16 path, so the casts cost more than they save; {XLA_NOTE}."
+            )
+        elif policy == "mixed_bfloat16" and not flags:
+            lines.append(
+                f"mixed_bfloat16 on the CPU ({cpu}) without bfloat16 hardware (no AMX or avx512_bf16 "
+                f"flag) is expected to be slower than float32; {XLA_NOTE}."
+            )
+        elif policy == "mixed_bfloat16":
+            lines.append(
+                f"this CPU ({cpu}) has bfloat16 instructions ({', '.join(flags)}): TensorFlow's oneDNN "
+                "kernels use them, so mixed_bfloat16 can beat float32 with XLA off (--no-jit); XLA's CPU "
+                "code may not use them, so measure both settings (python -m acgan.benchmark --jit on,off)."
+            )
+    odd = {layer: w for layer, w in (layer_widths or {}).items() if w % 8}
+    if odd:
+        listed = ", ".join(f"{layer}={w}" for layer, w in odd.items())
+        lines.append(
+            f"under {policy}, these layer widths are not multiples of 8 (Tensor Cores want multiples "
+            f"of 8): {listed}."
+        )
+    if batch is not None and batch % 8:
+        lines.append(f"under {policy}, batch {batch} is not a multiple of 8 (Tensor Cores want multiples of 8).")
+    return lines

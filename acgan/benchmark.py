@@ -1,0 +1,65 @@
+"""CLI: python -m acgan.benchmark [--policies ...] [--batches 64,256,1024,2048] [--jit on,off] [--synthetic] ..."""
+from absl import flags
+
+from acgan import cli
+
+flags.DEFINE_list("policies", ["float32", "mixed_float16", "mixed_bfloat16"], "Dtype policies to time.")
+flags.DEFINE_list("batches", ["64", "256", "1024", "2048"], "Batch sizes to time.")
+flags.DEFINE_list("jit", ["on"], "XLA settings to time: on, off or on,off.")
+flags.DEFINE_string("dataset", "doodles", "doodles, quickdraw, cifar10, npz:PATH or folder:PATH.")
+flags.DEFINE_boolean("synthetic", False, "Time on random in-memory tensors (28x28x1, 10 classes) instead of --dataset.")
+flags.DEFINE_string("data_dir", "data", "Folder for downloads and caches.")
+flags.DEFINE_integer("max_per_class", None, "Load at most this many images per class.")
+flags.DEFINE_float("width", 1.0, "Channel multiplier of the models.")
+flags.DEFINE_integer("steps", 20, "Steps per timing.")
+flags.DEFINE_integer("warmup", 3, "Steps after the compile step left out of the timing.")
+flags.DEFINE_integer("repeats", 3, "Timings per configuration (median, min and max reported).")
+flags.DEFINE_integer("seed", 0, "Seed for the weights, the noise and the chosen images.")
+flags.DEFINE_string("device_name", None, "Name for this device in reports; also picks the price entry (e.g. T4).")
+flags.DEFINE_float("price_per_hour", None, "USD per hour of this machine (overrides the price table).")
+flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/benchmark-<timestamp>/).")
+flags.DEFINE_boolean("overhead", True, "Also time the full training loop at one configuration (--no-overhead to skip).")
+flags.DEFINE_integer("overhead_batch", 256, "Batch size of the trainer-overhead measurement.")
+
+FLAGS = flags.FLAGS
+
+
+def settings_from_flags():
+    from acgan.sweep import SweepSettings, parse_batches, parse_jit
+
+    return SweepSettings(
+        policies=tuple(dict.fromkeys(FLAGS.policies)),
+        batches=parse_batches(FLAGS.batches),
+        jits=parse_jit(FLAGS.jit),
+        dataset=FLAGS.dataset,
+        synthetic=FLAGS.synthetic,
+        data_dir=FLAGS.data_dir,
+        max_per_class=FLAGS.max_per_class,
+        width=FLAGS.width,
+        steps=FLAGS.steps,
+        warmup=FLAGS.warmup,
+        repeats=FLAGS.repeats,
+        seed=FLAGS.seed,
+        device_name=FLAGS.device_name,
+        price_per_hour=FLAGS.price_per_hour,
+        overhead=FLAGS.overhead,
+        overhead_batch=FLAGS.overhead_batch,
+    ).validate()
+
+
+def main(argv):
+    settings = settings_from_flags()
+    if not settings.synthetic:
+        from acgan import data
+
+        data.validate_dataset_name(settings.dataset)
+    from acgan import sweep  # TensorFlow loads inside run_sweep, after the flags are known good.
+
+    output_dir, doc = sweep.run_sweep(settings, FLAGS.output_dir, command=cli.command_line())
+    sweep.write_outputs(doc, output_dir)
+    print(sweep.render_markdown(doc))
+    print(f"benchmark folder: {output_dir}  (report: {output_dir / 'benchmark.md'})")
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

@@ -1,0 +1,47 @@
+"""CLI: python -m acgan.compare --steps N | --minutes M [--policies float32,mixed_float16] [--batch 64] ..."""
+from absl import flags
+
+from acgan import cli
+
+flags.DEFINE_list("policies", ["float32", "mixed_float16"], "Dtype policies to compare, comma-separated.")
+flags.DEFINE_integer("steps", None, "Train every policy this many steps (equal steps).")
+flags.DEFINE_float("minutes", None, "Train every policy this long (equal wall-clock time).")
+flags.DEFINE_integer("batch", 64, "Global batch size.")
+flags.DEFINE_string("dataset", "doodles", "doodles, quickdraw, cifar10, npz:PATH or folder:PATH.")
+flags.DEFINE_list("classes", None, "Quick-Draw classes (default: the original experiment's ten).")
+flags.DEFINE_integer("max_per_class", None, "Use at most this many images per class.")
+flags.DEFINE_string("data_dir", "data", "Folder for datasets, caches and the judge.")
+flags.DEFINE_float("width", 1.0, "Channel multiplier (channels stay multiples of 8).")
+flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
+flags.DEFINE_integer("seed", 0, "Seed shared by every policy's run and by the evaluation.")
+flags.DEFINE_float("price_per_hour", None, "USD per hour of this machine, for the cost of 10^6 batches.")
+flags.DEFINE_integer("num_samples", 10_000, "Generated samples judged per run (real test images: as many, or all).")
+flags.DEFINE_string("output_dir", None, "Folder for the runs and the page (default: a new folder under outputs/).")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    from acgan.comparison import CompareSettings, run_compare  # no TensorFlow: it loads after training
+
+    settings = CompareSettings(
+        policies=tuple(FLAGS.policies or ()),
+        steps=FLAGS.steps,
+        minutes=FLAGS.minutes,
+        batch=FLAGS.batch,
+        dataset=FLAGS.dataset,
+        classes=tuple(FLAGS.classes) if FLAGS.classes else None,
+        max_per_class=FLAGS.max_per_class,
+        data_dir=FLAGS.data_dir,
+        width=FLAGS.width,
+        jit=FLAGS.jit,
+        seed=FLAGS.seed,
+        price_per_hour=FLAGS.price_per_hour,
+        num_samples=FLAGS.num_samples,
+        output_dir=FLAGS.output_dir,
+    ).validate()
+    out = run_compare(settings, command=cli.command_line())
+    print(f"wrote {out / 'compare.md'} and {out / 'compare.png'}")
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

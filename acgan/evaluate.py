@@ -1,0 +1,43 @@
+"""CLI: python -m acgan.evaluate --run DIR [--num_samples 10000] [--seed 0] -- sample quality of a run."""
+from absl import flags
+
+from acgan import cli
+
+flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
+flags.DEFINE_integer("num_samples", 10_000, "Generated samples to judge; real test images: as many, or all if fewer.")
+flags.DEFINE_integer("seed", 0, "Seed for the noise and the real test subset.")
+flags.DEFINE_string("data_dir", None, "Folder of datasets and cached judges (default: the run's --data_dir).")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    from pathlib import Path
+
+    from acgan.errors import UserError
+
+    if not FLAGS.run:
+        raise UserError("--run is required: the folder of a training run")
+    if FLAGS.num_samples < 2:
+        raise UserError(f"--num_samples must be at least 2 (a covariance needs two), got {FLAGS.num_samples}")
+    if FLAGS.seed < 0:
+        raise UserError(f"--seed must be non-negative, got {FLAGS.seed}")
+    if not Path(FLAGS.run).is_dir():
+        raise UserError(f"--run {FLAGS.run} is not a folder")
+    from acgan import quality  # TensorFlow loads here, after the flags are known good.
+
+    run_dir = Path(FLAGS.run)
+    result = quality.evaluate_run(run_dir, FLAGS.num_samples, FLAGS.seed, data_dir=FLAGS.data_dir,
+                                  command=cli.command_line())
+    print(summary_line(result))
+    print(f"wrote {run_dir / 'quality.json'} and the \"Sample quality\" section of {run_dir / 'report.md'}")
+
+
+def summary_line(result):
+    return (f"step {result['step']}: conditional accuracy {result['conditional_accuracy']:.1%} "
+            f"(chance {result['chance']:.0%}), Fréchet distance {result['frechet_distance']:.2f} "
+            f"({result['num_real']} real vs {result['num_generated']} generated), classifier score "
+            f"{result['classifier_score']:.2f}, Q on real test images {result['q_accuracy_real']:.1%}")
+
+
+if __name__ == "__main__":
+    cli.run_main(main)
