@@ -53,11 +53,11 @@ def main(argv):
         from acgan import data
 
         data.validate_dataset_name(settings.dataset)
-    from acgan import sweep  # TensorFlow loads inside run_sweep, after the flags are known good.
+    from acgan import benchmark_tables, sweep  # TensorFlow loads inside run_sweep, after the flags are known good.
 
     output_dir, doc = sweep.run_sweep(settings, FLAGS.output_dir, command=cli.command_line())
-    sweep.write_outputs(doc, output_dir)
-    print(sweep.render_markdown(doc))
+    benchmark_tables.write_outputs(doc, output_dir)
+    print(benchmark_tables.render_markdown(doc))
     print(f"benchmark folder: {output_dir}  (report: {output_dir / 'benchmark.md'})")
 
 

@@ -25,14 +25,14 @@ def main(argv):
     files = argv[1:]
     if not files:
         raise UserError("give one or more benchmark.json files: python -m acgan.report FILE... [--output_dir DIR]")
-    from acgan import sweep
+    from acgan import benchmark_tables, sweep
 
-    docs = [sweep.load_benchmark(f) for f in files]
+    docs = [benchmark_tables.load_benchmark(f) for f in files]
     output_dir = Path(FLAGS.output_dir or Path("outputs") / f"report-{datetime.now():%Y%m%d-%H%M%S}")
     output_dir = sweep.prepare_output_dir(output_dir)
-    doc = sweep.merge(docs, sources=files, command=cli.command_line())
-    sweep.write_outputs(doc, output_dir)
-    print(sweep.render_markdown(doc))
+    doc = benchmark_tables.merge(docs, sources=files, command=cli.command_line())
+    benchmark_tables.write_outputs(doc, output_dir)
+    print(benchmark_tables.render_markdown(doc))
     print(f"report folder: {output_dir}  (report: {output_dir / 'benchmark.md'})")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from acgan import advice, plots, sweep
+from acgan import advice, benchmark_tables, plots, sweep, sweep_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--width", "0.125", "--steps", "2", "--warmup", "1", "--repeats", "2", "--jit", "off"]
@@ -140,7 +140,7 @@ def test_report_merges_devices(bench, tmp_path):
 
 def test_merging_one_device_twice_keeps_them_apart(bench):
     _, doc, _ = bench
-    merged = sweep.merge([doc, doc], sources=["a.json", "b.json"])
+    merged = benchmark_tables.merge([doc, doc], sources=["a.json", "b.json"])
     here = doc["runs"][0]["device"]
     assert [run["device"] for run in merged["runs"]] == [here, f"{here} (2)"]
     assert len(plots.series(merged["results"])) == 4
@@ -161,7 +161,7 @@ def test_figures_draw_one_series_per_device_and_policy(bench, tmp_path):
     doc["runs"][0]["price"] = {"usd_per_hour": None, "message": "no price known for CPU 'here'; pass --price_per_hour"}
     for r in doc["results"]:
         r["cost_per_million_batches"] = None
-    merged = sweep.merge([doc, other])
+    merged = benchmark_tables.merge([doc, other])
     labels = plots.plot_lines(merged, tmp_path / "t.png", "time_per_batch_ms", "ms", "Time per batch")
     assert sorted(labels) == sorted(f"{d}, {p}" for d in ("here", "Tesla T4") for p in ("float32", "mixed_bfloat16"))
     # Only the priced device has cost bars.
@@ -172,7 +172,7 @@ def test_failing_configurations_are_recorded_and_the_sweep_goes_on(tmp_path):
     out = tmp_path / "out"
     proc = run_cli("acgan.benchmark", "--synthetic", "--policies", "float32", "--batches", "4,8,12", *TINY,
                    "--steps", "1", "--repeats", "1", "--warmup", "0", "--no-overhead",
-                   "--output_dir", str(out), env={sweep.INJECT_VARIABLE: "oom:8,kill:12"})
+                   "--output_dir", str(out), env={sweep_worker.INJECT_VARIABLE: "oom:8,kill:12"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {r["batch"]: r for r in json.loads((out / "benchmark.json").read_text())["results"]}
     assert rows[4]["status"] == "ok"
@@ -270,8 +270,8 @@ def test_layer_widths_of_built_models(set_policy):
     set_policy("mixed_float16")
     models = list(build_models((28, 28, 1), 10, width=0.25))
     widths = advice.layer_widths(models)
-    # Computing in float16: all but the float32 logits.
-    assert widths == {"g_fc1": 256, "g_fc2": 7 * 7 * 32, "g_deconv1": 16, "g_deconv2": 1,
+    # Computing in float16: all but the float32 logits, and G's image layer (its width is the image's channels).
+    assert widths == {"g_fc1": 256, "g_fc2": 7 * 7 * 32, "g_deconv1": 16,
                       "d_conv1": 16, "d_conv2": 32, "d_fc3": 256, "q_fc1": 32}
     everything = advice.layer_widths(models, low_precision_only=False)
     assert everything["d_logit"] == 1 and everything["q_logits"] == 10
