@@ -62,21 +62,21 @@ class Config:
     def validate(self):
         """Raises UserError on the first bad setting; cheap (loads no data, builds nothing)."""
         validate_policy(self.policy)
-        _positive_int("batch", self.batch)
-        _positive_number("width", self.width)
+        positive_int("batch", self.batch)
+        positive_number("width", self.width)
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
         if len(lengths) > 1:
             raise UserError(f"give only one of --steps, --epochs, --minutes (got {', '.join(lengths)})")
         for name in ("steps", "epochs", "max_per_class", "sample_every", "eval_every"):
             if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
+                positive_int(name, getattr(self, name))
         if self.minutes is not None:
-            _positive_number("minutes", self.minutes)
-        _non_negative_int("warmup_steps", self.warmup_steps)
+            positive_number("minutes", self.minutes)
+        non_negative_int("warmup_steps", self.warmup_steps)
         for name in ("checkpoint_every", "keep_checkpoints", "max_skipped_in_a_row", "eval_samples"):
-            _positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name))
         if self.price_per_hour is not None:
-            _positive_number("price_per_hour", self.price_per_hour)
+            positive_number("price_per_hour", self.price_per_hour)
         if self.classes is not None and len(set(self.classes)) != len(self.classes):
             dupes = sorted({c for c in self.classes if self.classes.count(c) > 1})
             raise UserError(f"duplicate classes in --classes: {', '.join(dupes)}")
@@ -95,16 +95,16 @@ class Config:
         return cls(**values)
 
 
-def _positive_int(name, value):
+def positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UserError(f"--{name} must be a positive integer, got {value!r}")
 
 
-def _non_negative_int(name, value):
+def non_negative_int(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise UserError(f"--{name} must be a non-negative integer, got {value!r}")
 
 
-def _positive_number(name, value):
+def positive_number(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise UserError(f"--{name} must be a positive number, got {value!r}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from acgan import prices, timing
-from acgan.config import POLICIES, validate_policy
+from acgan.config import POLICIES, non_negative_int, positive_int, positive_number, validate_policy
 from acgan.errors import UserError
 from acgan.benchmark_tables import FORMAT, add_speedups, describe_machine
 from acgan.sweep_worker import one_line
@@ -58,15 +58,13 @@ class SweepSettings:
         if not self.jits:
             raise UserError("--jit is empty: give on, off or on,off")
         for name in ("steps", "repeats", "overhead_batch") + (("max_per_class",) if self.max_per_class is not None else ()):
-            _positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name))
         for batch in self.batches:
-            _positive_int("batches", batch)
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise UserError(f"--warmup must be a non-negative integer, got {self.warmup!r}")
-        if not self.width > 0:
-            raise UserError(f"--width must be a positive number, got {self.width!r}")
-        if self.price_per_hour is not None and not self.price_per_hour > 0:
-            raise UserError(f"--price_per_hour must be a positive number, got {self.price_per_hour!r}")
+            positive_int("batches", batch)
+        non_negative_int("warmup", self.warmup)
+        positive_number("width", self.width)
+        if self.price_per_hour is not None:
+            positive_number("price_per_hour", self.price_per_hour)
         return self
 
     def configurations(self):
@@ -74,9 +72,6 @@ class SweepSettings:
         return [(p, b, j) for j in self.jits for b in self.batches for p in self.policies]
 
 
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UserError(f"--{name} must be a positive integer, got {value!r}")
 
 
 def parse_batches(values):
