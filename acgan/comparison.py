@@ -127,6 +127,10 @@ def train_policy(settings, policy, run_dir, echo=print):
             proc.wait()
             raise UserError(f"interrupted while training {policy}; its checkpoint, report and log are in "
                             f"{run_dir} (python -m acgan.train --output_dir {run_dir} --resume goes on)") from None
+    if returncode == DIVERGED_STATUS and _report_status(run_dir) == "diverged":
+        # A finding, not a failure: the page shows it, judged at the last good checkpoint.
+        echo(f"{policy}: diverged ({_last_line(log_path)}); judging its last good checkpoint")
+        return run_dir
     if returncode != 0 or not (run_dir / "report.json").exists():
         how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
         last = _last_line(log_path)
@@ -134,6 +138,16 @@ def train_policy(settings, policy, run_dir, echo=print):
                         f"see {log_path}")
     echo(f"{policy}: trained in {time.perf_counter() - started:.0f} s")
     return run_dir
+
+
+DIVERGED_STATUS = 3  # acgan.train's exit status when a run diverged
+
+
+def _report_status(run_dir):
+    try:
+        return json.loads((run_dir / "report.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
 
 
 def _last_line(path, limit=300):
@@ -189,6 +203,7 @@ def make_row(policy, run_dir, report, result, out):
     metrics = report.get("final_metrics") or {}
     return {
         "policy": policy,
+        "status": report.get("status", "completed"),
         "run_dir": str(run_dir),
         "report_md": os.path.relpath(run_dir / "report.md", out),
         "grid": str(run_dir / "samples" / "final.png"),
@@ -240,7 +255,8 @@ def caption(row):
         cost = "cost: n/a (no --price_per_hour)"
     else:
         cost = "cost: n/a (too few steps to time)"
-    lines = [f"{row['steps']:,} steps, {speed}", cost,
+    status = "DIVERGED at " if row.get("status") == "diverged" else ""
+    lines = [f"{status}{row['steps']:,} steps, {speed}", cost,
              f"cond. acc. {row['conditional_accuracy']:.1%}, FD {row['frechet_distance']:.1f}"]
     if row["inception_fid"] is not None:
         lines.append(f"Inception FID {row['inception_fid']:.1f}")
@@ -289,6 +305,7 @@ def render_markdown(doc):
     table = [
         "| | " + " | ".join(r["policy"] for r in rows) + " |",
         "|---|" + "---|" * len(rows),
+        line("status", lambda r: r.get("status", "completed")),
         line("steps reached", lambda r: f"{r['steps']:,}"),
         line("time per batch (median)", lambda r: _f(r["time_per_batch_median_ms"], ",.1f", " ms")),
         line("time per batch (mean)", lambda r: _f(r["time_per_batch_ms"], ",.1f", " ms")),

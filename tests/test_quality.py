@@ -247,3 +247,24 @@ def test_compare_names_the_policy_and_log_when_training_fails(tmp_path, data_dir
 def test_evaluate_refuses_a_folder_without_a_run(tmp_path):
     result = _run("acgan.evaluate", "--run", str(tmp_path))
     assert result.returncode == 2 and "not a readable acgan run folder" in result.stderr
+
+
+@pytest.mark.parametrize("saved_status, carries_on", [("diverged", True), ("completed", False)])
+def test_compare_carries_on_past_a_diverged_policy_only(saved_status, carries_on, tmp_path, monkeypatch):
+    """acgan.train exits 3 when a run diverged; compare shows that run, but still stops on real failures."""
+    from acgan import comparison
+    from acgan.errors import UserError
+
+    run_dir = tmp_path / "mixed_float16"
+    run_dir.mkdir()
+    (run_dir / "report.json").write_text(json.dumps({"status": saved_status}))
+    monkeypatch.setattr(comparison, "train_command",
+                        lambda settings, policy, run_dir: [sys.executable, "-c", "import sys; sys.exit(3)"])
+    settings = comparison.CompareSettings(steps=5)
+    if carries_on:
+        seen = []
+        assert comparison.train_policy(settings, "mixed_float16", run_dir, echo=seen.append) == run_dir
+        assert "diverged" in seen[0]
+    else:
+        with pytest.raises(UserError, match="training under mixed_float16 failed"):
+            comparison.train_policy(settings, "mixed_float16", run_dir, echo=lambda *_: None)
