@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
+from acgan.children import child_env, last_log_line
 from acgan.config import POLICIES, Config, validate_policy
 from acgan.errors import UserError
 from acgan.files import write_atomically, write_json
@@ -111,10 +112,7 @@ def train_command(settings, policy, run_dir):
 def train_policy(settings, policy, run_dir, echo=print):
     """Trains one policy in a fresh process, its output in run_dir/train.log; UserError if it fails."""
     log_path = run_dir / "train.log"
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    package_root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env = child_env()
     command = train_command(settings, policy, run_dir)
     started = time.perf_counter()
     with open(log_path, "w") as log:
@@ -129,11 +127,11 @@ def train_policy(settings, policy, run_dir, echo=print):
                             f"{run_dir} (python -m acgan.train --output_dir {run_dir} --resume goes on)") from None
     if returncode == DIVERGED_STATUS and _report_status(run_dir) == "diverged":
         # A finding, not a failure: the page shows it, judged at the last good checkpoint.
-        echo(f"{policy}: diverged ({_last_line(log_path)}); judging its last good checkpoint")
+        echo(f"{policy}: diverged ({last_log_line(log_path)}); judging its last good checkpoint")
         return run_dir
     if returncode != 0 or not (run_dir / "report.json").exists():
         how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
-        last = _last_line(log_path)
+        last = last_log_line(log_path)
         raise UserError(f"training under {policy} failed ({how}{': ' + last if last else ''}); "
                         f"see {log_path}")
     echo(f"{policy}: trained in {time.perf_counter() - started:.0f} s")
@@ -150,14 +148,6 @@ def _report_status(run_dir):
         return None
 
 
-def _last_line(path, limit=300):
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
-        return ""
-    lines = [l.strip() for l in re.split(r"[\r\n]+", text) if l.strip()]
-    line = " ".join(lines[-1].split()) if lines else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def run_compare(settings, command=None, echo=print):

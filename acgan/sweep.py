@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Optional
 
 from acgan import prices, timing
+from acgan.children import child_env, last_log_line
 from acgan.config import POLICIES, non_negative_int, positive_int, positive_number, validate_policy
 from acgan.errors import UserError
 from acgan.benchmark_tables import FORMAT, add_speedups, describe_machine
-from acgan.sweep_worker import one_line
 
 SYNTHETIC_SHAPE = (28, 28, 1)   # the doodles / Quick-Draw shape, so synthetic timings compare
 SYNTHETIC_CLASSES = 10
@@ -257,10 +257,7 @@ def run_worker(job, work_dir, log_path):
     job_path, result_path = work_dir / f"{name}.job.json", work_dir / f"{name}.result.json"
     job_path.write_text(json.dumps(job))
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    package_root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env = child_env()
     started = time.perf_counter()
     with open(log_path, "w") as log:
         proc = subprocess.run(
@@ -276,19 +273,13 @@ def run_worker(job, work_dir, log_path):
                 how += " (the out-of-memory killer sends this)"
         else:
             how = f"worker exited with status {proc.returncode}"
-        last = _last_line(log_path)
+        last = last_log_line(log_path)
         result = {"status": "failed", "reason": f"{how}{': ' + last if last else ''}"}
     result["worker_seconds"] = time.perf_counter() - started
     result["log"] = str(log_path)
     return result
 
 
-def _last_line(path):
-    try:
-        lines = [l.strip() for l in Path(path).read_text(errors="replace").splitlines() if l.strip()]
-    except OSError:
-        return ""
-    return one_line(lines[-1]) if lines else ""
 
 
 
