@@ -7,6 +7,7 @@ from acgan.errors import UserError
 
 DEFAULT_STEPS = 1000
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
 
 
 def validate_policy(name):
@@ -34,8 +35,14 @@ class Config:
     steps: Optional[int] = None
     epochs: Optional[int] = None
     minutes: Optional[float] = None
-    # Compile the train step with XLA.
+    # Compile the train step with XLA (on several replicas: each replica's forward/backward pass).
     jit: bool = True
+    # tf.distribute strategy: auto, default, mirrored, multi_worker or tpu (auto: mirrored on >1 GPU).
+    strategy: str = "auto"
+    # Devices for the mirrored strategy (None: every GPU); naming several CPUs splits the host CPU.
+    devices: Optional[tuple] = None
+    # With several replicas, batch-norm statistics over the global batch (as on one device).
+    sync_bn: bool = True
     # Seeds the weights, the noise, the data order and the grid noise.
     seed: int = 0
     # Save a sample grid every N steps (and always at the end); None: only at the end.
@@ -62,6 +69,10 @@ class Config:
     def validate(self):
         """Raises UserError on the first bad setting; cheap (loads no data, builds nothing)."""
         validate_policy(self.policy)
+        if self.strategy not in STRATEGIES:
+            raise UserError(f"unknown strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        if self.devices is not None and self.strategy not in ("auto", "mirrored"):
+            raise UserError(f"--devices applies to --strategy mirrored, not {self.strategy}")
         positive_int("batch", self.batch)
         positive_number("width", self.width)
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
@@ -90,8 +101,9 @@ class Config:
         values = json.loads(text)
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in values.items() if k in known}
-        if values.get("classes") is not None:
-            values["classes"] = tuple(values["classes"])
+        for name in ("classes", "devices"):
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         return cls(**values)
 
 

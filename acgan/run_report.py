@@ -8,6 +8,27 @@ def _fmt(value, unit="", digits=1):
     return f"{value:,.{digits}f}{unit}"
 
 
+def _strategy(layout):
+    if not layout:
+        return "default (1 replica)"
+    text = f"{layout['strategy']}: {layout['replicas']} replica(s)"
+    if layout["workers"] > 1:
+        text += f" on {layout['workers']} workers"
+    text += f" ({', '.join(layout['replica_devices'])})"
+    if layout["synchronized_batch_norm"]:
+        text += ", batch norm synchronized"
+    return text
+
+
+def _xla(report):
+    layout = report.get("distribution")
+    if not layout:
+        return "on" if report["jit"] else "off"
+    return {"step": "on (whole step)", "forward_backward": "on (each replica's forward/backward pass)",
+            "tpu": "on (TPU)", "off": "off"}[layout["xla"]] + ("" if layout["xla"] != "off" or not report["jit"]
+                                                                else f": {layout['xla_reason']}")
+
+
 def render_markdown(report):
     device = report["device"]
     accelerator = device["name"]
@@ -15,11 +36,14 @@ def render_markdown(report):
         accelerator += f" (compute capability {device['compute_capability']})"
     timing, cost = report["timing"], report["cost"]
     if cost["price_per_hour"] is None:
-        cost_line = "n/a (no --price_per_hour given)"
+        cost_line = "n/a (no price known for this device; pass --price_per_hour)"
     elif cost["cost_per_million_batches"] is None:
         cost_line = "n/a (too few steps to time)"
     else:
-        cost_line = f"${cost['cost_per_million_batches']:,.2f} at ${cost['price_per_hour']}/h"
+        cost_line = f"${cost['cost_per_million_batches']:,.2f} at ${cost['price_per_hour']:g}/h"
+        units = cost.get("priced_units", 1)
+        if units > 1:
+            cost_line += f" ({units} {cost['priced_unit']}s at ${cost['price_per_hour_each']:g}/h each)"
     status = report.get("status", "completed")
     if report.get("message"):
         status += f": {report['message']}"
@@ -29,7 +53,8 @@ def render_markdown(report):
         ("resumed from", f"step {resumed['step']}" if resumed else "no (a fresh run)"),
         ("device", f"{device['kind']}: {accelerator}"),
         ("policy", report["policy"]),
-        ("XLA", "on" if report["jit"] else "off"),
+        ("XLA", _xla(report)),
+        ("strategy", _strategy(report.get("distribution"))),
         ("batch", report["batch"]),
         ("steps", report["steps"]),
         ("compile time", _fmt(report["compile_seconds"], " s", 2)),
@@ -37,6 +62,7 @@ def render_markdown(report):
         ("time per batch (median)", _fmt(timing.get("time_per_batch_median_ms"), " ms", 2)),
         ("time per 1000 samples", _fmt(timing.get("time_per_1000_samples_ms"), " ms", 1)),
         ("samples per second", _fmt(timing.get("samples_per_second"), "", 1)),
+        ("samples per second per replica", _fmt(timing.get("samples_per_second_per_replica"), "", 1)),
         ("measured steps", f"{timing.get('measured_steps', 0)} (compile step and {report['warmup_steps']} warm-up steps excluded)"),
         ("peak memory", _fmt(report["peak_memory_bytes"] / 2**20, " MiB", 1)),
         ("cost of 10^6 batches", cost_line),

@@ -35,7 +35,7 @@ def run_bare(job):
     import tensorflow as tf
 
     from acgan import device, precision
-    from acgan.gan import ACGAN
+    from acgan.gan import ACGAN, sample_noise
     from acgan.models import build_models
 
     precision.set_policy(job["policy"])
@@ -48,8 +48,9 @@ def run_bare(job):
     baseline = device.peak_memory_bytes()
     keras.utils.set_random_seed(job["seed"])
     models = build_models(images.shape[1:], job["num_classes"], width=job["width"])
-    gan = ACGAN(models, job["num_classes"], job["policy"], seed=job["seed"], jit=job["jit"])
-    images, labels = tf.identity(tf.constant(images)), tf.identity(tf.constant(labels))  # onto the device
+    gan = ACGAN(models, job["num_classes"], job["policy"], jit=job["jit"])
+    z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
+    inputs = [tf.identity(t) for t in (tf.constant(images), tf.constant(labels), z, fake_labels)]  # onto the device
     injected = _injected(batch)
     if injected == "oom":
         raise tf.errors.ResourceExhaustedError(None, None, f"injected out-of-memory for batch {batch} ({INJECT_VARIABLE})")
@@ -57,17 +58,17 @@ def run_bare(job):
         os.kill(os.getpid(), signal.SIGKILL)
 
     tick = time.perf_counter()
-    _sync(gan.train_step(images, labels))
+    _sync(gan.train_step(*inputs))
     compile_seconds = time.perf_counter() - tick
     for _ in range(job["warmup"]):
-        metrics = gan.train_step(images, labels)
+        metrics = gan.train_step(*inputs)
     if job["warmup"]:
         _sync(metrics)
     per_batch, loads = [], []
     for _ in range(job["repeats"]):
         tick = time.perf_counter()
         for _ in range(job["steps"]):
-            metrics = gan.train_step(images, labels)
+            metrics = gan.train_step(*inputs)
         values = _sync(metrics)
         per_batch.append((time.perf_counter() - tick) / job["steps"])
         loads.append(_load_average())

@@ -9,8 +9,11 @@ def cost_per_million_batches(seconds_per_batch, price_per_hour):
     return seconds_per_batch * 1e6 / SECONDS_PER_HOUR * price_per_hour
 
 
-def timing_summary(step_seconds, batch):
-    """Figures from per-step wall times (each ending on a device sync), warm-up already removed."""
+def timing_summary(step_seconds, batch, replicas=1):
+    """Figures from per-step wall times (each ending on a device sync), warm-up already removed.
+
+    `batch` is the global batch; each of the `replicas` processes batch / replicas samples per step.
+    """
     if not step_seconds:
         return {"measured_steps": 0}
     mean = statistics.fmean(step_seconds)
@@ -22,13 +25,18 @@ def timing_summary(step_seconds, batch):
         "time_per_batch_max_ms": max(step_seconds) * 1e3,
         "time_per_1000_samples_ms": mean * 1e3 * 1000.0 / batch,
         "samples_per_second": batch / mean,
+        "replicas": replicas,
+        "samples_per_second_per_replica": batch / mean / replicas,
     }
 
 
-def cost_summary(time_per_batch_ms, price_per_hour):
-    if price_per_hour is None or time_per_batch_ms is None:
-        return {"price_per_hour": price_per_hour, "cost_per_million_batches": None}
-    return {
-        "price_per_hour": price_per_hour,
-        "cost_per_million_batches": cost_per_million_batches(time_per_batch_ms / 1e3, price_per_hour),
-    }
+def cost_summary(time_per_batch_ms, price_per_hour, units=1, unit="machine", basis=None):
+    """Cost of 10^6 batches when `units` machines or accelerators each cost `price_per_hour`.
+
+    "price_per_hour" in the result is the total for all of them; None where no price is known.
+    """
+    total = None if price_per_hour is None else price_per_hour * units
+    cost = None if total is None or time_per_batch_ms is None else \
+        cost_per_million_batches(time_per_batch_ms / 1e3, total)
+    return {"price_per_hour": total, "price_per_hour_each": price_per_hour, "priced_units": units,
+            "priced_unit": unit, "price_basis": basis, "cost_per_million_batches": cost}

@@ -17,6 +17,10 @@ flags.DEFINE_integer("steps", None, "Train this many steps (default 1000 when no
 flags.DEFINE_integer("epochs", None, "Train this many passes over the data.")
 flags.DEFINE_float("minutes", None, "Train for this much wall-clock time.")
 flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
+flags.DEFINE_enum("strategy", "auto", ["auto", "default", "mirrored", "multi_worker", "tpu"],
+                  "tf.distribute strategy (auto: mirrored when more than one GPU is visible).")
+flags.DEFINE_list("devices", None, "Devices for --strategy mirrored, e.g. gpu:0,gpu:1 (cpu:0,cpu:1 splits the CPU).")
+flags.DEFINE_boolean("sync_bn", True, "With several replicas, batch-norm statistics over the global batch.")
 flags.DEFINE_integer("seed", 0, "Random seed for weights, noise, data order and grids.")
 flags.DEFINE_integer("sample_every", 250, "Save a sample grid every N steps (and at the end).")
 flags.DEFINE_integer("eval_every", None, "Judge sample quality every N steps (conditional accuracy, FID).")
@@ -50,6 +54,9 @@ def config_from_flags():
         epochs=FLAGS.epochs,
         minutes=FLAGS.minutes,
         jit=FLAGS.jit,
+        strategy=FLAGS.strategy,
+        devices=tuple(FLAGS.devices) if FLAGS.devices else None,
+        sync_bn=FLAGS.sync_bn,
         seed=FLAGS.seed,
         sample_every=FLAGS.sample_every,
         eval_every=FLAGS.eval_every,
@@ -96,8 +103,9 @@ def resumed_config(config):
 
 def _given_flags():
     names = {name for name in FLAGS if FLAGS[name].present}
-    if "nojit" in names:
-        names.add("jit")
+    for name in ("jit", "sync_bn"):
+        if "no" + name in names:
+            names.add(name)
     return names
 
 
@@ -112,7 +120,12 @@ def main(argv):
 
     precision.set_policy(config.policy)
     result = trainer.run(config, command=cli.command_line())
-    print(f"run folder: {result.run_dir}  (report: {result.run_dir / 'report.md'})")
+    if config.strategy == "multi_worker":
+        print(f"weights fingerprint: {result.weights_fingerprint}")
+    if result.chief:
+        print(f"run folder: {result.run_dir}  (report: {result.run_dir / 'report.md'})")
+    else:
+        print(f"worker done; the chief writes the run folder {result.run_dir}")
     if result.status == "diverged":
         cli.fail(result.message, status=3)
     if result.status == "interrupted":

@@ -6,8 +6,10 @@ at the restored step and the grid noise is a function of the seed.
 """
 import dataclasses
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from datetime import datetime
@@ -19,11 +21,11 @@ import numpy as np
 import tensorflow as tf
 
 from acgan import data as data_lib
-from acgan import advice, device, images, run_report, timing
+from acgan import advice, device, distribute, images, prices, run_report, timing
 from acgan.config import DEFAULT_STEPS, Config
 from acgan.errors import UserError
 from acgan.files import write_atomically, write_json
-from acgan.gan import ACGAN
+from acgan.gan import ACGAN, add_noise
 from acgan.health import DivergenceMonitor
 from acgan.models import build_models, check_image_shape
 from acgan.precision import needs_loss_scaling
@@ -39,6 +41,8 @@ class RunResult(NamedTuple):
     status: str                     # "completed", "interrupted" or "diverged"
     message: Optional[str] = None   # why it stopped early
     signal: Optional[int] = None    # the signal that interrupted it
+    chief: bool = True              # False on multi-worker tasks whose files were discarded
+    weights_fingerprint: Optional[str] = None
 
 
 def default_run_dir(config, now=None):
@@ -68,8 +72,11 @@ def check_resumable(config, saved, run_dir):
                         "use a new --output_dir")
 
 
-def prepare_run_dir(config):
-    """The run's folder and whether it resumes an earlier run; refuses a file or an unwritable place."""
+def prepare_run_dir(config, chief=True):
+    """The run's folder and whether it resumes an earlier run; refuses a file or an unwritable place.
+
+    A non-chief multi-worker task only reads the folder: it creates and writes nothing there.
+    """
     run_dir = Path(config.output_dir) if config.output_dir else default_run_dir(config)
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"--output_dir {run_dir} is a file, not a folder")
@@ -77,6 +84,8 @@ def prepare_run_dir(config):
     resume = config.resume or saved is not None
     if resume:
         check_resumable(config, saved, run_dir)
+    if not chief:
+        return run_dir, resume
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / ".write_test"
@@ -99,6 +108,20 @@ def load_data(config):
     if config.batch > len(data.images):
         raise UserError(f"--batch {config.batch} is larger than the dataset ({len(data.images)} images)")
     return data
+
+
+def distributed_batches(strategy, data, config, noise_dim, start_step):
+    """The run's (images, labels, z, fake_labels) global batches, split across the replicas.
+
+    Every worker builds the same global stream and keeps its replicas' slices (DATA sharding: the
+    images are in memory, there are no files to shard), so each step's global batch, noise included,
+    is exactly the one a single device would train on.
+    """
+    batches = data_lib.make_pipeline(data, config.batch, config.seed, start_step=start_step)
+    batches = add_noise(batches, noise_dim, data.num_classes, config.seed, start_step)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return strategy.experimental_distribute_dataset(batches.with_options(options))
 
 
 def total_steps(config, num_images):
@@ -190,33 +213,57 @@ def run(config, command=None):
     if policy != config.policy:
         raise RuntimeError(f"set the dtype policy {config.policy!r} before run() (it is {policy!r})")
     started = time.perf_counter()
+    strategy = distribute.make_strategy(config.strategy, config.devices)  # before anything touches a device
+    replicas = strategy.num_replicas_in_sync
+    distribute.check_global_batch(config.batch, replicas)
+    chief = distribute.is_chief(strategy)
     data = load_data(config)
-    run_dir, resume = prepare_run_dir(config)
+    run_dir, resume = prepare_run_dir(config, chief)
+    # Every worker does the same work (reads of replicated state may be collective); only the chief's
+    # files are kept. The others write into a scratch folder that is deleted at the end.
+    files_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="acgan-worker-"))
+    try:
+        return _train(config, command, started, strategy, data, run_dir, files_dir, resume, chief)
+    finally:
+        if not chief:
+            shutil.rmtree(files_dir, ignore_errors=True)
 
+
+def _train(config, command, started, strategy, data, run_dir, files_dir, resume, chief):
+    replicas = strategy.num_replicas_in_sync
     evaluator = _Evaluator(config) if config.eval_every else None  # may train the judge: before seeding
     keras.utils.set_random_seed(config.seed)
-    models = build_models(data.image_shape, data.num_classes, width=config.width)
-    gan = ACGAN(models, data.num_classes, config.policy, seed=config.seed, jit=config.jit)
+    with strategy.scope():
+        models = build_models(data.image_shape, data.num_classes, width=config.width)
+    gan = ACGAN(models, data.num_classes, config.policy, jit=config.jit, strategy=strategy,
+                sync_bn=config.sync_bn)
     machine = device.describe_device()
+    layout = distribution_summary(strategy, gan)
     notes = advice.hardware_advice(config.policy, machine, advice.layer_widths(list(models)), config.batch)
+    if gan.compile_mode == "off" and config.jit:
+        notes.append(f"XLA is off: {gan.compile_reason}")
     for line in notes:
         print(f"note: {line}")
+    if replicas > 1 or layout["workers"] > 1:
+        print(f"strategy {layout['strategy']}: {replicas} replicas on {layout['workers']} worker(s), "
+              f"{config.batch // replicas} samples each; XLA: {gan.compile_mode}")
     history = _History()
     checkpoints = tf.train.CheckpointManager(
-        tf.train.Checkpoint(gan=gan, history=history), run_dir / "checkpoints",
+        tf.train.Checkpoint(gan=gan, history=history), files_dir / "checkpoints",
         max_to_keep=config.keep_checkpoints,
     )
     resumed_from = None
-    if resume and checkpoints.latest_checkpoint:
-        checkpoints.checkpoint.restore(checkpoints.latest_checkpoint).assert_existing_objects_matched()
-        resumed_from = {"step": int(gan.step.numpy()), "checkpoint": checkpoints.latest_checkpoint,
-                        "loss_scales": gan.loss_scales()}
+    # Non-chief workers restore from the chief's folder (it must be on a file system they share).
+    latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints")) if resume else None
+    if latest:
+        checkpoints.checkpoint.restore(latest).assert_existing_objects_matched()
+        resumed_from = {"step": int(gan.step.numpy()), "checkpoint": latest, "loss_scales": gan.loss_scales()}
     start_step = int(gan.step.numpy())
     steps = total_steps(config, len(data.images))
     if steps is not None and start_step >= steps:
         raise UserError(f"{run_dir} already reached step {start_step}; pass a larger --steps/--epochs to go on")
-    write_atomically(run_dir / "config.json", config.to_json() + "\n")
-    write_json(run_dir / "dataset.json", {
+    write_atomically(files_dir / "config.json", config.to_json() + "\n")
+    write_json(files_dir / "dataset.json", {
         "class_names": list(data.class_names),
         "image_shape": list(data.image_shape),
         "num_images": len(data.images),
@@ -224,10 +271,10 @@ def run(config, command=None):
     if resumed_from:
         print(f"resuming {run_dir} from step {start_step}")
 
-    writer = tf.summary.create_file_writer(str(run_dir / "tensorboard"))
-    batches = iter(data_lib.make_pipeline(data, config.batch, config.seed, start_step=start_step))
+    writer = tf.summary.create_file_writer(str(files_dir / "tensorboard"))
+    batches = iter(distributed_batches(strategy, data, config, gan.noise_dim, start_step))
     deadline = None if config.minutes is None else started + config.minutes * 60.0
-    progress = keras.utils.Progbar(steps, stateful_metrics=_STATEFUL, unit_name="step")
+    progress = keras.utils.Progbar(steps, stateful_metrics=_STATEFUL, unit_name="step", verbose=1 if chief else 0)
     monitor = DivergenceMonitor(needs_loss_scaling(config.policy), config.max_skipped_in_a_row,
                                 gan.skipped_steps())
     step_seconds = list(history.step_seconds.numpy())
@@ -239,13 +286,12 @@ def run(config, command=None):
         checkpoints.save(checkpoint_number=step)
 
     status, message, values, step = "completed", None, {}, start_step
-    grids = _Grids(gan, run_dir, data.num_classes, config.seed)
+    grids = _Grids(gan, files_dir, data.num_classes, config.seed)
     with writer.as_default(), _StopSignals() as signals:
         loop_started = time.perf_counter()
         while True:
             tick = time.perf_counter()
-            images_batch, labels_batch = next(batches)
-            metrics = gan.train_step(images_batch, labels_batch)
+            metrics = gan.train_step(*next(batches))
             values = {k: float(v) for k, v in metrics.items()}  # the device sync
             elapsed = time.perf_counter() - tick
             step += 1
@@ -280,7 +326,8 @@ def run(config, command=None):
     writer.flush()
     sys.stdout.write("\n")
 
-    times = timing.timing_summary(step_seconds, config.batch)
+    times = timing.timing_summary(step_seconds, config.batch, replicas)
+    fingerprint = gan.weights_fingerprint()
     report = {
         "run_dir": str(run_dir),
         "command": command or "acgan.trainer.run",
@@ -292,22 +339,53 @@ def run(config, command=None):
         "policy": config.policy,
         "jit": config.jit,
         "batch": config.batch,
+        "distribution": layout,
         "steps": step,
         "resumed_from": resumed_from,
         "warmup_steps": config.warmup_steps,
         "compile_seconds": compile_seconds[0] if compile_seconds else None,
         "compile_seconds_per_session": compile_seconds,
         "timing": times,
-        "cost": timing.cost_summary(times.get("time_per_batch_ms"), config.price_per_hour),
+        "cost": run_cost(times.get("time_per_batch_ms"), config.price_per_hour, machine, layout),
         "peak_memory_bytes": device.peak_memory_bytes(),
         "loop_seconds": loop_seconds,
         "wall_seconds": time.perf_counter() - started,
         "final_metrics": values,
         "quality_during_training": evaluator.last if evaluator else None,
         "last_checkpoint": checkpoints.latest_checkpoint,
+        "weights_fingerprint": fingerprint,
     }
-    run_report.write_report(run_dir, report)
-    return RunResult(run_dir, status, message, signals.received)
+    run_report.write_report(files_dir, report)
+    return RunResult(run_dir, status, message, signals.received, chief, fingerprint)
+
+
+def distribution_summary(strategy, gan):
+    """What the report says about the replicas: the strategy, their count and devices, how XLA is used."""
+    replicas = strategy.num_replicas_in_sync
+    return {
+        "strategy": distribute.strategy_name(strategy),
+        "replicas": replicas,
+        "workers": distribute.worker_count(strategy),
+        "replica_devices": distribute.replica_devices(strategy),
+        "synchronized_batch_norm": gan.synchronized_batch_norm,
+        "xla": gan.compile_mode,
+        "xla_reason": gan.compile_reason,
+    }
+
+
+def run_cost(time_per_batch_ms, price_per_hour, machine, layout):
+    """Cost of a million global batches on everything the run used.
+
+    --price_per_hour is one machine's price, so it counts once per worker; a table price is one
+    accelerator's, so it counts once per replica. A CPU has no table price.
+    """
+    if price_per_hour is not None:
+        each, units, unit, basis = price_per_hour, layout["workers"], "machine", "--price_per_hour"
+    else:
+        chosen = prices.choose_price(machine["name"], machine["kind"]) if machine["kind"] != "CPU" else None
+        each = chosen and chosen["usd_per_hour"]
+        units, unit, basis = layout["replicas"], "accelerator", chosen and chosen["description"]
+    return timing.cost_summary(time_per_batch_ms, each, units=units, unit=unit, basis=basis)
 
 
 # On the console: losses and accuracies averaged since the start, loss scale and skips as they are now.

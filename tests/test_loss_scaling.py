@@ -9,7 +9,7 @@ from acgan import models, precision
 
 def _small_gan(policy, jit):
     m = models.build_models((28, 28, 1), 10, width=0.125)
-    return gan_module.ACGAN(m, 10, policy, seed=1, jit=jit)
+    return gan_module.ACGAN(m, 10, policy, jit=jit)
 
 
 def _batch(n=8):
@@ -17,18 +17,18 @@ def _batch(n=8):
     return (
         tf.constant(rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8)),
         tf.constant(rng.integers(0, 10, n, dtype=np.int32)),
-    )
+    ) + gan_module.sample_noise(1, 0, n, 62, 10)
 
 
 def _values(variables):
     return [v.numpy() for v in variables]
 
 
-def _settle(gan, images, labels, max_steps=30):
+def _settle(gan, batch, max_steps=30):
     """Steps until no optimizer skips: the initial scale 2^15 overflows for the first few steps."""
     for _ in range(max_steps):
         before = [int(gan.step) - int(o.iterations) for o in (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer)]
-        metrics = gan.train_step(images, labels)
+        metrics = gan.train_step(*batch)
         if [int(metrics[f"{n}_skipped"]) for n in "dgq"] == before:
             return metrics
     raise AssertionError("loss scales did not settle")
@@ -42,12 +42,12 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
     optimizers = {"d": gan.d_optimizer, "g": gan.g_optimizer, "q": gan.q_optimizer}
     # Only D trains d_head and only Q trains q_head; G is shared with Q, so G is judged by its optimizer.
     exclusive = {"d": gan.models.d_head.trainable_variables, "q": gan.models.q_head.trainable_variables, "g": []}
-    images, labels = _batch()
-    _settle(gan, images, labels)
+    batch = _batch()
+    _settle(gan, batch)
     # A modest scale leaves no room for a natural overflow on the injected step, so only the victim skips.
     for optimizer in optimizers.values():
         optimizer.dynamic_scale.assign(256.0)
-    settled = _settle(gan, images, labels)
+    settled = _settle(gan, batch)
 
     victim_optimizer = optimizers[victim]
     honest_scale_loss = precision.scale_loss
@@ -57,7 +57,7 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
         return scaled * np.float32("inf") if optimizer is victim_optimizer else scaled
 
     monkeypatch.setattr(gan_module.precision, "scale_loss", overflowing_scale_loss)
-    gan.train_step = tf.function(gan._train_step, jit_compile=jit)  # retrace with the patch
+    gan.retrace()  # with the patch
 
     before_scale = {k: float(o.dynamic_scale) for k, o in optimizers.items()}
     before_iterations = {k: int(o.iterations) for k, o in optimizers.items()}
@@ -65,7 +65,7 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
     before_exclusive = _values(exclusive[victim])
     others_weights_before = {k: _values(exclusive[k]) for k in exclusive if k != victim}
 
-    metrics = gan.train_step(images, labels)
+    metrics = gan.train_step(*batch)
 
     assert float(victim_optimizer.dynamic_scale) == before_scale[victim] / 2
     assert int(victim_optimizer.iterations) == before_iterations[victim]
@@ -108,7 +108,7 @@ def test_losses_are_scaled_by_their_own_optimizer(set_policy):
 
     gan_module.precision.scale_loss = recording_scale_loss
     try:
-        gan.train_step = tf.function(gan._train_step)
+        gan.retrace()
         gan.train_step(*_batch())
     finally:
         gan_module.precision.scale_loss = honest_scale_loss

@@ -1,0 +1,206 @@
+"""tf.distribute: picking the strategy, counting replicas, finding the chief, and the loss-scale guard.
+
+Everything here follows TensorFlow's own engine; nothing is home-made except `agree_on_finite`,
+which closes a gap in Keras 3's LossScaleOptimizer (see its docstring).
+"""
+import json
+import os
+
+from acgan.config import STRATEGIES
+from acgan.errors import UserError
+
+
+def short_device_name(name):
+    """"/job:localhost/replica:0/task:0/device:CPU:1", "/cpu:1" and "CPU:1" all become "cpu:1"."""
+    return name.strip().lower().split("device:")[-1].lstrip("/")
+
+
+def cpu_device_count(devices):
+    """How many host CPU devices `--devices` names (cpu:0,cpu:1 -> 2)."""
+    return sum(1 for d in devices or () if short_device_name(d).startswith("cpu:"))
+
+
+def split_host_cpu(count):
+    """Splits the host CPU into `count` logical devices, so one machine can run several CPU replicas.
+
+    Must run before TensorFlow initializes its devices (before any op or strategy is made).
+    """
+    import tensorflow as tf
+
+    if count <= 1:
+        return
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    existing = tf.config.get_logical_device_configuration(cpu)
+    if existing and len(existing) >= count:
+        return
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    except RuntimeError:
+        raise UserError(f"--devices names {count} CPU devices, but TensorFlow's devices were already set up "
+                        f"with {len(tf.config.list_logical_devices('CPU'))}") from None
+
+
+def tf_config():
+    """The parsed TF_CONFIG of a multi-worker run; a clear error when it is missing or malformed."""
+    text = os.environ.get("TF_CONFIG")
+    if not text:
+        raise UserError("--strategy multi_worker needs TF_CONFIG (the cluster and this task) in the environment; "
+                        "see the README's multi-worker section")
+    try:
+        spec = json.loads(text)
+        cluster, task = spec["cluster"], spec["task"]
+        in_cluster = 0 <= int(task["index"]) < len(cluster[task["type"]])
+    except (ValueError, KeyError, TypeError):
+        in_cluster = False
+    if not in_cluster:
+        raise UserError("TF_CONFIG must be JSON like {\"cluster\": {\"worker\": [\"host:port\", ...]}, "
+                        "\"task\": {\"type\": \"worker\", \"index\": 0}} with the task in the cluster")
+    return spec
+
+
+def make_strategy(name, devices=None):
+    """The tf.distribute strategy for `--strategy` (auto: mirrored over GPUs when there are several)."""
+    import tensorflow as tf
+
+    if name not in STRATEGIES:
+        raise UserError(f"unknown strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
+    if name == "auto":
+        # Physical, not logical: listing logical devices would initialize them before split_host_cpu.
+        name = "mirrored" if len(tf.config.list_physical_devices("GPU")) > 1 or devices else "default"
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        if devices:
+            split_host_cpu(cpu_device_count(devices))
+            _check_devices_exist(devices)
+        return tf.distribute.MirroredStrategy(devices=list(devices) if devices else None)
+    if name == "multi_worker":
+        tf_config()
+        # Each worker process has its own devices; --devices does not apply across hosts.
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return _tpu_strategy()
+
+
+def _check_devices_exist(devices):
+    import tensorflow as tf
+
+    known = {short_device_name(d.name) for d in tf.config.list_logical_devices()}
+    for d in devices:
+        if short_device_name(d) not in known:
+            raise UserError(f"--devices: no device {d!r} on this machine (it has {', '.join(sorted(known))})")
+
+
+def _tpu_strategy():
+    import tensorflow as tf
+
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", ""))
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as e:
+        detail = " ".join(str(e).split())[:200]
+        raise UserError(f"--strategy tpu: no TPU found (set TPU_NAME on a TPU VM or pod; {detail})") from None
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def strategy_name(strategy):
+    import tensorflow as tf
+
+    for cls, name in ((tf.distribute.TPUStrategy, "tpu"),
+                      (tf.distribute.MultiWorkerMirroredStrategy, "multi_worker"),
+                      (tf.distribute.MirroredStrategy, "mirrored")):
+        if isinstance(strategy, cls):
+            return name
+    return "default"
+
+
+def replica_devices(strategy):
+    """The devices the replicas run on (this worker's, under multi_worker)."""
+    try:
+        return [short_device_name(d) for d in strategy.extended.worker_devices]
+    except RuntimeError:  # the default strategy: TensorFlow's own placement
+        return ["default device"]
+
+
+def worker_count(strategy):
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if strategy_name(strategy) != "multi_worker" or resolver is None:
+        return 1
+    spec = resolver.cluster_spec().as_dict()
+    return max(1, len(spec.get("worker", ())) + len(spec.get("chief", ())))
+
+
+def is_chief(strategy):
+    """Whether this process writes the run's files: always, except on non-chief multi-worker tasks."""
+    if strategy_name(strategy) != "multi_worker":
+        return True
+    resolver = strategy.cluster_resolver
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type in (None, "chief"):
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return task_type == "worker" and task_id == 0 and not has_chief
+
+
+def check_global_batch(batch, replicas):
+    if batch % replicas:
+        raise UserError(f"--batch {batch} does not divide by the {replicas} replicas; "
+                        f"use a multiple of {replicas} (it is the global batch)")
+
+
+def compile_plan(strategy, jit, sync_bn):
+    """How XLA is used: (mode, why). Modes: "step", "forward_backward", "tpu" or "off".
+
+    One replica: the whole step in one XLA cluster. Several: XLA around `strategy.run` cannot reach
+    the other devices' variables, so only each replica's forward/backward pass is compiled and the
+    updates run outside it. Synchronized batch norm all-reduces inside the forward pass; XLA compiles
+    that only for NCCL (GPU) collectives, so on CPU replicas it leaves the pass uncompiled.
+    """
+    name = strategy_name(strategy)
+    if name == "tpu":
+        return "tpu", "TPUs always compile the replica step with XLA"
+    if not jit:
+        return "off", "--nojit"
+    if strategy.num_replicas_in_sync == 1 and name != "multi_worker":
+        return "step", "one replica: the whole step is one XLA cluster"
+    all_gpu = all("gpu" in d.lower() for d in replica_devices(strategy))
+    if sync_bn and not all_gpu:
+        return "off", ("synchronized batch norm all-reduces inside the forward pass, and XLA compiles that "
+                       "only between GPUs; use --nosync_bn to compile each replica's pass")
+    return "forward_backward", "several replicas: each replica's forward/backward pass is compiled, updates run outside"
+
+
+def agree_on_finite(grads):
+    """Makes every replica see a non-finite gradient when any replica has one.
+
+    Keras 3.15's LossScaleOptimizer decides "finite?" from the first replica's *local* gradients (the
+    sum across replicas happens later, inside the inner optimizer), and under strategies without
+    merge calls each replica decides alone. So an overflow on replica 2 would be summed into the
+    update as inf. Here the replicas all-reduce a count of overflowed replicas first; if any replica overflowed, every
+    replica's gradients become NaN, and every replica's LossScaleOptimizer skips and halves together.
+    """
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return grads
+    present = [g for g in grads if g is not None]
+    local = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in present])
+    # ReduceOp has only SUM and MEAN: count the replicas that overflowed.
+    overflowed = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(local), tf.float32))
+    poison = tf.where(overflowed > 0.0, float("nan"), 0.0)
+    return [None if g is None else g + tf.cast(poison, g.dtype) for g in grads]
+
+
+def synchronize_batch_norm(models):
+    """Batch statistics over the global batch, as one device would compute them, instead of per replica.
+
+    Keras reads `synchronized` when the layer is called (backend moments(..., synchronized=)), so
+    setting it on built layers is enough; it changes no variables, so checkpoints stay compatible.
+    """
+    import keras
+
+    for model in models:
+        for layer in model.layers:
+            if isinstance(layer, keras.layers.BatchNormalization):
+                layer.synchronized = True
