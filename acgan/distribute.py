@@ -94,12 +94,12 @@ def _tpu_strategy():
     import tensorflow as tf
 
     try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", ""))
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", "local"))
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, RuntimeError, tf.errors.OpError) as e:
         detail = " ".join(str(e).split())[:200]
-        raise UserError(f"--strategy tpu: no TPU found (set TPU_NAME on a TPU VM or pod; {detail})") from None
+        raise UserError(f"--strategy tpu: no TPU found (on a TPU VM it is found by itself; for a pod or remote TPU set TPU_NAME; {detail})") from None
     return tf.distribute.TPUStrategy(resolver)
 
 

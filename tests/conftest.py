@@ -7,6 +7,17 @@ import keras  # noqa: E402
 import pytest  # noqa: E402
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+CPU_REPLICAS = 2
+
+
+def pytest_configure(config):
+    """Two logical CPU devices, so tf.distribute tests can run two replicas on this one CPU.
+
+    It must happen before TensorFlow sets up its devices, that is before any test runs.
+    """
+    from acgan import distribute
+
+    distribute.split_host_cpu(CPU_REPLICAS)
 
 
 @pytest.fixture

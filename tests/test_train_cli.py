@@ -135,6 +135,12 @@ BAD_INPUTS = {
     "output folder is a file": (lambda t: ["--output_dir", _a_file(t)], "is a file"),
     "output folder unwritable": (lambda t: ["--output_dir", _a_file(t) + "/run"], "cannot write"),
     "resume with nothing": (lambda t: ["--resume", "--output_dir", str(t / "none")], "nothing to resume"),
+    "batch not divisible by replicas": (lambda t: ["--devices", "cpu:0,cpu:1", "--batch", "15"],
+                                        "--batch 15 does not divide by the 2 replicas"),
+    "unknown device": (lambda t: ["--devices", "gpu:7"], "no device 'gpu:7'"),
+    "devices without mirrored": (lambda t: ["--strategy", "default", "--devices", "cpu:0"], "--devices applies"),
+    "multi_worker without TF_CONFIG": (lambda t: ["--strategy", "multi_worker"], "needs TF_CONFIG"),
+    "no TPU": (lambda t: ["--strategy", "tpu"], "no TPU found"),
 }
 
 
@@ -161,6 +167,7 @@ def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys
     if not {"--steps", "--minutes"} & set(args):
         args += ["--steps", "3"]
     monkeypatch.setenv("ACGAN_QUICKDRAW_URL", "http://127.0.0.1:9/")  # a closed port: never the internet
+    monkeypatch.delenv("TF_CONFIG", raising=False)
     monkeypatch.chdir(tmp_path)
     status, stderr = _run_in_process(args, monkeypatch, capsys)
     assert status == 2, stderr[-2000:]
