@@ -79,7 +79,7 @@ CSV_COLUMNS = (
     "device", "kind", "accelerator", "compute_capability", "cpu_model", "cpu_flags", "cpu_cores",
     "tensorflow", "keras", "policy", "jit", "batch", "status", "reason", "compile_seconds",
     "time_per_batch_ms", "time_per_batch_min_ms", "time_per_batch_max_ms", "time_per_1000_samples_ms",
-    "samples_per_second", "speedup_vs_float32", "peak_memory_bytes", "memory_counter", "load_average",
+    "samples_per_second", "replicas", "samples_per_second_per_replica", "speedup_vs_float32", "peak_memory_bytes", "memory_counter", "load_average",
     "d_skipped", "g_skipped", "q_skipped", "price_per_hour", "price_entry", "cost_per_million_batches",
     "command",
 )
@@ -206,6 +206,11 @@ def render_markdown(doc):
                 f"| {'/'.join(str(skipped.get(k, '?')) for k in 'dgq')} "
                 f"| {_f(r['cost_per_million_batches'], 2) if r['cost_per_million_batches'] is not None else 'no price'} |"
             )
+        replicas = max(r.get("replicas") or 1 for r in group)
+        if replicas > 1:
+            modes = ", ".join(sorted({r["xla"] for r in group if r.get("xla")})) or "n/a"
+            lines += ["", f"{replicas} replicas: batch and samples/s are global (per replica: divide by "
+                      f"{replicas}); the price is that of all {replicas} devices. XLA as run: {modes}."]
         counters = {r.get("memory_counter") for r in group if r.get("memory_counter")}
         if counters:
             lines += ["", f"Peak memory: {'; '.join(sorted(counters))}."]

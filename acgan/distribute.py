@@ -3,6 +3,7 @@
 Everything here follows TensorFlow's own engine; nothing is home-made except `agree_on_finite`,
 which closes a gap in Keras 3's LossScaleOptimizer (see its docstring).
 """
+import functools
 import json
 import os
 
@@ -59,7 +60,17 @@ def tf_config():
 
 
 def make_strategy(name, devices=None):
-    """The tf.distribute strategy for `--strategy` (auto: mirrored over GPUs when there are several)."""
+    """The tf.distribute strategy for `--strategy` (auto: mirrored over GPUs when there are several).
+
+    One per process and setting: a second MirroredStrategy over the same devices would reuse the
+    first one's collective keys and fail ("Shape mismatch in the collective instance"), and
+    MultiWorkerMirroredStrategy can only be made once.
+    """
+    return _strategy(name, tuple(devices) if devices else None)
+
+
+@functools.lru_cache(maxsize=None)
+def _strategy(name, devices):
     import tensorflow as tf
 
     if name not in STRATEGIES:
@@ -140,6 +151,16 @@ def is_chief(strategy):
         return True
     has_chief = "chief" in resolver.cluster_spec().as_dict()
     return task_type == "worker" and task_id == 0 and not has_chief
+
+
+def wait_for_all_workers(strategy):
+    """A collective every worker joins: the chief stays up until the others are done with it
+    (it leads the cluster's coordination service, and their heartbeats fail once it is gone)."""
+    import tensorflow as tf
+
+    if strategy_name(strategy) == "multi_worker":
+        ones = strategy.run(lambda: tf.constant(1.0))
+        strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None).numpy()
 
 
 def check_global_batch(batch, replicas):

@@ -177,7 +177,8 @@ class ACGAN(tf.Module):
 
     def loss_scales(self):
         """{optimizer name: current loss scale} (1.0 where there is no loss scaling)."""
-        return {name: float(precision.current_loss_scale(optimizer))
+        # Through a tensor: float() of a Keras variable holding a MirroredVariable raises.
+        return {name: float(tf.convert_to_tensor(precision.current_loss_scale(optimizer)))
                 for name, (optimizer, _) in zip(OPTIMIZER_NAMES, self._optimizers_and_variables())}
 
     def weights_fingerprint(self):

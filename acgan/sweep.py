@@ -19,7 +19,7 @@ from typing import Optional
 
 from acgan import prices, timing
 from acgan.children import child_env, last_log_line
-from acgan.config import POLICIES, non_negative_int, positive_int, positive_number, validate_policy
+from acgan.config import POLICIES, STRATEGIES, non_negative_int, positive_int, positive_number, validate_policy
 from acgan.errors import UserError
 from acgan.benchmark_tables import FORMAT, add_speedups, describe_machine
 
@@ -46,6 +46,8 @@ class SweepSettings:
     price_per_hour: Optional[float] = None
     overhead: bool = True           # also time the full training loop at one configuration
     overhead_batch: int = 256
+    strategy: str = "auto"          # as acgan.train's --strategy; multi_worker is not swept
+    devices: Optional[tuple] = None  # as acgan.train's --devices
 
     def validate(self):
         """Raises UserError on the first bad setting; imports nothing heavy."""
@@ -65,7 +67,30 @@ class SweepSettings:
         positive_number("width", self.width)
         if self.price_per_hour is not None:
             positive_number("price_per_hour", self.price_per_hour)
+        if self.strategy not in STRATEGIES:
+            raise UserError(f"unknown strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        if self.strategy == "multi_worker":
+            raise UserError("the benchmark does not sweep multi_worker runs (every worker would have to start each "
+                            "configuration); time one with acgan.train, whose report has the same figures")
+        if self.devices is not None and self.strategy not in ("auto", "mirrored"):
+            raise UserError(f"--devices applies to --strategy mirrored, not {self.strategy}")
+        if self.devices:
+            self.check_batches(len(self.devices))
         return self
+
+    def check_batches(self, replicas):
+        for batch in self.batches + ((self.overhead_batch,) if self.overhead else ()):
+            if replicas and batch % replicas:
+                raise UserError(f"batch {batch} does not divide by the {replicas} replicas; give multiples of {replicas}")
+
+    def expected_replicas(self, gpu_count):
+        """How many replicas each worker will run, where it is known before they start (None: a TPU)."""
+        if self.strategy == "tpu":
+            return None
+        if self.devices:
+            return len(self.devices)
+        many_gpus = gpu_count > 1 and self.strategy in ("auto", "mirrored")
+        return gpu_count if many_gpus else 1
 
     def configurations(self):
         """(policy, batch, jit) in the order they run: per XLA setting, per batch, per policy."""
@@ -186,7 +211,6 @@ def run_sweep(settings, output_dir=None, command=None, echo=print):
     count = max(settings.batches + ((settings.overhead_batch,) if settings.overhead else ()))
     # Synthetic inputs double as the trainer's npz dataset, whose train split is 90% of it.
     images, labels, class_names = load_inputs(settings, 2 * count if settings.synthetic else count)
-    output_dir = prepare_output_dir(output_dir or default_output_dir())
 
     import keras
     import numpy as np
@@ -195,8 +219,13 @@ def run_sweep(settings, output_dir=None, command=None, echo=print):
 
     machine = device.describe_device()
     _hide_accelerators_here()
+    replicas = settings.expected_replicas(machine["count"] if machine["kind"] == "GPU" else 0)
+    settings.check_batches(replicas)
+    output_dir = prepare_output_dir(output_dir or default_output_dir())
     label = settings.device_name or machine["name"]
     price = prices.choose_price(label, None if settings.device_name else machine["kind"], settings.price_per_hour)
+    if replicas and replicas > 1:
+        label += f" x{replicas}"  # its own group: speed-ups compare policies on the same replicas
     image_shape, num_classes = tuple(images.shape[1:]), len(class_names)
     widths, advice_lines = widths_and_advice(settings, machine, image_shape, num_classes)
     run = {
@@ -208,6 +237,8 @@ def run_sweep(settings, output_dir=None, command=None, echo=print):
         "inputs": {"image_shape": list(image_shape), "num_classes": num_classes,
                    "source": "synthetic" if settings.synthetic else settings.dataset},
         "price": price,
+        "strategy": settings.strategy,
+        "replicas": replicas,
         "advice": advice_lines,
         "layer_widths": widths,
         "overhead": None,
@@ -244,6 +275,7 @@ def _job(settings, policy, batch, jit, inputs, num_classes, mode="bare"):
         "mode": mode, "policy": policy, "batch": batch, "jit": jit, "width": settings.width,
         "steps": settings.steps, "warmup": settings.warmup, "repeats": settings.repeats,
         "seed": settings.seed, "inputs": str(inputs), "num_classes": num_classes,
+        "strategy": settings.strategy, "devices": list(settings.devices) if settings.devices else None,
     }
 
 
@@ -303,6 +335,9 @@ def make_row(run, policy, batch, jit, result):
         "repeat_ms": result.get("repeat_ms"),
         "time_per_1000_samples_ms": None,
         "samples_per_second": None,
+        "replicas": result.get("replicas") or run.get("replicas") or 1,
+        "xla": result.get("xla"),   # as run: "step", "forward_backward", "tpu" or "off"
+        "samples_per_second_per_replica": None,
         "peak_memory_bytes": result.get("peak_memory_bytes"),
         "baseline_memory_bytes": result.get("baseline_memory_bytes"),
         "memory_counter": result.get("memory_counter"),
@@ -311,7 +346,7 @@ def make_row(run, policy, batch, jit, result):
         "steps_run": result.get("steps_run"),
         "load_average": result.get("load_average"),
         "speedup_vs_float32": None,
-        "price_per_hour": price["usd_per_hour"],
+        "price_per_hour": None,
         "price_entry": price["accelerator"] or price["source"],
         "cost_per_million_batches": None,
         "worker_seconds": result.get("worker_seconds"),
@@ -321,8 +356,13 @@ def make_row(run, policy, batch, jit, result):
     if row["status"] == "ok" and ms:
         row["time_per_1000_samples_ms"] = ms * 1000.0 / batch
         row["samples_per_second"] = batch / (ms / 1e3)
-        if price["usd_per_hour"] is not None:
-            row["cost_per_million_batches"] = timing.cost_per_million_batches(ms / 1e3, price["usd_per_hour"])
+        row["samples_per_second_per_replica"] = row["samples_per_second"] / row["replicas"]
+    if price["usd_per_hour"] is not None:
+        # --price_per_hour is the machine's; a table price is one accelerator's, paid once per replica.
+        units = 1 if price["source"] == "--price_per_hour" else row["replicas"]
+        row["price_per_hour"] = price["usd_per_hour"] * units
+        if row["samples_per_second"]:
+            row["cost_per_million_batches"] = timing.cost_per_million_batches(ms / 1e3, row["price_per_hour"])
     return row
 
 
@@ -341,7 +381,7 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
     job.update(
         dataset=f"npz:{inputs}" if settings.synthetic else settings.dataset,
         data_dir=settings.data_dir, max_per_class=settings.max_per_class,
-        output_dir=str(output_dir / OVERHEAD_DIR), price_per_hour=run["price"]["usd_per_hour"],
+        output_dir=str(output_dir / OVERHEAD_DIR), price_per_hour=bare["price_per_hour"],
         command=run["command"],
     )
     loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{_config_name(policy, batch, jit)}.log")

@@ -34,7 +34,7 @@ def run_bare(job):
     import keras
     import tensorflow as tf
 
-    from acgan import device, precision
+    from acgan import device, distribute, precision
     from acgan.gan import ACGAN, sample_noise
     from acgan.models import build_models
 
@@ -46,11 +46,18 @@ def run_bare(job):
     if on_gpu:
         tf.config.experimental.reset_memory_stats("GPU:0")
     baseline = device.peak_memory_bytes()
+    strategy = distribute.make_strategy(job.get("strategy", "default"), job.get("devices"))
+    distribute.check_global_batch(batch, strategy.num_replicas_in_sync)
     keras.utils.set_random_seed(job["seed"])
-    models = build_models(images.shape[1:], job["num_classes"], width=job["width"])
-    gan = ACGAN(models, job["num_classes"], job["policy"], jit=job["jit"])
+    with strategy.scope():
+        models = build_models(images.shape[1:], job["num_classes"], width=job["width"])
+    gan = ACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], strategy=strategy)
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
-    inputs = [tf.identity(t) for t in (tf.constant(images), tf.constant(labels), z, fake_labels)]  # onto the device
+    inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
+    if strategy.num_replicas_in_sync > 1:  # each replica's slice, once, on its device
+        inputs = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(inputs))))
+    else:
+        inputs = [tf.identity(t) for t in inputs]  # onto the device
     injected = _injected(batch)
     if injected == "oom":
         raise tf.errors.ResourceExhaustedError(None, None, f"injected out-of-memory for batch {batch} ({INJECT_VARIABLE})")
@@ -86,6 +93,9 @@ def run_bare(job):
         "skipped_steps": {k: int(values[f"{k}_skipped"]) for k in "dgq"},
         "loss_scale": {k: values[f"{k}_loss_scale"] for k in "dgq"},
         "steps_run": 1 + job["warmup"] + job["repeats"] * job["steps"],
+        "replicas": strategy.num_replicas_in_sync,
+        "replica_devices": distribute.replica_devices(strategy),
+        "xla": gan.compile_mode,
         "load_average": max(loads) if None not in loads else None,
     }
 
@@ -109,6 +119,8 @@ def run_trainer(job):
         policy=job["policy"], batch=job["batch"], width=job["width"], steps=steps, jit=job["jit"],
         seed=job["seed"], sample_every=None, checkpoint_every=steps, keep_checkpoints=1,
         warmup_steps=job["warmup"], output_dir=job["output_dir"], price_per_hour=job["price_per_hour"],
+        strategy=job.get("strategy", "default"),
+        devices=tuple(job["devices"]) if job.get("devices") else None,
     )
     try:  # no periodic grids: None in the current Config, 0 in its first version
         config.validate()

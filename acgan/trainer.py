@@ -223,10 +223,12 @@ def run(config, command=None):
     # files are kept. The others write into a scratch folder that is deleted at the end.
     files_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="acgan-worker-"))
     try:
-        return _train(config, command, started, strategy, data, run_dir, files_dir, resume, chief)
+        result = _train(config, command, started, strategy, data, run_dir, files_dir, resume, chief)
     finally:
         if not chief:
             shutil.rmtree(files_dir, ignore_errors=True)
+    distribute.wait_for_all_workers(strategy)
+    return result
 
 
 def _train(config, command, started, strategy, data, run_dir, files_dir, resume, chief):

@@ -195,6 +195,8 @@ def test_failing_configurations_are_recorded_and_the_sweep_goes_on(tmp_path):
     (["--warmup", "-1"], "--warmup must be a non-negative integer"),
     (["--dataset", "mnist"], "unknown dataset 'mnist'"),
     (["--batches"], "error:"),
+    (["--devices", "cpu:0,cpu:1", "--batches", "64,15"], "batch 15 does not divide by the 2 replicas"),
+    (["--strategy", "multi_worker"], "--strategy"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(args, message):
     proc = run_cli("acgan.benchmark", *args)
@@ -221,6 +223,31 @@ def test_report_rejects_missing_and_foreign_files(tmp_path):
     proc = run_cli("acgan.report")
     assert proc.returncode == 2 and "give one or more benchmark.json files" in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_sweep_on_two_cpu_replicas_reports_global_and_per_replica_figures(tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("acgan.benchmark", "--synthetic", "--policies", "float32", "--batches", "8", *TINY,
+                   "--steps", "1", "--repeats", "1", "--warmup", "0", "--no-overhead",
+                   "--devices", "cpu:0,cpu:1", "--output_dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((out / "benchmark.json").read_text())
+    (row,) = doc["results"]
+    assert row["status"] == "ok", row["reason"]
+    assert row["replicas"] == 2 and row["device"].endswith(" x2") and doc["runs"][0]["strategy"] == "auto"
+    assert row["samples_per_second_per_replica"] == pytest.approx(row["samples_per_second"] / 2)
+    assert "2 replicas: batch and samples/s are global" in (out / "benchmark.md").read_text()
+
+
+def test_a_table_price_is_paid_once_per_replica():
+    run = {"device": "Tesla T4 x4", "machine": {"kind": "GPU", "name": "Tesla T4"}, "command": "x", "replicas": 4,
+           "price": {"usd_per_hour": 0.35, "accelerator": "T4", "source": "gcp-catalog"}}
+    result = {"status": "ok", "time_per_batch_ms": 700.0, "replicas": 4}
+    row = sweep.make_row(run, "float32", 2048, True, result)
+    assert row["price_per_hour"] == pytest.approx(1.4)
+    assert f"{row['cost_per_million_batches']:.2f}" == "272.22"
+    given = dict(run, price={"usd_per_hour": 3.0, "accelerator": None, "source": "--price_per_hour"})
+    assert sweep.make_row(given, "float32", 2048, True, result)["price_per_hour"] == 3.0  # the whole machine
 
 
 def test_cost_row_and_markdown():

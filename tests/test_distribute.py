@@ -1,5 +1,6 @@
 """tf.distribute on two logical CPU devices: the same update as one device, loss scaling that agrees
 across replicas, two workers on localhost, and the clear errors."""
+import dataclasses
 import json
 import os
 import socket
@@ -24,7 +25,7 @@ BATCH = 16
 def mirrored():
     """One MirroredStrategy for the whole module: a second one over the same devices in one process
     reuses collective instance keys and fails with "Shape mismatch in the collective instance"."""
-    return tf.distribute.MirroredStrategy(DEVICES)
+    return distribute.make_strategy("mirrored", DEVICES)
 
 
 def _gan(policy, strategy, jit=False, sync_bn=True):
@@ -269,3 +270,23 @@ def test_cost_counts_every_device():
     assert given["price_per_hour"] == 4.0 and given["priced_unit"] == "machine"
     cpu = run_cost(100.0, None, {"kind": "CPU", "name": "AMD EPYC"}, {"replicas": 2, "workers": 1})
     assert cpu["cost_per_million_batches"] is None
+
+
+def test_a_run_moves_between_two_replicas_and_one_device(tmp_path, set_policy):
+    """Preempted on one machine, resumed on another: the checkpoint does not depend on the replicas."""
+    from acgan import trainer
+    from acgan.config import Config
+
+    set_policy("mixed_float16")
+    config = Config(batch=16, width=0.125, jit=False, sample_every=None, warmup_steps=0, checkpoint_every=2,
+                    data_dir=str(tmp_path / "data"), output_dir=str(tmp_path / "run"), policy="mixed_float16")
+    two = trainer.run(dataclasses.replace(config, steps=2, devices=("cpu:0", "cpu:1")))
+    one = trainer.run(dataclasses.replace(config, steps=4, strategy="default", resume=True))
+    again = trainer.run(dataclasses.replace(config, steps=6, devices=("cpu:0", "cpu:1"), resume=True))
+    assert [r.status for r in (two, one, again)] == ["completed"] * 3
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["steps"] == 6 and report["distribution"]["replicas"] == 2
+    assert report["resumed_from"]["step"] == 4
+    saved = tf.train.load_checkpoint(str(tmp_path / "run" / "checkpoints" / "ckpt-4"))
+    scale = saved.get_tensor("gan/d_optimizer/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE")
+    assert report["resumed_from"]["loss_scales"]["d"] == float(scale)
