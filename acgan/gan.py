@@ -1,4 +1,7 @@
-"""The AC-GAN train step: a D update, then G and Q updates, each by its own (loss-scaled) optimizer."""
+"""The AC-GAN train step: a D update, then G and Q updates, each by its own (loss-scaled) optimizer.
+
+The step runs on a tf.distribute strategy (one device by default); G's noise comes with each batch.
+"""
 import hashlib
 
 import keras

@@ -1,8 +1,9 @@
 """The training loop: data, models, the AC-GAN step, grids, TensorBoard, checkpoints and the report.
 
 A run resumes from its folder: the checkpoint holds the models, the three optimizers (loss-scale
-state included), the step, the noise generator and the timing history; the data stream is rebuilt
-at the restored step and the grid noise is a function of the seed.
+state included), the step and the timing history; the data stream and G's noise are rebuilt at the
+restored step and the grid noise is a function of the seed. It runs on any tf.distribute strategy;
+under multi_worker only the chief keeps files.
 """
 import dataclasses
 import re
