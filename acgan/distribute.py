@@ -66,11 +66,6 @@ def make_strategy(name, devices=None):
     first one's collective keys and fail ("Shape mismatch in the collective instance"), and
     MultiWorkerMirroredStrategy can only be made once.
     """
-    return _strategy(name, tuple(devices) if devices else None)
-
-
-@functools.lru_cache(maxsize=None)
-def _strategy(name, devices):
     import tensorflow as tf
 
     if name not in STRATEGIES:
@@ -78,6 +73,15 @@ def _strategy(name, devices):
     if name == "auto":
         # Physical, not logical: listing logical devices would initialize them before split_host_cpu.
         name = "mirrored" if len(tf.config.list_physical_devices("GPU")) > 1 or devices else "default"
+    # Cached under the resolved name and normalized devices: "auto" and "mirrored", "/CPU:0" and
+    # "cpu:0" must give the same strategy object.
+    return _strategy(name, tuple(short_device_name(d) for d in devices) if devices else None)
+
+
+@functools.lru_cache(maxsize=None)
+def _strategy(name, devices):
+    import tensorflow as tf
+
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
