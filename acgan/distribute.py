@@ -192,7 +192,7 @@ def compile_plan(strategy, jit, sync_bn):
     if sync_bn and not all_gpu:
         return "off", ("synchronized batch norm all-reduces inside the forward pass, and XLA compiles that "
                        "only between GPUs; use --nosync_bn to compile each replica's pass")
-    return "forward_backward", "several replicas: each replica's forward/backward pass is compiled, updates run outside"
+    return "forward_backward", "several replicas: each replica's forward/backward pass is compiled"
 
 
 def agree_on_finite(grads):
@@ -201,8 +201,8 @@ def agree_on_finite(grads):
     Keras 3.15's LossScaleOptimizer decides "finite?" from the first replica's *local* gradients (the
     sum across replicas happens later, inside the inner optimizer), and under strategies without
     merge calls each replica decides alone. So an overflow on replica 2 would be summed into the
-    update as inf. Here the replicas all-reduce a count of overflowed replicas first; if any replica overflowed, every
-    replica's gradients become NaN, and every replica's LossScaleOptimizer skips and halves together.
+    update as inf. Here the replicas first all-reduce a count of replicas that overflowed; if any did,
+    every replica's gradients become NaN, and every LossScaleOptimizer skips and halves together.
     """
     import tensorflow as tf
 
