@@ -132,6 +132,13 @@ def test_per_replica_xla_runs_without_synchronized_batch_norm(mirrored):
     _assert_replicas_equal_and_finite(gan, trainable_only=True)
 
 
+def test_auto_is_one_device_here_and_equal_settings_share_one_strategy(mirrored):
+    assert distribute.strategy_name(distribute.make_strategy("auto")) == "default"
+    # A second MirroredStrategy over the same devices would clash with the first's collective keys.
+    assert distribute.make_strategy("auto", ["/CPU:0", "cpu:1"]) is mirrored
+    assert distribute.replica_devices(mirrored) == ["cpu:0", "cpu:1"]
+
+
 def test_compile_plan(mirrored):
     assert distribute.compile_plan(tf.distribute.get_strategy(), True, False)[0] == "step"
     assert distribute.compile_plan(mirrored, True, True)[0] == "off"   # CPU collectives: no XLA
