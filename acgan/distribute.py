@@ -167,6 +167,24 @@ def wait_for_all_workers(strategy):
         strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None).numpy()
 
 
+def agree_on_stop(strategy, received_signal, out_of_time):
+    """(signal, out of time?) as every worker acts on them: any worker's reason to stop is everyone's.
+
+    A signal reaches one process and each clock runs its own, but a worker that stops alone leaves
+    the others waiting on its next collective. SIGINT wins over SIGTERM.
+    """
+    import signal
+
+    import tensorflow as tf
+
+    wishes = tf.constant([received_signal == signal.SIGINT, received_signal == signal.SIGTERM, out_of_time],
+                         tf.float32)
+    # Summed over every replica of every worker: only "more than zero" matters.
+    shared = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: wishes), axis=None).numpy() > 0
+    stop_signal = signal.SIGINT if shared[0] else signal.SIGTERM if shared[1] else None
+    return stop_signal, bool(shared[2])
+
+
 def check_global_batch(batch, replicas):
     if batch % replicas:
         raise UserError(f"--batch {batch} does not divide by the {replicas} replicas; "

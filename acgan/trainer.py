@@ -288,7 +288,7 @@ def _train(config, command, started, strategy, data, run_dir, files_dir, resume,
         history.compile_seconds.assign(np.asarray(compile_seconds, np.float64))
         checkpoints.save(checkpoint_number=step)
 
-    status, message, values, step = "completed", None, {}, start_step
+    status, message, values, step, stop_signal = "completed", None, {}, start_step, None
     grids = _Grids(gan, files_dir, data.num_classes, config.seed)
     with writer.as_default(), _StopSignals() as signals:
         loop_started = time.perf_counter()
@@ -316,10 +316,13 @@ def _train(config, command, started, strategy, data, run_dir, files_dir, resume,
                 evaluator.evaluate(gan, step)
             if step % config.checkpoint_every == 0:
                 save_checkpoint(step)
-            if signals.received:
-                status, message = "interrupted", f"stopped by {signal.Signals(signals.received).name} at step {step}"
+            stop_signal, out_of_time = signals.received, bool(deadline and time.perf_counter() >= deadline)
+            if layout["workers"] > 1:  # all stop at the same step, or the others wait on a collective forever
+                stop_signal, out_of_time = distribute.agree_on_stop(strategy, stop_signal, out_of_time)
+            if stop_signal:
+                status, message = "interrupted", f"stopped by {signal.Signals(stop_signal).name} at step {step}"
                 break
-            if (steps is not None and step >= steps) or (deadline and time.perf_counter() >= deadline):
+            if (steps is not None and step >= steps) or out_of_time:
                 break
         loop_seconds = time.perf_counter() - loop_started
         if status != "diverged":
@@ -359,7 +362,7 @@ def _train(config, command, started, strategy, data, run_dir, files_dir, resume,
         "weights_fingerprint": fingerprint,
     }
     run_report.write_report(files_dir, report)
-    return RunResult(run_dir, status, message, signals.received, chief, fingerprint)
+    return RunResult(run_dir, status, message, stop_signal, chief, fingerprint)
 
 
 def distribution_summary(strategy, gan):

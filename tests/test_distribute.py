@@ -3,9 +3,11 @@ across replicas, two workers on localhost, and the clear errors."""
 import dataclasses
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import keras
 import numpy as np
@@ -209,28 +211,40 @@ def _free_ports(count):
     return ports
 
 
-def test_two_workers_on_localhost_agree_and_only_the_chief_writes(tmp_path):
+def _start_two_workers(tmp_path, *args):
+    """Two `acgan.train --strategy multi_worker` processes on free localhost ports, worker 0 first."""
     workers = [f"localhost:{port}" for port in _free_ports(2)]
-    run_dir = tmp_path / "run"
-    args = ["--strategy", "multi_worker", "--steps", "3", "--batch", "16", "--width", "0.125",
-            "--warmup_steps", "0", "--sample_every", "2", "--checkpoint_every", "2",
-            "--data_dir", str(tmp_path / "data"), "--output_dir", str(run_dir)]
+    common = ["--strategy", "multi_worker", "--batch", "16", "--width", "0.125", "--warmup_steps", "0",
+              "--data_dir", str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), *args]
     processes = []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(tmp_path))
-        processes.append(subprocess.Popen([sys.executable, "-m", "acgan.train", *args], env=env,
+        processes.append(subprocess.Popen([sys.executable, "-m", "acgan.train", *common], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = []
+    return processes
+
+
+def _finish(processes, timeout=300):
+    """[(exit status, stdout, stderr)] of every process; kills them all if one hangs."""
+    results = []
     for process in processes:
         try:
-            out, err = process.communicate(timeout=300)
+            out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             for p in processes:
                 p.kill()
             raise
-        assert process.returncode == 0, err[-3000:]
-        outputs.append(out)
+        results.append((process.returncode, out, err))
+    return results
+
+
+def test_two_workers_on_localhost_agree_and_only_the_chief_writes(tmp_path):
+    run_dir = tmp_path / "run"
+    results = _finish(_start_two_workers(tmp_path, "--steps", "3", "--sample_every", "2", "--checkpoint_every", "2"))
+    for status, _, err in results:
+        assert status == 0, err[-3000:]
+    outputs = [out for _, out, _ in results]
     fingerprints = [line.split()[-1] for out in outputs for line in out.splitlines()
                     if line.startswith("weights fingerprint:")]
     assert len(fingerprints) == 2 and fingerprints[0] == fingerprints[1], outputs
@@ -243,6 +257,24 @@ def test_two_workers_on_localhost_agree_and_only_the_chief_writes(tmp_path):
     assert sorted(p.name for p in (run_dir / "samples").iterdir()) == ["final.png", "step_0000002.png"]
     # Only the chief wrote: the other worker's scratch folder is gone and nothing else appeared.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "run"]
+
+
+def test_sigterm_to_one_worker_stops_both_at_the_same_step(tmp_path):
+    processes = _start_two_workers(tmp_path, "--steps", "100000", "--sample_every", "1000", "--checkpoint_every", "2")
+    checkpoints = tmp_path / "run" / "checkpoints"
+    deadline = time.time() + 240
+    while tf.train.latest_checkpoint(str(checkpoints)) is None:
+        assert time.time() < deadline and all(p.poll() is None for p in processes), "no checkpoint appeared"
+        time.sleep(0.2)
+    processes[1].send_signal(signal.SIGTERM)  # the non-chief worker only
+    results = _finish(processes)
+    stops = []
+    for status, _, err in results:
+        assert status == 128 + signal.SIGTERM, err[-3000:]
+        stops += [line for line in err.splitlines() if "stopped by SIGTERM at step" in line]
+    assert len(stops) == 2 and stops[0] == stops[1], stops
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["status"] == "interrupted" and f"at step {report['steps']};" in stops[0]
 
 
 @pytest.mark.parametrize("tf_config, message", [
