@@ -18,9 +18,7 @@ flags.DEFINE_integer("seed", 0, "Seed for the weights, the noise and the chosen 
 flags.DEFINE_string("device_name", None, "Name for this device in reports; also picks the price entry (e.g. T4).")
 flags.DEFINE_float("price_per_hour", None, "USD per hour of this machine (overrides the price table).")
 flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/benchmark-<timestamp>/).")
-flags.DEFINE_enum("strategy", "auto", ["auto", "default", "mirrored", "tpu"],
-                  "tf.distribute strategy of every configuration (auto: mirrored over several GPUs).")
-flags.DEFINE_list("devices", None, "Devices for --strategy mirrored, e.g. gpu:0,gpu:1 (cpu:0,cpu:1 splits the CPU).")
+cli.define_strategy_flags(exclude=("multi_worker",))  # each configuration is one process
 flags.DEFINE_boolean("overhead", True, "Also time the full training loop at one configuration (--no-overhead to skip).")
 flags.DEFINE_integer("overhead_batch", 256, "Batch size of the trainer-overhead measurement.")
 

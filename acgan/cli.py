@@ -7,6 +7,15 @@ from absl import app, flags, logging
 from acgan.errors import UserError
 
 
+def define_strategy_flags(exclude=()):
+    """--strategy and --devices, as acgan.train and acgan.benchmark both take them."""
+    from acgan.config import STRATEGIES
+
+    flags.DEFINE_enum("strategy", "auto", [s for s in STRATEGIES if s not in exclude],
+                      "tf.distribute strategy (auto: mirrored when more than one GPU is visible).")
+    flags.DEFINE_list("devices", None, "Devices for --strategy mirrored, e.g. gpu:0,gpu:1 (cpu:0,cpu:1 splits the CPU).")
+
+
 def fail(message, status=2):
     sys.stderr.write(f"error: {message}\n")
     sys.exit(status)

@@ -15,6 +15,13 @@ def validate_policy(name):
         raise UserError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}")
 
 
+def validate_strategy(name, devices=None):
+    if name not in STRATEGIES:
+        raise UserError(f"unknown strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
+    if devices is not None and name not in ("auto", "mirrored"):
+        raise UserError(f"--devices applies to --strategy mirrored, not {name}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     # Data: "doodles", "quickdraw", "cifar10", "npz:PATH" or "folder:PATH".
@@ -69,10 +76,7 @@ class Config:
     def validate(self):
         """Raises UserError on the first bad setting; cheap (loads no data, builds nothing)."""
         validate_policy(self.policy)
-        if self.strategy not in STRATEGIES:
-            raise UserError(f"unknown strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
-        if self.devices is not None and self.strategy not in ("auto", "mirrored"):
-            raise UserError(f"--devices applies to --strategy mirrored, not {self.strategy}")
+        validate_strategy(self.strategy, self.devices)
         positive_int("batch", self.batch)
         positive_number("width", self.width)
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]

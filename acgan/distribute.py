@@ -7,7 +7,7 @@ import functools
 import json
 import os
 
-from acgan.config import STRATEGIES
+from acgan.config import validate_strategy
 from acgan.errors import UserError
 
 
@@ -68,8 +68,7 @@ def make_strategy(name, devices=None):
     """
     import tensorflow as tf
 
-    if name not in STRATEGIES:
-        raise UserError(f"unknown strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
+    validate_strategy(name)
     if name == "auto":
         # Physical, not logical: listing logical devices would initialize them before split_host_cpu.
         name = "mirrored" if len(tf.config.list_physical_devices("GPU")) > 1 or devices else "default"
@@ -160,11 +159,8 @@ def is_chief(strategy):
 def wait_for_all_workers(strategy):
     """A collective every worker joins: the chief stays up until the others are done with it
     (it leads the cluster's coordination service, and their heartbeats fail once it is gone)."""
-    import tensorflow as tf
-
     if strategy_name(strategy) == "multi_worker":
-        ones = strategy.run(lambda: tf.constant(1.0))
-        strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None).numpy()
+        _sum_over_replicas(strategy, [1.0])
 
 
 def agree_on_stop(strategy, received_signal, out_of_time):
@@ -175,19 +171,24 @@ def agree_on_stop(strategy, received_signal, out_of_time):
     """
     import signal
 
-    import tensorflow as tf
-
-    wishes = tf.constant([received_signal == signal.SIGINT, received_signal == signal.SIGTERM, out_of_time],
-                         tf.float32)
+    wishes = [received_signal == signal.SIGINT, received_signal == signal.SIGTERM, out_of_time]
     # Summed over every replica of every worker: only "more than zero" matters.
-    shared = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: wishes), axis=None).numpy() > 0
+    shared = _sum_over_replicas(strategy, wishes) > 0
     stop_signal = signal.SIGINT if shared[0] else signal.SIGTERM if shared[1] else None
     return stop_signal, bool(shared[2])
 
 
-def check_global_batch(batch, replicas):
+def _sum_over_replicas(strategy, values):
+    """numpy: `values` (floats) summed over every replica of every worker; a collective all must join."""
+    import tensorflow as tf
+
+    local = tf.constant(values, tf.float32)
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: local), axis=None).numpy()
+
+
+def check_global_batch(batch, replicas, what="--batch"):
     if batch % replicas:
-        raise UserError(f"--batch {batch} does not divide by the {replicas} replicas; "
+        raise UserError(f"{what} {batch} does not divide by the {replicas} replicas; "
                         f"use a multiple of {replicas} (it is the global batch)")
 
 
@@ -206,7 +207,7 @@ def compile_plan(strategy, jit, sync_bn):
         return "off", "--nojit"
     if strategy.num_replicas_in_sync == 1 and name != "multi_worker":
         return "step", "one replica: the whole step is one XLA cluster"
-    all_gpu = all("gpu" in d.lower() for d in replica_devices(strategy))
+    all_gpu = all(d.startswith("gpu:") for d in replica_devices(strategy))
     if sync_bn and not all_gpu:
         return "off", ("synchronized batch norm all-reduces inside the forward pass, and XLA compiles that "
                        "only between GPUs; use --nosync_bn to compile each replica's pass")

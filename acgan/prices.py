@@ -121,6 +121,17 @@ def choose_price(device_name, device_kind=None, price_per_hour=None, table=None)
     }
 
 
+def priced_units(price, replicas, workers=1):
+    """(how many times, "machine" or "accelerator"): what a choose_price() price is paid for.
+
+    --price_per_hour is one machine's price, so a run pays it once per worker; a table price is one
+    accelerator's, paid once per replica.
+    """
+    if price["source"] == "--price_per_hour":
+        return workers, "machine"
+    return replicas, "accelerator"
+
+
 def _short(entry):
     machine = f" ({entry['machine']})" if entry.get("machine") else ""
     return f"{entry['provider']} {entry['kind']}{machine} ${entry['usd_per_hour']:g}/h"

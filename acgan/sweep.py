@@ -19,7 +19,8 @@ from typing import Optional
 
 from acgan import prices, timing
 from acgan.children import child_env, last_log_line
-from acgan.config import POLICIES, STRATEGIES, non_negative_int, positive_int, positive_number, validate_policy
+from acgan.config import (POLICIES, non_negative_int, positive_int, positive_number, validate_policy,
+                          validate_strategy)
 from acgan.errors import UserError
 from acgan.benchmark_tables import FORMAT, add_speedups, describe_machine
 
@@ -67,21 +68,20 @@ class SweepSettings:
         positive_number("width", self.width)
         if self.price_per_hour is not None:
             positive_number("price_per_hour", self.price_per_hour)
-        if self.strategy not in STRATEGIES:
-            raise UserError(f"unknown strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        validate_strategy(self.strategy, self.devices)
         if self.strategy == "multi_worker":
             raise UserError("the benchmark does not sweep multi_worker runs (every worker would have to start each "
                             "configuration); time one with acgan.train, whose report has the same figures")
-        if self.devices is not None and self.strategy not in ("auto", "mirrored"):
-            raise UserError(f"--devices applies to --strategy mirrored, not {self.strategy}")
         if self.devices:
             self.check_batches(len(self.devices))
         return self
 
     def check_batches(self, replicas):
-        for batch in self.batches + ((self.overhead_batch,) if self.overhead else ()):
-            if replicas and batch % replicas:
-                raise UserError(f"batch {batch} does not divide by the {replicas} replicas; give multiples of {replicas}")
+        from acgan.distribute import check_global_batch
+
+        if replicas:
+            for batch in self.batches + ((self.overhead_batch,) if self.overhead else ()):
+                check_global_batch(batch, replicas, what="batch")
 
     def expected_replicas(self, gpu_count):
         """How many replicas each worker will run, where it is known before they start (None: a TPU)."""
@@ -358,8 +358,7 @@ def make_row(run, policy, batch, jit, result):
         row["samples_per_second"] = batch / (ms / 1e3)
         row["samples_per_second_per_replica"] = row["samples_per_second"] / row["replicas"]
     if price["usd_per_hour"] is not None:
-        # --price_per_hour is the machine's; a table price is one accelerator's, paid once per replica.
-        units = 1 if price["source"] == "--price_per_hour" else row["replicas"]
+        units, _ = prices.priced_units(price, row["replicas"])
         row["price_per_hour"] = price["usd_per_hour"] * units
         if row["samples_per_second"]:
             row["cost_per_million_batches"] = timing.cost_per_million_batches(ms / 1e3, row["price_per_hour"])

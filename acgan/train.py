@@ -17,9 +17,7 @@ flags.DEFINE_integer("steps", None, "Train this many steps (default 1000 when no
 flags.DEFINE_integer("epochs", None, "Train this many passes over the data.")
 flags.DEFINE_float("minutes", None, "Train for this much wall-clock time.")
 flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
-flags.DEFINE_enum("strategy", "auto", ["auto", "default", "mirrored", "multi_worker", "tpu"],
-                  "tf.distribute strategy (auto: mirrored when more than one GPU is visible).")
-flags.DEFINE_list("devices", None, "Devices for --strategy mirrored, e.g. gpu:0,gpu:1 (cpu:0,cpu:1 splits the CPU).")
+cli.define_strategy_flags()
 flags.DEFINE_boolean("sync_bn", True, "With several replicas, batch-norm statistics over the global batch.")
 flags.DEFINE_integer("seed", 0, "Random seed for weights, noise, data order and grids.")
 flags.DEFINE_integer("sample_every", 250, "Save a sample grid every N steps (and at the end).")

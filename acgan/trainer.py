@@ -215,8 +215,7 @@ def run(config, command=None):
         raise RuntimeError(f"set the dtype policy {config.policy!r} before run() (it is {policy!r})")
     started = time.perf_counter()
     strategy = distribute.make_strategy(config.strategy, config.devices)  # before anything touches a device
-    replicas = strategy.num_replicas_in_sync
-    distribute.check_global_batch(config.batch, replicas)
+    distribute.check_global_batch(config.batch, strategy.num_replicas_in_sync)
     chief = distribute.is_chief(strategy)
     data = load_data(config)
     run_dir, resume = prepare_run_dir(config, chief)
@@ -380,18 +379,11 @@ def distribution_summary(strategy, gan):
 
 
 def run_cost(time_per_batch_ms, price_per_hour, machine, layout):
-    """Cost of a million global batches on everything the run used.
-
-    --price_per_hour is one machine's price, so it counts once per worker; a table price is one
-    accelerator's, so it counts once per replica. A CPU has no table price.
-    """
-    if price_per_hour is not None:
-        each, units, unit, basis = price_per_hour, layout["workers"], "machine", "--price_per_hour"
-    else:
-        chosen = prices.choose_price(machine["name"], machine["kind"]) if machine["kind"] != "CPU" else None
-        each = chosen and chosen["usd_per_hour"]
-        units, unit, basis = layout["replicas"], "accelerator", chosen and chosen["description"]
-    return timing.cost_summary(time_per_batch_ms, each, units=units, unit=unit, basis=basis)
+    """Cost of a million global batches on everything the run used (prices.priced_units)."""
+    price = prices.choose_price(machine["name"], machine["kind"], price_per_hour)
+    units, unit = prices.priced_units(price, layout["replicas"], layout["workers"])
+    return timing.cost_summary(time_per_batch_ms, price["usd_per_hour"], units=units, unit=unit,
+                               basis=price["description"])
 
 
 # On the console: losses and accuracies averaged since the start, loss scale and skips as they are now.
