@@ -24,9 +24,11 @@ def _xla(report):
     layout = report.get("distribution")
     if not layout:
         return "on" if report["jit"] else "off"
-    return {"step": "on (whole step)", "forward_backward": "on (each replica's forward/backward pass)",
-            "tpu": "on (TPU)", "off": "off"}[layout["xla"]] + ("" if layout["xla"] != "off" or not report["jit"]
-                                                                else f": {layout['xla_reason']}")
+    mode = {"step": "on (whole step)", "forward_backward": "on (each replica's forward/backward pass)",
+            "tpu": "on (TPU)", "off": "off"}[layout["xla"]]
+    if layout["xla"] == "off" and report["jit"]:  # asked for, but the strategy ruled it out
+        mode += f": {layout['xla_reason']}"
+    return mode
 
 
 def render_markdown(report):

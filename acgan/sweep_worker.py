@@ -47,7 +47,7 @@ def run_bare(job):
         tf.config.experimental.reset_memory_stats("GPU:0")
     baseline = device.peak_memory_bytes()
     strategy = distribute.make_strategy(job.get("strategy", "default"), job.get("devices"))
-    distribute.check_global_batch(batch, strategy.num_replicas_in_sync)
+    distribute.check_global_batch(batch, strategy.num_replicas_in_sync, what="batch")
     keras.utils.set_random_seed(job["seed"])
     with strategy.scope():
         models = build_models(images.shape[1:], job["num_classes"], width=job["width"])
