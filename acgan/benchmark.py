@@ -6,17 +6,15 @@ from acgan import cli
 flags.DEFINE_list("policies", ["float32", "mixed_float16", "mixed_bfloat16"], "Dtype policies to time.")
 flags.DEFINE_list("batches", ["64", "256", "1024", "2048"], "Batch sizes to time.")
 flags.DEFINE_list("jit", ["on"], "XLA settings to time: on, off or on,off.")
-flags.DEFINE_string("dataset", "doodles", "doodles, quickdraw, cifar10, npz:PATH or folder:PATH.")
+cli.define_data_flags(classes=False)
 flags.DEFINE_boolean("synthetic", False, "Time on random in-memory tensors (28x28x1, 10 classes) instead of --dataset.")
-flags.DEFINE_string("data_dir", "data", "Folder for downloads and caches.")
-flags.DEFINE_integer("max_per_class", None, "Load at most this many images per class.")
-flags.DEFINE_float("width", 1.0, "Channel multiplier of the models.")
+cli.define_model_flags(jit=False)  # --jit is a sweep dimension here
 flags.DEFINE_integer("steps", 20, "Steps per timing.")
 flags.DEFINE_integer("warmup", 3, "Steps after the compile step left out of the timing.")
 flags.DEFINE_integer("repeats", 3, "Timings per configuration (median, min and max reported).")
-flags.DEFINE_integer("seed", 0, "Seed for the weights, the noise and the chosen images.")
+cli.define_seed_flag("Seed for the weights, the noise and the chosen images.")
 flags.DEFINE_string("device_name", None, "Name for this device in reports; also picks the price entry (e.g. T4).")
-flags.DEFINE_float("price_per_hour", None, "USD per hour of this machine (overrides the price table).")
+cli.define_price_flag()
 flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/benchmark-<timestamp>/).")
 cli.define_strategy_flags(exclude=("multi_worker",))  # each configuration is one process
 flags.DEFINE_boolean("overhead", True, "Also time the full training loop at one configuration (--no-overhead to skip).")
@@ -26,7 +24,7 @@ FLAGS = flags.FLAGS
 
 
 def settings_from_flags():
-    from acgan.sweep import SweepSettings, parse_batches, parse_jit
+    from acgan.measure.sweep import SweepSettings, parse_batches, parse_jit
 
     return SweepSettings(
         policies=tuple(dict.fromkeys(FLAGS.policies)),
@@ -56,11 +54,14 @@ def main(argv):
         from acgan import data
 
         data.validate_dataset_name(settings.dataset)
-    from acgan import benchmark_tables, sweep  # TensorFlow loads inside run_sweep, after the flags are known good.
+    from acgan.measure import (  # TensorFlow loads inside run_sweep, after the flags are known good.
+        sweep,
+        tables,
+    )
 
     output_dir, doc = sweep.run_sweep(settings, FLAGS.output_dir, command=cli.command_line())
-    benchmark_tables.write_outputs(doc, output_dir)
-    print(benchmark_tables.render_markdown(doc))
+    tables.write_outputs(doc, output_dir)
+    print(tables.render_markdown(doc))
     print(f"benchmark folder: {output_dir}  (report: {output_dir / 'benchmark.md'})")
 
 

@@ -7,6 +7,31 @@ from absl import app, flags, logging
 from acgan.errors import UserError
 
 
+def define_data_flags(classes=True):
+    """--dataset, --classes, --data_dir, --max_per_class: which images a command trains or times on."""
+    flags.DEFINE_string("dataset", "doodles", "doodles, quickdraw, cifar10, npz:PATH or folder:PATH.")
+    if classes:
+        flags.DEFINE_list("classes", None, "Quick-Draw classes (default: airplane,apple,bee,bird,book,clock,cow,dog,eye,fish).")
+    flags.DEFINE_string("data_dir", "data", "Folder for downloads, caches and the judge.")
+    flags.DEFINE_integer("max_per_class", None, "Use at most this many images per class.")
+
+
+def define_model_flags(jit=True):
+    """--width and (unless a command sweeps it) --jit: how the models are built and compiled."""
+    flags.DEFINE_float("width", 1.0, "Channel multiplier (channels stay multiples of 8).")
+    if jit:
+        flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
+
+
+def define_seed_flag(help_text="Random seed for weights, noise, data order and grids."):
+    flags.DEFINE_integer("seed", 0, help_text)
+
+
+def define_price_flag():
+    flags.DEFINE_float("price_per_hour", None, "USD per hour of this machine, for the cost of 10^6 batches "
+                       "(overrides the shipped price table).")
+
+
 def define_strategy_flags(exclude=()):
     """--strategy and --devices, as acgan.train and acgan.benchmark both take them."""
     from acgan.config import STRATEGIES

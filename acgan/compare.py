@@ -7,21 +7,20 @@ flags.DEFINE_list("policies", ["float32", "mixed_float16"], "Dtype policies to c
 flags.DEFINE_integer("steps", None, "Train every policy this many steps (equal steps).")
 flags.DEFINE_float("minutes", None, "Train every policy this long (equal wall-clock time).")
 flags.DEFINE_integer("batch", 64, "Global batch size.")
-flags.DEFINE_string("dataset", "doodles", "doodles, quickdraw, cifar10, npz:PATH or folder:PATH.")
-flags.DEFINE_list("classes", None, "Quick-Draw classes (default: the original experiment's ten).")
-flags.DEFINE_integer("max_per_class", None, "Use at most this many images per class.")
-flags.DEFINE_string("data_dir", "data", "Folder for datasets, caches and the judge.")
-flags.DEFINE_float("width", 1.0, "Channel multiplier (channels stay multiples of 8).")
-flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
-flags.DEFINE_integer("seed", 0, "Seed shared by every policy's run and by the evaluation.")
-flags.DEFINE_float("price_per_hour", None, "USD per hour of this machine, for the cost of 10^6 batches.")
+cli.define_data_flags()
+cli.define_model_flags()
+cli.define_seed_flag("Seed shared by every policy's run and by the evaluation.")
+cli.define_price_flag()
 flags.DEFINE_integer("num_samples", 10_000, "Generated samples judged per run (real test images: as many, or all).")
 flags.DEFINE_string("output_dir", None, "Folder for the runs and the page (default: a new folder under outputs/).")
 FLAGS = flags.FLAGS
 
 
 def main(argv):
-    from acgan.comparison import CompareSettings, run_compare  # no TensorFlow: it loads after training
+    from acgan.quality.comparison import (  # no TensorFlow: it loads after training
+        CompareSettings,
+        run_compare,
+    )
 
     settings = CompareSettings(
         policies=tuple(FLAGS.policies or ()),

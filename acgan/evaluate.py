@@ -23,10 +23,10 @@ def main(argv):
         raise UserError(f"--seed must be non-negative, got {FLAGS.seed}")
     if not Path(FLAGS.run).is_dir():
         raise UserError(f"--run {FLAGS.run} is not a folder")
-    from acgan import quality  # TensorFlow loads here, after the flags are known good.
+    from acgan.quality import evaluation  # TensorFlow loads here, after the flags are known good.
 
     run_dir = Path(FLAGS.run)
-    result = quality.evaluate_run(run_dir, FLAGS.num_samples, FLAGS.seed, data_dir=FLAGS.data_dir,
+    result = evaluation.evaluate_run(run_dir, FLAGS.num_samples, FLAGS.seed, data_dir=FLAGS.data_dir,
                                   command=cli.command_line())
     print(summary_line(result))
     print(f"wrote {run_dir / 'quality.json'} and the \"Sample quality\" section of {run_dir / 'report.md'}")

@@ -21,7 +21,7 @@ def main(argv):
         raise UserError("--out must name a .png or .npz file")
     if FLAGS.per_class <= 0:
         raise UserError(f"--per_class must be a positive integer, got {FLAGS.per_class}")
-    from acgan import sampling
+    from acgan.training import sampling
 
     path = sampling.generate_to_file(Path(FLAGS.run), FLAGS.per_class, Path(FLAGS.out), FLAGS.seed)
     print(f"wrote {path}")

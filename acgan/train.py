@@ -6,20 +6,16 @@ from absl import flags
 
 from acgan import cli
 
-flags.DEFINE_string("dataset", "doodles", "doodles, quickdraw, cifar10, npz:PATH or folder:PATH.")
-flags.DEFINE_list("classes", None, "Quick-Draw classes (default: airplane,apple,bee,bird,book,clock,cow,dog,eye,fish).")
-flags.DEFINE_string("data_dir", "data", "Folder for downloads and caches.")
-flags.DEFINE_integer("max_per_class", None, "Use at most this many images per class.")
+cli.define_data_flags()
 flags.DEFINE_enum("policy", "float32", ["float32", "mixed_float16", "mixed_bfloat16"], "Keras dtype policy.")
 flags.DEFINE_integer("batch", 64, "Global batch size.")
-flags.DEFINE_float("width", 1.0, "Channel multiplier (channels stay multiples of 8).")
 flags.DEFINE_integer("steps", None, "Train this many steps (default 1000 when no length is given).")
 flags.DEFINE_integer("epochs", None, "Train this many passes over the data.")
 flags.DEFINE_float("minutes", None, "Train for this much wall-clock time.")
-flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
+cli.define_model_flags()
 cli.define_strategy_flags()
 flags.DEFINE_boolean("sync_bn", True, "With several replicas, batch-norm statistics over the global batch.")
-flags.DEFINE_integer("seed", 0, "Random seed for weights, noise, data order and grids.")
+cli.define_seed_flag()
 flags.DEFINE_integer("sample_every", 250, "Save a sample grid every N steps (and at the end).")
 flags.DEFINE_integer("eval_every", None, "Judge sample quality every N steps (conditional accuracy, FID).")
 flags.DEFINE_integer("eval_samples", 1000, "Generated samples per evaluation during training.")
@@ -27,14 +23,11 @@ flags.DEFINE_integer("checkpoint_every", 500, "Save a checkpoint every N steps."
 flags.DEFINE_integer("keep_checkpoints", 3, "How many checkpoints to keep.")
 flags.DEFINE_integer("warmup_steps", 5, "Steps after compilation left out of the timing.")
 flags.DEFINE_string("output_dir", None, "The run's folder (default: a new folder under outputs/).")
-flags.DEFINE_float("price_per_hour", None, "USD per hour of this machine, for the cost report.")
+cli.define_price_flag()
 flags.DEFINE_boolean("resume", False, "Continue the run in --output_dir (default: the newest run under outputs/).")
 flags.DEFINE_integer("max_skipped_in_a_row", 20, "mixed_float16: stop when an optimizer skips more steps in a row.")
 
 FLAGS = flags.FLAGS
-
-
-LENGTH_FLAGS = ("steps", "epochs", "minutes")
 
 
 def config_from_flags():
@@ -69,36 +62,6 @@ def config_from_flags():
     )
 
 
-def newest_run(root="outputs"):
-    from acgan.errors import UserError
-
-    runs = sorted(Path(root).glob("*/config.json"), key=lambda p: p.stat().st_mtime)
-    if not runs:
-        raise UserError(f"--resume: there is no run under {root}/ to resume; pass --output_dir")
-    return runs[-1].parent
-
-
-def resumed_config(config):
-    """The saved run's config, overridden by the flags given on this command line."""
-    import dataclasses
-
-    from acgan.trainer import saved_config
-
-    run_dir = Path(config.output_dir) if config.output_dir else newest_run()
-    saved = saved_config(run_dir) if run_dir.is_dir() else None
-    if saved is None:
-        if config.resume:
-            from acgan.errors import UserError
-
-            raise UserError(f"--resume: nothing to resume in {run_dir} (no config.json)")
-        return config
-    given = {name: getattr(config, name) for name in _given_flags() if hasattr(config, name)}
-    if any(name in given for name in LENGTH_FLAGS):
-        saved = dataclasses.replace(saved, steps=None, epochs=None, minutes=None)
-    given.update(resume=True, output_dir=str(run_dir))
-    return dataclasses.replace(saved, **given)
-
-
 def _given_flags():
     names = {name for name in FLAGS if FLAGS[name].present}
     for name in ("jit", "sync_bn"):
@@ -110,14 +73,17 @@ def _given_flags():
 def main(argv):
     config = config_from_flags().validate()
     if config.resume or (config.output_dir and Path(config.output_dir, "config.json").is_file()):
-        config = resumed_config(config).validate()
+        from acgan.training.run_dir import config_to_resume
+
+        config = config_to_resume(config, _given_flags()).validate()
     from acgan import data
 
     data.validate_dataset_name(config.dataset, classes=config.classes)
-    from acgan import precision, trainer  # TensorFlow loads here, after the flags are known good.
+    from acgan.model import precision  # TensorFlow loads here, after the flags are known good.
+    from acgan.training import loop
 
     precision.set_policy(config.policy)
-    result = trainer.run(config, command=cli.command_line())
+    result = loop.run(config, command=cli.command_line())
     if config.strategy == "multi_worker":
         print(f"weights fingerprint: {result.weights_fingerprint}")
     if result.chief:

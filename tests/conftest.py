@@ -15,7 +15,7 @@ def pytest_configure(config):
 
     It must happen before TensorFlow sets up its devices, that is before any test runs.
     """
-    from acgan import distribute
+    from acgan.step import distribute
 
     distribute.split_host_cpu(CPU_REPLICAS)
 
@@ -23,7 +23,7 @@ def pytest_configure(config):
 @pytest.fixture
 def set_policy():
     """Call with a policy name; the global policy goes back to float32 after the test."""
-    from acgan import precision
+    from acgan.model import precision
 
     yield precision.set_policy
     keras.mixed_precision.set_global_policy("float32")

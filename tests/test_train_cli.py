@@ -6,9 +6,8 @@ import sys
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from conftest import POLICIES
+from PIL import Image
 
 TINY = ["--steps", "4", "--batch", "16", "--width", "0.125", "--sample_every", "2",
         "--checkpoint_every", "2", "--warmup_steps", "1"]

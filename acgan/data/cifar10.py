@@ -7,7 +7,7 @@ import socket
 
 import numpy as np
 
-from acgan.data import ImageSet, error_text
+from acgan.data.image_set import ImageSet, error_text
 from acgan.errors import UserError
 
 # Where tfds fetches the archive. We probe it first because, offline, tfds retries with backoff

@@ -8,7 +8,7 @@ import tempfile
 import numpy as np
 from PIL import Image, ImageDraw
 
-from acgan.data import ImageSet
+from acgan.data.image_set import ImageSet
 
 CLASS_NAMES = ("circle", "square", "triangle", "star", "plus", "zigzag", "spiral", "heart", "arrow", "house")
 PER_CLASS = {"train": 2000, "test": 500}

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from acgan.data import ImageSet, QUICKDRAW_DEFAULT_CLASSES, error_text, split_slice
+from acgan.data.image_set import QUICKDRAW_DEFAULT_CLASSES, ImageSet, error_text, split_slice
 from acgan.errors import UserError
 
 DEFAULT_URL = "https://storage.googleapis.com/quickdraw_dataset/full/numpy_bitmap"

@@ -1,0 +1,48 @@
+"""CLI: python -m acgan.benchmark_merge FILE... [--output_dir DIR]: one comparison of benchmark.json files."""
+import os
+from datetime import datetime
+from pathlib import Path
+
+from absl import app, flags
+
+from acgan import cli
+from acgan.errors import UserError
+
+flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/report-<timestamp>/).")
+
+FLAGS = flags.FLAGS
+
+
+def _parse_flags(argv):
+    # Like cli.run_main's parser, but the benchmark files are positional arguments.
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        cli.fail(str(e).splitlines()[0])
+
+
+def main(argv):
+    files = argv[1:]
+    if not files:
+        raise UserError("give one or more benchmark.json files: python -m acgan.benchmark_merge FILE... [--output_dir DIR]")
+    from acgan.measure import sweep, tables
+
+    docs = [tables.load_benchmark(f) for f in files]
+    output_dir = Path(FLAGS.output_dir or Path("outputs") / f"report-{datetime.now():%Y%m%d-%H%M%S}")
+    output_dir = sweep.prepare_output_dir(output_dir)
+    doc = tables.merge(docs, sources=files, command=cli.command_line())
+    tables.write_outputs(doc, output_dir)
+    print(tables.render_markdown(doc))
+    print(f"report folder: {output_dir}  (report: {output_dir / 'benchmark.md'})")
+
+
+def _guarded(argv):
+    try:
+        main(argv)
+    except UserError as e:
+        cli.fail(str(e))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    app.run(_guarded, flags_parser=_parse_flags)

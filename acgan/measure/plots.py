@@ -1,0 +1,167 @@
+"""The benchmark's three figures: time per batch, time per 1000 samples, cost per million batches.
+
+Drawn on matplotlib Figure objects with the Agg canvas: no pyplot, so no global figure state.
+"""
+import io
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from acgan.util.files import write_atomically
+
+POLICY_COLORS = {"float32": "#1f77b4", "mixed_float16": "#ff7f0e", "mixed_bfloat16": "#2ca02c"}
+DEVICE_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+DEVICE_HATCHES = ("", "//", "..", "xx", "\\\\", "oo", "--")
+DODGE = 0.04   # horizontal offset between series, in powers of two of the batch size
+FIGURES = {
+    "time_per_batch": "time_per_batch.png",
+    "time_per_1000_samples": "time_per_1000_samples.png",
+    "cost_per_million_batches": "cost_per_million_batches.png",
+}
+
+
+def series(rows):
+    """{(device, policy, jit): ok rows sorted by batch}, devices and policies in first-seen order."""
+    out = {}
+    for r in rows:
+        if r["status"] == "ok":
+            out.setdefault((r["device"], r["policy"], r["jit"]), []).append(r)
+    return {k: sorted(v, key=lambda r: r["batch"]) for k, v in out.items()}
+
+
+def series_label(key, many_devices, many_jits):
+    device, policy, jit = key
+    parts = ([device] if many_devices else []) + [policy] + ([f"XLA {'on' if jit else 'off'}"] if many_jits else [])
+    return ", ".join(parts)
+
+
+def _styles(rows):
+    devices = list(dict.fromkeys(r["device"] for r in rows))
+    jits = list(dict.fromkeys(r["jit"] for r in rows))
+    return devices, jits
+
+
+def _new_figure(width=8.0, height=5.0):
+    fig = Figure(figsize=(width, height), dpi=120)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, path):
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight")
+    write_atomically(path, buffer.getvalue())
+
+
+def _batch_axis(ax, batches):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches)
+    ax.set_xticklabels([str(b) for b in batches])
+    ax.minorticks_off()
+    ax.set_xlabel("batch size")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _title(doc, what):
+    devices = list(dict.fromkeys(run["device"] for run in doc["runs"]))
+    return f"{what}: {', '.join(devices)}" if len(devices) <= 2 else f"{what}: {len(devices)} devices"
+
+
+def plot_lines(doc, path, field, ylabel, what, log_y=False):
+    """One line per (device, policy, XLA setting) against the batch size; returns the labels drawn."""
+    rows = doc["results"]
+    devices, jits = _styles(rows)
+    fig = _new_figure()
+    ax = fig.add_subplot()
+    labels, all_batches = [], set()
+    drawn = series(rows)
+    for i, (key, points) in enumerate(drawn.items()):
+        device, policy, jit = key
+        batches = [r["batch"] for r in points]
+        dodge = 2 ** ((i - (len(drawn) - 1) / 2) * DODGE)   # side by side, so error bars do not hide each other
+        values = [r[field] for r in points]
+        scale = [v / r["time_per_batch_ms"] for v, r in zip(values, points)]  # min/max follow the median
+        low = [v - s * r["time_per_batch_min_ms"] for v, s, r in zip(values, scale, points)]
+        high = [s * r["time_per_batch_max_ms"] - v for v, s, r in zip(values, scale, points)]
+        label = series_label(key, len(devices) > 1, len(jits) > 1)
+        ax.errorbar(
+            [b * dodge for b in batches], values, yerr=[low, high], label=label, capsize=3,
+            color=POLICY_COLORS.get(policy, "gray"),
+            marker=DEVICE_MARKERS[devices.index(device) % len(DEVICE_MARKERS)],
+            linestyle="-" if jit else "--",
+        )
+        labels.append(label)
+        all_batches.update(batches)
+    if labels:
+        _batch_axis(ax, sorted(all_batches))
+        values = [r[field] for points in series(rows).values() for r in points]
+        if log_y and max(values) > 10 * min(values):  # a log axis only where a linear one squashes
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no configuration ran successfully", ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel(ylabel)
+    ax.set_title(_title(doc, what) + "\n(median of repeated timings; bars: min to max)", fontsize="medium")
+    _save(fig, path)
+    return labels
+
+
+def plot_cost(doc, path):
+    """Grouped bars: per batch size, one bar per priced (device, policy, XLA setting); returns the labels."""
+    rows = doc["results"]
+    devices, jits = _styles(rows)
+    priced = {k: v for k, v in series(rows).items() if v and v[0]["cost_per_million_batches"] is not None}
+    fig = _new_figure(9.0, 5.0)
+    ax = fig.add_subplot()
+    batches = sorted({r["batch"] for points in priced.values() for r in points})
+    labels = []
+    width = 0.8 / max(1, len(priced))
+    for i, (key, points) in enumerate(priced.items()):
+        device, policy, jit = key
+        by_batch = {r["batch"]: r["cost_per_million_batches"] for r in points}
+        xs = [j + (i - (len(priced) - 1) / 2) * width for j, b in enumerate(batches) if b in by_batch]
+        ys = [by_batch[b] for b in batches if b in by_batch]
+        label = series_label(key, len(devices) > 1, len(jits) > 1)
+        bars = ax.bar(xs, ys, width, label=label, color=POLICY_COLORS.get(policy, "gray"),
+                      hatch=DEVICE_HATCHES[devices.index(device) % len(DEVICE_HATCHES)],
+                      alpha=1.0 if jit else 0.55, edgecolor="black", linewidth=0.5)
+        ax.bar_label(bars, labels=[f"${y:,.0f}" if y >= 10 else f"${y:,.2f}" for y in ys], fontsize="x-small")
+        labels.append(label)
+    notes = []
+    for run in doc["runs"]:
+        price = run["price"]
+        if price["usd_per_hour"] is None:
+            notes.append(price["message"])
+        else:
+            entry = f"{price['accelerator']}, {price['provider']} {price['kind']}" if price["accelerator"] else price["source"]
+            notes.append(f"{run['device']}: ${price['usd_per_hour']:g}/h ({entry})")
+    if labels:
+        ax.set_xticks(range(len(batches)))
+        ax.set_xticklabels([str(b) for b in batches])
+        ax.set_xlabel("batch size")
+        ax.legend(fontsize="small")
+        ax.grid(True, axis="y", alpha=0.3)
+    else:
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, "no price known: pass --price_per_hour", ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel("USD per 10^6 batches")
+    ax.set_title(_title(doc, "Cost per million batches") + "\n" + "\n".join(notes), fontsize="medium")
+    _save(fig, path)
+    return labels
+
+
+def write_figures(doc, output_dir):
+    """The three PNGs in `output_dir`; returns {figure name: path}."""
+    output_dir = Path(output_dir)
+    paths = {name: output_dir / file for name, file in FIGURES.items()}
+    plot_lines(doc, paths["time_per_batch"], "time_per_batch_ms", "ms per batch", "Time per batch", log_y=True)
+    plot_lines(doc, paths["time_per_1000_samples"], "time_per_1000_samples_ms", "ms per 1000 samples",
+               "Time per 1000 samples")
+    plot_cost(doc, paths["cost_per_million_batches"])
+    return paths

@@ -1,0 +1,137 @@
+"""The shipped price table (acgan/measure/gpu_prices.json) and how a device name picks an entry from it.
+
+Matching rule (`match_accelerator`), applied to an accelerator name such as TensorFlow reports it
+("Tesla T4", "NVIDIA A100-SXM4-40GB", "TPU v4") or as given with --device_name ("T4", "A100-40GB"):
+
+1. Upper-case the name and split it into tokens on spaces, hyphens, underscores, slashes,
+   parentheses and commas. Vendor words (NVIDIA, TESLA, GEFORCE, QUADRO) carry no meaning.
+2. TPUs: a token "TPU" followed by a version ("V4", "V5E", "V5LITE", "V5 LITE", "V5LITEPOD")
+   names the entry "TPU-v4" / "TPU-v5e".
+3. Otherwise an entry "MODEL" or "MODEL-MEMORY" (e.g. "T4", "A100-40GB") matches when MODEL is one
+   of the tokens, whole: "L4" matches "NVIDIA L4" but not "NVIDIA L40S". When several entries share
+   the model and differ in memory, a memory token in the name (e.g. "80GB") picks one; a name
+   without one gets the first listed (so a bare "A100" is priced as the A100-40GB).
+4. No match: no price. The report then says so and asks for --price_per_hour.
+
+Of the matched accelerator's entries, a 'vm' entry (a typical one-accelerator machine, host
+included: what a user actually pays) is preferred over a 'gpu_only' one; among equals the first
+listed wins (GCP, where the original experiment ran, is listed first).
+"""
+import json
+import re
+from importlib import resources
+
+VENDOR_WORDS = {"NVIDIA", "TESLA", "GEFORCE", "QUADRO"}
+KIND_PREFERENCE = ("vm", "gpu_only")
+_TPU_VERSIONS = {"V2": "v2", "V3": "v3", "V4": "v4", "V5E": "v5e", "V5LITE": "v5e", "V5LITEPOD": "v5e"}
+
+
+def load_table():
+    """The parsed gpu_prices.json shipped with the package: {"about", "sources", "prices": [...]}."""
+    return json.loads(resources.files("acgan.measure").joinpath("gpu_prices.json").read_text())
+
+
+def _tokens(name):
+    return [t for t in re.split(r"[\s\-_/(),]+", name.upper()) if t and t not in VENDOR_WORDS]
+
+
+def _split_entry(accelerator):
+    """"A100-40GB" -> ("A100", "40GB"); "T4" -> ("T4", None)."""
+    model, _, memory = accelerator.upper().partition("-")
+    return model, (memory or None)
+
+
+def match_accelerator(name, table=None):
+    """The table's accelerator name for a device name (see the module docstring), or None."""
+    if not name:
+        return None
+    table = table or load_table()
+    accelerators = list(dict.fromkeys(p["accelerator"] for p in table["prices"]))
+    tokens = _tokens(name)
+    if "TPU" in tokens:
+        rest = tokens[tokens.index("TPU") + 1:]
+        version = "".join(rest[:2]) if rest[1:2] == ["LITE"] else "".join(rest[:1])
+        wanted = _TPU_VERSIONS.get(version)
+        return f"TPU-{wanted}" if wanted and f"TPU-{wanted}" in accelerators else None
+    memories = {t for t in tokens if re.fullmatch(r"\d+GB?", t)}
+    memories |= {t + "B" for t in memories if t.endswith("G")}
+    candidates = [a for a in accelerators if not a.startswith("TPU") and _split_entry(a)[0] in tokens]
+    if not candidates:
+        return None
+    for accelerator in candidates:
+        if _split_entry(accelerator)[1] in memories:
+            return accelerator
+    return candidates[0]
+
+
+def no_price_message(device_name, device_kind=None):
+    what = f"{device_kind} {device_name!r}" if device_kind else f"device {device_name!r}"
+    return f"no price known for {what}; pass --price_per_hour"
+
+
+def choose_price(device_name, device_kind=None, price_per_hour=None, table=None):
+    """The price a report uses, as a dict that says where it came from.
+
+    usd_per_hour is None when neither --price_per_hour nor the table gives one; `message` is then the
+    line to print. `description` is always a one-line account of the choice.
+    """
+    if price_per_hour is not None:
+        return {
+            "usd_per_hour": float(price_per_hour),
+            "accelerator": None,
+            "provider": None,
+            "kind": None,
+            "machine": None,
+            "source": "--price_per_hour",
+            "source_text": "given on the command line",
+            "alternatives": [],
+            "message": None,
+            "description": f"${float(price_per_hour):g}/h, given with --price_per_hour",
+        }
+    table = table or load_table()
+    accelerator = match_accelerator(device_name, table)
+    entries = [p for p in table["prices"] if p["accelerator"] == accelerator]
+    if not entries:
+        message = no_price_message(device_name, device_kind)
+        return {
+            "usd_per_hour": None, "accelerator": None, "provider": None, "kind": None, "machine": None,
+            "source": None, "source_text": None, "alternatives": [], "message": message,
+            "description": message,
+        }
+    entries.sort(key=lambda p: KIND_PREFERENCE.index(p["kind"]) if p["kind"] in KIND_PREFERENCE else 99)
+    chosen, others = entries[0], entries[1:]
+    source_text = table["sources"].get(chosen["source"], chosen["source"])
+    machine = f" ({chosen['machine']})" if chosen.get("machine") else ""
+    return {
+        "usd_per_hour": chosen["usd_per_hour"],
+        "accelerator": accelerator,
+        "provider": chosen["provider"],
+        "kind": chosen["kind"],
+        "machine": chosen.get("machine"),
+        "source": chosen["source"],
+        "source_text": source_text,
+        "confidence": chosen.get("confidence"),
+        "alternatives": [_short(p) for p in others],
+        "message": None,
+        "description": (
+            f"${chosen['usd_per_hour']:g}/h: {device_name!r} matched price entry {accelerator}, "
+            f"{chosen['provider']} {chosen['kind']}{machine}, on-demand list price; "
+            f"source {chosen['source']}: {source_text}"
+        ),
+    }
+
+
+def priced_units(price, replicas, workers=1):
+    """(how many times, "machine" or "accelerator"): what a choose_price() price is paid for.
+
+    --price_per_hour is one machine's price, so a run pays it once per worker; a table price is one
+    accelerator's, paid once per replica.
+    """
+    if price["source"] == "--price_per_hour":
+        return workers, "machine"
+    return replicas, "accelerator"
+
+
+def _short(entry):
+    machine = f" ({entry['machine']})" if entry.get("machine") else ""
+    return f"{entry['provider']} {entry['kind']}{machine} ${entry['usd_per_hour']:g}/h"

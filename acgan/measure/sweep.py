@@ -1,0 +1,413 @@
+"""The benchmark sweep: policies x batch sizes x XLA settings, each configuration in a fresh worker process.
+
+A worker (`python -m acgan.measure.worker JOB.json RESULT.json`, started by `run_sweep`) times the bare compiled
+AC-GAN step on device-resident tensors: compile, `warmup` steps, then `repeats` timings of `steps`
+steps each, every timing between two device syncs (converting the step's scalars to Python floats).
+A fresh process per configuration isolates its peak memory, its global dtype policy and any crash.
+"""
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+from acgan.config import (
+    POLICIES,
+    non_negative_int,
+    positive_int,
+    positive_number,
+    validate_policy,
+    validate_strategy,
+)
+from acgan.errors import UserError
+from acgan.measure import prices, timing
+from acgan.measure.tables import FORMAT, add_speedups, describe_machine
+from acgan.util.children import child_env, last_log_line
+
+SYNTHETIC_SHAPE = (28, 28, 1)   # the doodles / Quick-Draw shape, so synthetic timings compare
+SYNTHETIC_CLASSES = 10
+OVERHEAD_DIR = "overhead-trainer"
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSettings:
+    policies: tuple = POLICIES
+    batches: tuple = (64, 256, 1024, 2048)
+    jits: tuple = (True,)
+    dataset: str = "doodles"
+    synthetic: bool = False         # random uint8 tensors instead of --dataset
+    data_dir: str = "data"
+    max_per_class: Optional[int] = None
+    width: float = 1.0
+    steps: int = 20                 # steps per timing
+    warmup: int = 3                 # steps after the compiled first step, left out
+    repeats: int = 3                # timings per configuration (median, min, max reported)
+    seed: int = 0
+    device_name: Optional[str] = None     # labels the device and picks the price entry
+    price_per_hour: Optional[float] = None
+    overhead: bool = True           # also time the full training loop at one configuration
+    overhead_batch: int = 256
+    strategy: str = "auto"          # as acgan.train's --strategy; multi_worker is not swept
+    devices: Optional[tuple] = None  # as acgan.train's --devices
+
+    def validate(self):
+        """Raises UserError on the first bad setting; imports nothing heavy."""
+        if not self.policies:
+            raise UserError("--policies is empty: give one or more of " + ", ".join(POLICIES))
+        for policy in self.policies:
+            validate_policy(policy)
+        if not self.batches:
+            raise UserError("--batches is empty: give one or more positive integers")
+        if not self.jits:
+            raise UserError("--jit is empty: give on, off or on,off")
+        for name in ("steps", "repeats", "overhead_batch") + (("max_per_class",) if self.max_per_class is not None else ()):
+            positive_int(name, getattr(self, name))
+        for batch in self.batches:
+            positive_int("batches", batch)
+        non_negative_int("warmup", self.warmup)
+        positive_number("width", self.width)
+        if self.price_per_hour is not None:
+            positive_number("price_per_hour", self.price_per_hour)
+        validate_strategy(self.strategy, self.devices)
+        if self.strategy == "multi_worker":
+            raise UserError("the benchmark does not sweep multi_worker runs (every worker would have to start each "
+                            "configuration); time one with acgan.train, whose report has the same figures")
+        if self.devices:
+            self.check_batches(len(self.devices))
+        return self
+
+    def check_batches(self, replicas):
+        from acgan.step.distribute import check_global_batch
+
+        if replicas:
+            for batch in self.batches + ((self.overhead_batch,) if self.overhead else ()):
+                check_global_batch(batch, replicas, what="batch")
+
+    def expected_replicas(self, gpu_count):
+        """How many replicas each worker will run, where it is known before they start (None: a TPU)."""
+        if self.strategy == "tpu":
+            return None
+        if self.devices:
+            return len(self.devices)
+        many_gpus = gpu_count > 1 and self.strategy in ("auto", "mirrored")
+        return gpu_count if many_gpus else 1
+
+    def configurations(self):
+        """(policy, batch, jit) in the order they run: per XLA setting, per batch, per policy."""
+        return [(p, b, j) for j in self.jits for b in self.batches for p in self.policies]
+
+
+
+
+def parse_batches(values):
+    """["64", "256"] -> (64, 256); one clear error for anything else."""
+    batches = []
+    for v in values:
+        try:
+            batch = int(v)
+        except ValueError:
+            raise UserError(f"--batches must be positive integers, got {v!r}") from None
+        if batch <= 0:
+            raise UserError(f"--batches must be positive integers, got {v!r}")
+        batches.append(batch)
+    return tuple(dict.fromkeys(batches))
+
+
+def parse_jit(values):
+    """["on", "off"] -> (True, False)."""
+    known = {"on": True, "off": False}
+    for v in values:
+        if v.lower() not in known:
+            raise UserError(f"--jit takes on, off or on,off, got {v!r}")
+    return tuple(dict.fromkeys(known[v.lower()] for v in values))
+
+
+def default_output_dir(now=None):
+    return Path("outputs") / f"benchmark-{(now or datetime.now()).strftime('%Y%m%d-%H%M%S')}"
+
+
+def prepare_output_dir(path):
+    """The output folder, created; refuses a file or a folder that already holds a benchmark."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--output_dir {path} is a file, not a folder")
+    if (path / "benchmark.json").exists():
+        raise UserError(f"{path} already holds a benchmark; choose another --output_dir")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot create output folder {path}: {e.strerror}") from None
+    if not os.access(path, os.W_OK):
+        raise UserError(f"cannot write to output folder {path}")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------
+# The sweep (parent process)
+
+
+def load_inputs(settings, count):
+    """(images uint8 [count, H, W, C], labels int32 [count], class names): the tensors every worker times."""
+    import numpy as np
+
+    rng = np.random.default_rng(settings.seed)
+    if settings.synthetic:
+        images = rng.integers(0, 256, (count,) + SYNTHETIC_SHAPE, dtype=np.uint8)
+        labels = rng.integers(0, SYNTHETIC_CLASSES, count).astype(np.int32)
+        return images, labels, tuple(f"class{i}" for i in range(SYNTHETIC_CLASSES))
+    from acgan import data as data_lib
+    from acgan.model.networks import check_image_shape
+
+    data = data_lib.load_dataset(
+        settings.dataset, split="train", data_dir=settings.data_dir,
+        max_per_class=settings.max_per_class, seed=settings.seed,
+    )
+    check_image_shape(data.image_shape)
+    # Fewer images than the batch: draw with replacement (the bare step's speed does not care).
+    idx = rng.choice(len(data.images), size=count, replace=len(data.images) < count)
+    return data.images[idx], data.labels[idx], tuple(data.class_names)
+
+
+def _hide_accelerators_here():
+    """Keeps this (parent) process off the GPU, so the workers get all of its memory."""
+    import tensorflow as tf
+
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except (RuntimeError, ValueError):  # runtime already started (e.g. inside a test process)
+        pass
+
+
+def widths_and_advice(settings, machine, image_shape, num_classes):
+    """Per policy: the low-precision layer widths of the models it builds, and the hardware advice."""
+    import keras
+
+    from acgan.measure import advice
+    from acgan.model import precision
+    from acgan.model.networks import build_models
+
+    previous = keras.mixed_precision.global_policy().name
+    widths, lines = {}, {}
+    try:
+        for policy in settings.policies:
+            widths[policy] = {}
+            if policy != "float32":
+                precision.set_policy(policy)
+                widths[policy] = advice.layer_widths(list(build_models(image_shape, num_classes, settings.width)))
+                keras.backend.clear_session()
+            batches = [b for b in settings.batches if b % 8] or [None]
+            lines[policy] = []
+            for batch in batches:
+                for line in advice.hardware_advice(policy, machine, widths[policy], batch):
+                    if line not in lines[policy]:
+                        lines[policy].append(line)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    return widths, lines
+
+
+def run_sweep(settings, output_dir=None, command=None, echo=print):
+    """Runs the whole benchmark into `output_dir` and returns (output folder, the benchmark document)."""
+    settings.validate()
+    count = max(settings.batches + ((settings.overhead_batch,) if settings.overhead else ()))
+    # Synthetic inputs double as the trainer's npz dataset, whose train split is 90% of it.
+    images, labels, class_names = load_inputs(settings, 2 * count if settings.synthetic else count)
+
+    import keras
+    import numpy as np
+
+    from acgan.measure import device
+
+    machine = device.describe_device()
+    _hide_accelerators_here()
+    replicas = settings.expected_replicas(machine["count"] if machine["kind"] == "GPU" else 0)
+    settings.check_batches(replicas)
+    output_dir = prepare_output_dir(output_dir or default_output_dir())
+    label = settings.device_name or machine["name"]
+    price = prices.choose_price(label, None if settings.device_name else machine["kind"], settings.price_per_hour)
+    if replicas and replicas > 1:
+        label += f" x{replicas}"  # its own group: speed-ups compare policies on the same replicas
+    image_shape, num_classes = tuple(images.shape[1:]), len(class_names)
+    widths, advice_lines = widths_and_advice(settings, machine, image_shape, num_classes)
+    run = {
+        "device": label,
+        "machine": machine,
+        "command": command,
+        "created": datetime.now().isoformat(timespec="seconds"),
+        "settings": dataclasses.asdict(settings),
+        "inputs": {"image_shape": list(image_shape), "num_classes": num_classes,
+                   "source": "synthetic" if settings.synthetic else settings.dataset},
+        "price": price,
+        "strategy": settings.strategy,
+        "replicas": replicas,
+        "advice": advice_lines,
+        "layer_widths": widths,
+        "overhead": None,
+    }
+    echo(f"device: {describe_machine(label, machine)}")
+    echo(f"price: {price['description']}")
+    for policy, lines in advice_lines.items():
+        for line in lines:
+            echo(f"advice ({policy}): {line}")
+
+    configurations = settings.configurations()
+    echo(f"{len(configurations)} configurations, each in a fresh process; logs in {output_dir / 'logs'}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="acgan-sweep-") as work:
+        inputs = Path(work) / "inputs.npz"
+        np.savez(inputs, images=images, labels=labels, class_names=np.array(class_names))
+        progress = keras.utils.Progbar(len(configurations), unit_name="configuration",
+                                       stateful_metrics=["ms_per_batch"])
+        for i, (policy, batch, jit) in enumerate(configurations):
+            job = _job(settings, policy, batch, jit, inputs, num_classes)
+            result = run_worker(job, Path(work), output_dir / "logs" / f"{_config_name(policy, batch, jit)}.log")
+            rows.append(make_row(run, policy, batch, jit, result))
+            shown = [("ms_per_batch", result["time_per_batch_ms"])] if result["status"] == "ok" else []
+            progress.update(i + 1, shown)
+        if settings.overhead:
+            run["overhead"] = measure_overhead(settings, run, rows, inputs, num_classes, Path(work), output_dir, echo)
+    add_speedups(rows)
+    doc = {"format": FORMAT, "command": command, "created": run["created"], "runs": [run], "results": rows}
+    return output_dir, doc
+
+
+def _job(settings, policy, batch, jit, inputs, num_classes, mode="bare"):
+    return {
+        "mode": mode, "policy": policy, "batch": batch, "jit": jit, "width": settings.width,
+        "steps": settings.steps, "warmup": settings.warmup, "repeats": settings.repeats,
+        "seed": settings.seed, "inputs": str(inputs), "num_classes": num_classes,
+        "strategy": settings.strategy, "devices": list(settings.devices) if settings.devices else None,
+    }
+
+
+def _config_name(policy, batch, jit):
+    return f"{policy}-b{batch}-xla_{'on' if jit else 'off'}"
+
+
+def run_worker(job, work_dir, log_path):
+    """Runs one job in a fresh Python process; a dead worker becomes status 'failed' with its reason."""
+    name = f"{job['mode']}-{_config_name(job['policy'], job['batch'], job['jit'])}"
+    job_path, result_path = work_dir / f"{name}.job.json", work_dir / f"{name}.result.json"
+    job_path.write_text(json.dumps(job))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = child_env()
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.run(
+            [sys.executable, "-m", "acgan.measure.worker", str(job_path), str(result_path)],
+            stdout=log, stderr=subprocess.STDOUT, env=env,
+        )
+    if result_path.exists():
+        result = json.loads(result_path.read_text())
+    else:
+        if proc.returncode < 0:
+            how = f"worker killed by {signal.Signals(-proc.returncode).name}"
+            if proc.returncode == -signal.SIGKILL:
+                how += " (the out-of-memory killer sends this)"
+        else:
+            how = f"worker exited with status {proc.returncode}"
+        last = last_log_line(log_path)
+        result = {"status": "failed", "reason": f"{how}{': ' + last if last else ''}"}
+    result["worker_seconds"] = time.perf_counter() - started
+    result["log"] = str(log_path)
+    return result
+
+
+
+
+
+
+def make_row(run, policy, batch, jit, result):
+    """One results row: the configuration, the machine, the measurement and what follows from it."""
+    machine, price = run["machine"], run["price"]
+    row = {
+        "device": run["device"],
+        "machine": machine,
+        "command": run["command"],
+        "policy": policy,
+        "batch": batch,
+        "jit": jit,
+        "status": result["status"],
+        "reason": result.get("reason"),
+        "compile_seconds": result.get("compile_seconds"),
+        "time_per_batch_ms": result.get("time_per_batch_ms"),      # median over repeats
+        "time_per_batch_min_ms": result.get("time_per_batch_min_ms"),
+        "time_per_batch_max_ms": result.get("time_per_batch_max_ms"),
+        "repeat_ms": result.get("repeat_ms"),
+        "time_per_1000_samples_ms": None,
+        "samples_per_second": None,
+        "replicas": result.get("replicas") or run.get("replicas") or 1,
+        "xla": result.get("xla"),   # as run: "step", "forward_backward", "tpu" or "off"
+        "samples_per_second_per_replica": None,
+        "peak_memory_bytes": result.get("peak_memory_bytes"),
+        "baseline_memory_bytes": result.get("baseline_memory_bytes"),
+        "memory_counter": result.get("memory_counter"),
+        "skipped_steps": result.get("skipped_steps"),
+        "loss_scale": result.get("loss_scale"),
+        "steps_run": result.get("steps_run"),
+        "load_average": result.get("load_average"),
+        "speedup_vs_float32": None,
+        "price_per_hour": None,
+        "price_entry": price["accelerator"] or price["source"],
+        "cost_per_million_batches": None,
+        "worker_seconds": result.get("worker_seconds"),
+        "log": result.get("log"),
+    }
+    ms = row["time_per_batch_ms"]
+    if row["status"] == "ok" and ms:
+        row["time_per_1000_samples_ms"] = ms * 1000.0 / batch
+        row["samples_per_second"] = batch / (ms / 1e3)
+        row["samples_per_second_per_replica"] = row["samples_per_second"] / row["replicas"]
+    if price["usd_per_hour"] is not None:
+        units, _ = prices.priced_units(price, row["replicas"])
+        row["price_per_hour"] = price["usd_per_hour"] * units
+        if row["samples_per_second"]:
+            row["cost_per_million_batches"] = timing.cost_per_million_batches(ms / 1e3, row["price_per_hour"])
+    return row
+
+
+
+def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_dir, echo=print):
+    """The full training loop (trainer.run, real input pipeline) against the bare step, one configuration."""
+    policy, batch = settings.policies[0], settings.overhead_batch
+    jit = True if True in settings.jits else settings.jits[0]
+    echo(f"trainer overhead: {policy}, batch {batch}, XLA {'on' if jit else 'off'}")
+    bare = next((r for r in rows if (r["policy"], r["batch"], r["jit"]) == (policy, batch, jit)), None)
+    if bare is None:
+        job = _job(settings, policy, batch, jit, inputs, num_classes)
+        bare = make_row(run, policy, batch, jit,
+                        run_worker(job, work_dir, output_dir / "logs" / f"overhead-bare-{_config_name(policy, batch, jit)}.log"))
+    job = _job(settings, policy, batch, jit, inputs, num_classes, mode="trainer")
+    job.update(
+        dataset=f"npz:{inputs}" if settings.synthetic else settings.dataset,
+        data_dir=settings.data_dir, max_per_class=settings.max_per_class,
+        output_dir=str(output_dir / OVERHEAD_DIR), price_per_hour=bare["price_per_hour"],
+        command=run["command"],
+    )
+    loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{_config_name(policy, batch, jit)}.log")
+    out = {
+        "policy": policy, "batch": batch, "jit": jit,
+        "status": "ok" if loop["status"] == "ok" and bare["status"] == "ok" else "failed",
+        "reason": None,
+        "trainer_time_per_batch_ms": loop.get("time_per_batch_ms"),
+        "trainer_time_per_batch_median_ms": loop.get("time_per_batch_median_ms"),
+        "trainer_measured_steps": loop.get("measured_steps"),
+        "trainer_loop_seconds": loop.get("loop_seconds"),
+        "trainer_steps": loop.get("steps"),
+        "trainer_run_dir": loop.get("run_dir"),
+        "bare_time_per_batch_ms": bare["time_per_batch_ms"],
+        "ratio": None,
+    }
+    if out["status"] == "ok":
+        out["ratio"] = out["trainer_time_per_batch_ms"] / out["bare_time_per_batch_ms"]
+    else:
+        out["reason"] = loop.get("reason") if loop["status"] != "ok" else f"bare step: {bare['reason']}"
+    return out
+
+

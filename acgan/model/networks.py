@@ -1,0 +1,93 @@
+"""The reference AC-GAN: generator G, discriminator trunk, adversarial head D and class head Q.
+
+Shapes: docs/reference-model.md; for 28x28 the generator starts from 7x7, for 32x32 from 8x8.
+Any square image whose side divides by 4 works (two stride-2 layers each way).
+"""
+from typing import NamedTuple
+
+import keras
+from keras import layers
+
+from acgan.errors import UserError
+from acgan.model import blocks
+
+NOISE_DIM = 62
+
+
+class ACGANModels(NamedTuple):
+    generator: keras.Model      # (z [B, noise], labels [B] int) -> images [B, H, W, C] float32 in [0, 1]
+    trunk: keras.Model          # images [B, H, W, C] in [0, 1] -> features [B, 1024*width]
+    d_head: keras.Model         # features -> real/fake logit [B, 1] float32
+    q_head: keras.Model         # features -> class logits [B, K] float32
+
+
+def check_image_shape(image_shape):
+    height, width, depth = image_shape
+    if height != width or height % 4 or height < 8 or depth not in (1, 3):
+        raise UserError(
+            f"image size {height}x{width}x{depth} is not supported: the models need square images "
+            "whose side divides by 4 (e.g. 28x28 or 32x32) with 1 or 3 channels"
+        )
+
+
+def build_generator(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
+    side, _, depth = image_shape
+    base = side // 4
+    c64, c128, c1024 = (blocks.channels(n, width) for n in (64, 128, 1024))
+    z = keras.Input((noise_dim,), name="z")
+    labels = keras.Input((), dtype="int32", name="labels")
+    x = layers.Concatenate(name="z_label")([z, keras.ops.one_hot(labels, num_classes)])
+    x = blocks.relu(blocks.batch_norm(blocks.dense(x, c1024, "g_fc1"), "g_bn1"), "g_relu1")
+    x = blocks.dense(x, base * base * c128, "g_fc2")
+    x = blocks.relu(blocks.batch_norm(x, "g_bn2"), "g_relu2")
+    x = layers.Reshape((base, base, c128), name="g_reshape")(x)
+    x = blocks.conv_transpose(x, c64, "g_deconv1")
+    x = blocks.relu(blocks.batch_norm(x, "g_bn3"), "g_relu3")
+    x = blocks.conv_transpose(x, depth, "g_deconv2")
+    images = blocks.float32_activation(x, "sigmoid", "g_image")
+    return keras.Model([z, labels], images, name="generator")
+
+
+def build_trunk(image_shape, width=1.0):
+    c64, c128, c1024 = (blocks.channels(n, width) for n in (64, 128, 1024))
+    images = keras.Input(image_shape, name="images")
+    x = blocks.leaky_relu(blocks.conv(images, c64, "d_conv1"), "d_lrelu1")
+    x = blocks.conv(x, c128, "d_conv2")
+    x = blocks.leaky_relu(blocks.batch_norm(x, "d_bn2"), "d_lrelu2")
+    x = layers.Flatten(name="d_flatten")(x)
+    x = blocks.dense(x, c1024, "d_fc3")
+    features = blocks.leaky_relu(blocks.batch_norm(x, "d_bn3"), "d_lrelu3")
+    return keras.Model(images, features, name="trunk")
+
+
+def build_d_head(feature_dim):
+    features = keras.Input((feature_dim,), name="features")
+    return keras.Model(features, blocks.float32_logits(features, 1, "d_logit"), name="d_head")
+
+
+def build_q_head(feature_dim, num_classes, width=1.0):
+    features = keras.Input((feature_dim,), name="features")
+    x = blocks.dense(features, blocks.channels(128, width), "q_fc1")
+    x = blocks.leaky_relu(blocks.batch_norm(x, "q_bn1"), "q_lrelu1")
+    return keras.Model(features, blocks.float32_logits(x, num_classes, "q_logits"), name="q_head")
+
+
+def build_models(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
+    """All four parts under the current global dtype policy."""
+    image_shape = tuple(image_shape)
+    check_image_shape(image_shape)
+    trunk = build_trunk(image_shape, width)
+    feature_dim = trunk.output.shape[-1]
+    return ACGANModels(
+        generator=build_generator(image_shape, num_classes, width, noise_dim),
+        trunk=trunk,
+        d_head=build_d_head(feature_dim),
+        q_head=build_q_head(feature_dim, num_classes, width),
+    )
+
+
+def build_classifier(models):
+    """Q as a classifier: images -> class probabilities, softmax as a float32 island."""
+    images = keras.Input(models.trunk.input.shape[1:], name="images")
+    logits = models.q_head(models.trunk(images))
+    return keras.Model(images, blocks.float32_activation(logits, "softmax", "q_probs"), name="q")

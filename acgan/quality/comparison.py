@@ -1,0 +1,349 @@
+"""The original experiment as one command: train each dtype policy on the same budget, judge each, compare.
+
+Each policy trains in its own `python -m acgan.train` process (the dtype policy is process-global, and a
+fresh process keeps one run's memory, threads and crashes out of the next one's timing). The runs go
+one after another, never side by side, so they do not share the machine while being timed. Then each
+run is evaluated in this process with one shared judge (acgan.quality.evaluation.evaluate_run), and the page
+compare.md, the figure compare.png and compare.json are written to the output folder.
+"""
+import dataclasses
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+from acgan.config import POLICIES, Config, validate_policy
+from acgan.errors import UserError
+from acgan.util.children import child_env, last_log_line
+from acgan.util.files import write_atomically, write_json
+
+QUALITY_TOLERANCE = 0.03  # conditional accuracy may trail the baseline by at most 3 points
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareSettings:
+    policies: tuple = ("float32", "mixed_float16")
+    steps: Optional[int] = None       # exactly one of steps / minutes
+    minutes: Optional[float] = None
+    batch: int = 64
+    dataset: str = "doodles"
+    classes: Optional[tuple] = None
+    max_per_class: Optional[int] = None
+    data_dir: str = "data"
+    width: float = 1.0
+    jit: bool = True
+    seed: int = 0
+    price_per_hour: Optional[float] = None
+    num_samples: int = 10_000         # generated samples judged per run (real test images: as many, or all)
+    output_dir: Optional[str] = None
+
+    def validate(self):
+        """UserError on the first bad setting; loads no data and starts nothing."""
+        if not self.policies:
+            raise UserError(f"--policies needs at least one of {', '.join(POLICIES)}")
+        for policy in self.policies:
+            validate_policy(policy)
+        if len(set(self.policies)) != len(self.policies):
+            raise UserError(f"--policies names a policy twice: {','.join(self.policies)}")
+        if (self.steps is None) == (self.minutes is None):
+            raise UserError("give exactly one of --steps (equal steps) or --minutes (equal time)")
+        if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples < 2:
+            raise UserError(f"--num_samples must be an integer of at least 2, got {self.num_samples!r}")
+        for policy in self.policies:
+            self.train_config(policy).validate()
+        from acgan import data
+
+        data.validate_dataset_name(self.dataset, classes=self.classes)
+        return self
+
+    def train_config(self, policy, output_dir=None):
+        return Config(dataset=self.dataset, classes=self.classes, data_dir=self.data_dir,
+                      max_per_class=self.max_per_class, policy=policy, batch=self.batch, width=self.width,
+                      steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed,
+                      price_per_hour=self.price_per_hour, output_dir=output_dir)
+
+    def budget(self):
+        return f"{self.steps:,} steps" if self.steps is not None else f"{self.minutes:g} minutes"
+
+
+def default_output_dir(settings, now=None):
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    dataset = re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.dataset.split(":")[-1].rstrip("/"))
+    return Path("outputs") / f"{stamp}-compare-{dataset}-b{settings.batch}"
+
+
+def prepare_output_dir(settings):
+    out = Path(settings.output_dir) if settings.output_dir else default_output_dir(settings)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output_dir {out} is a file, not a folder")
+    taken = [p for p in [out / "compare.md"] + [out / p / "config.json" for p in settings.policies] if p.exists()]
+    if taken:
+        raise UserError(f"{out} already holds a comparison ({taken[0]}); choose another --output_dir")
+    try:
+        for policy in settings.policies:
+            (out / policy).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"cannot write to output folder {out}: {e.strerror}") from None
+    return out
+
+
+def train_command(settings, policy, run_dir):
+    """The `python -m acgan.train` command line for one policy."""
+    s = settings
+    args = [sys.executable, "-m", "acgan.train", "--policy", policy, "--output_dir", str(run_dir),
+            "--dataset", s.dataset, "--data_dir", s.data_dir, "--batch", str(s.batch), "--width", repr(s.width),
+            "--seed", str(s.seed), "--jit" if s.jit else "--nojit"]
+    args += ["--steps", str(s.steps)] if s.steps is not None else ["--minutes", repr(s.minutes)]
+    if s.classes:
+        args += ["--classes", ",".join(s.classes)]
+    if s.max_per_class is not None:
+        args += ["--max_per_class", str(s.max_per_class)]
+    if s.price_per_hour is not None:
+        args += ["--price_per_hour", repr(s.price_per_hour)]
+    return args
+
+
+def train_policy(settings, policy, run_dir, echo=print):
+    """Trains one policy in a fresh process, its output in run_dir/train.log; UserError if it fails."""
+    log_path = run_dir / "train.log"
+    env = child_env()
+    command = train_command(settings, policy, run_dir)
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        log.write(" ".join(command) + "\n")
+        log.flush()
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            returncode = proc.wait()
+        except KeyboardInterrupt:  # the child got the SIGINT too: it saves a checkpoint and its report
+            proc.wait()
+            raise UserError(f"interrupted while training {policy}; its checkpoint, report and log are in "
+                            f"{run_dir} (python -m acgan.train --output_dir {run_dir} --resume goes on)") from None
+    if returncode == DIVERGED_STATUS and _report_status(run_dir) == "diverged":
+        # A finding, not a failure: the page shows it, judged at the last good checkpoint.
+        echo(f"{policy}: diverged ({last_log_line(log_path)}); judging its last good checkpoint")
+        return run_dir
+    if returncode != 0 or not (run_dir / "report.json").exists():
+        how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+        last = last_log_line(log_path)
+        raise UserError(f"training under {policy} failed ({how}{': ' + last if last else ''}); "
+                        f"see {log_path}")
+    echo(f"{policy}: trained in {time.perf_counter() - started:.0f} s")
+    return run_dir
+
+
+DIVERGED_STATUS = 3  # acgan.train's exit status when a run diverged
+
+
+def _report_status(run_dir):
+    try:
+        return json.loads((run_dir / "report.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+
+
+def run_compare(settings, command=None, echo=print):
+    """Trains, evaluates and compares every policy; returns the output folder."""
+    settings.validate()
+    out = prepare_output_dir(settings)
+    n = len(settings.policies)
+    for i, policy in enumerate(settings.policies, 1):
+        echo(f"[{i}/{n}] training {policy} for {settings.budget()} (log: {out / policy / 'train.log'})")
+        train_policy(settings, policy, out / policy, echo)
+
+    from acgan.quality import evaluation
+    from acgan.quality import judge as judge_lib  # TensorFlow loads here, after every timed run has finished.
+
+    judge = judge_lib.load_or_train(settings.dataset, data_dir=settings.data_dir, classes=settings.classes,
+                                    max_per_class=settings.max_per_class, echo=echo)
+    rows = []
+    for i, policy in enumerate(settings.policies, 1):
+        echo(f"[{i}/{n}] judging {policy}")
+        run_dir = out / policy
+        result = evaluation.evaluate_run(run_dir, settings.num_samples, settings.seed, data_dir=settings.data_dir,
+                                      judge=judge, command=command, echo=echo)
+        report = json.loads((run_dir / "report.json").read_text())
+        rows.append(make_row(policy, run_dir, report, result, out))
+    add_baseline(rows)
+    doc = {
+        "format": "acgan-compare/1",
+        "command": command or "acgan.quality.comparison.run_compare",
+        "settings": dataclasses.asdict(settings),
+        "device": rows[0]["device"],
+        "judge": rows[0]["judge"],
+        "rows": rows,
+    }
+    write_json(out / "compare.json", doc)
+    write_figure(rows, out / "compare.png", title=f"{settings.dataset}, batch {settings.batch}, "
+                                                  f"width {settings.width:g}, {settings.budget()} each")
+    write_atomically(out / "compare.md", render_markdown(doc))
+    return out
+
+
+def make_row(policy, run_dir, report, result, out):
+    timing, cost = report.get("timing") or {}, report.get("cost") or {}
+    metrics = report.get("final_metrics") or {}
+    return {
+        "policy": policy,
+        "status": report.get("status", "completed"),
+        "run_dir": str(run_dir),
+        "report_md": os.path.relpath(run_dir / "report.md", out),
+        "grid": str(run_dir / "samples" / "final.png"),
+        "device": report.get("device"),
+        "jit": report.get("jit"),
+        "steps": report.get("steps"),
+        "loop_seconds": report.get("loop_seconds"),
+        "compile_seconds": report.get("compile_seconds"),
+        "time_per_batch_ms": timing.get("time_per_batch_ms"),
+        "time_per_batch_median_ms": timing.get("time_per_batch_median_ms"),
+        "time_per_1000_samples_ms": timing.get("time_per_1000_samples_ms"),
+        "cost_per_million_batches": cost.get("cost_per_million_batches"),
+        "price_per_hour": cost.get("price_per_hour"),
+        "peak_memory_bytes": report.get("peak_memory_bytes"),
+        "skipped_steps": sum(metrics.get(f"{n}_skipped", 0) for n in ("d", "g", "q")),
+        "conditional_accuracy": result["conditional_accuracy"],
+        "frechet_distance": result["frechet_distance"],
+        "classifier_score": result["classifier_score"],
+        "q_accuracy_real": result.get("q_accuracy_real"),
+        "inception_fid": result["inception"].get("fid"),
+        "inception_note": result["inception"].get("note"),
+        "num_real": result["num_real"],
+        "num_generated": result["num_generated"],
+        "judge": result["judge"],
+    }
+
+
+def add_baseline(rows):
+    """Speed-up and conditional-accuracy change against float32 (or the first policy without it)."""
+    base = next((r for r in rows if r["policy"] == "float32"), rows[0])
+    for r in rows:
+        r["baseline"] = base["policy"]
+        t, bt = r["time_per_batch_median_ms"], base["time_per_batch_median_ms"]
+        r["speedup"] = bt / t if t and bt else None
+        r["accuracy_change"] = r["conditional_accuracy"] - base["conditional_accuracy"]
+        r["quality_held"] = r["accuracy_change"] >= -QUALITY_TOLERANCE
+
+
+def _f(value, fmt, suffix=""):
+    return "n/a" if value is None else f"{value:{fmt}}{suffix}"
+
+
+def caption(row):
+    ms = row["time_per_batch_median_ms"]
+    speed = f"{ms:,.1f} ms/batch" if ms is not None else "too few steps to time"
+    if row["cost_per_million_batches"] is not None:
+        cost = f"${row['cost_per_million_batches']:,.2f} per 10^6 batches"
+    elif row["price_per_hour"] is None:
+        cost = "cost: n/a (no --price_per_hour)"
+    else:
+        cost = "cost: n/a (too few steps to time)"
+    status = "DIVERGED at " if row.get("status") == "diverged" else ""
+    lines = [f"{status}{row['steps']:,} steps, {speed}", cost,
+             f"cond. acc. {row['conditional_accuracy']:.1%}, FD {row['frechet_distance']:.1f}"]
+    if row["inception_fid"] is not None:
+        lines.append(f"Inception FID {row['inception_fid']:.1f}")
+    return "\n".join(lines)
+
+
+def write_figure(rows, path, title=""):
+    """Each policy's final sample grid side by side, captioned with its speed, cost and quality."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from PIL import Image
+
+    fig, axes = plt.subplots(1, len(rows), figsize=(4.2 * len(rows), 5.4), squeeze=False)
+    for ax, row in zip(axes[0], rows):
+        try:
+            grid = np.asarray(Image.open(row["grid"]))
+            ax.imshow(grid, cmap="gray" if grid.ndim == 2 else None, vmin=0, vmax=255, interpolation="nearest")
+        except OSError:
+            ax.text(0.5, 0.5, "no sample grid", ha="center", va="center")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(row["policy"], fontsize=12)
+        ax.set_xlabel(caption(row), fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    write_atomically(path, buffer.getvalue())
+
+
+def render_markdown(doc):
+    rows, s = doc["rows"], doc["settings"]
+    base = rows[0]["baseline"]
+    device = doc["device"] or {}
+    budget = f"{s['steps']:,} steps" if s["steps"] is not None else f"{s['minutes']:g} minutes"
+    sizes = f"{rows[0]['num_real']:,} real test images vs {rows[0]['num_generated']:,} generated"
+
+    def line(name, fn):
+        return f"| {name} | " + " | ".join(fn(r) for r in rows) + " |"
+
+    table = [
+        "| | " + " | ".join(r["policy"] for r in rows) + " |",
+        "|---|" + "---|" * len(rows),
+        line("status", lambda r: r.get("status", "completed")),
+        line("steps reached", lambda r: f"{r['steps']:,}"),
+        line("time per batch (median)", lambda r: _f(r["time_per_batch_median_ms"], ",.1f", " ms")),
+        line("time per batch (mean)", lambda r: _f(r["time_per_batch_ms"], ",.1f", " ms")),
+        line(f"speed-up vs {base}", lambda r: _f(r["speedup"], ".2f", "x")),
+        line("time per 1000 samples", lambda r: _f(r["time_per_1000_samples_ms"], ",.0f", " ms")),
+        line("cost of 10^6 batches", lambda r: "n/a" if r["cost_per_million_batches"] is None
+             else f"${r['cost_per_million_batches']:,.2f}"),
+        line("compile time", lambda r: _f(r["compile_seconds"], ".1f", " s")),
+        line("peak memory", lambda r: _f(r["peak_memory_bytes"] and r["peak_memory_bytes"] / 2**20, ",.0f", " MiB")),
+        line("skipped (non-finite) updates", lambda r: f"{r['skipped_steps']:g}"),
+        line("**conditional accuracy (judge)**", lambda r: f"**{r['conditional_accuracy']:.1%}**"),
+        line(f"change vs {base}", lambda r: f"{100 * r['accuracy_change']:+.1f} points"),
+        line("Fréchet distance, judge features", lambda r: f"{r['frechet_distance']:.2f}"),
+        line("classifier score", lambda r: f"{r['classifier_score']:.2f}"),
+        line("Q's accuracy on real test images", lambda r: _f(r["q_accuracy_real"], ".1%")),
+        line("Inception FID", lambda r: _f(r["inception_fid"], ".2f")),
+        line("run", lambda r: f"[report]({r['report_md']})"),
+    ]
+    missed = [r for r in rows if not r["quality_held"]]
+    if missed:
+        verdict = ("Quality did not hold for " + ", ".join(
+            f"{r['policy']} ({100 * r['accuracy_change']:+.1f} points)" for r in missed)
+            + f": conditional accuracy fell more than {QUALITY_TOLERANCE:.0%} points below {base}.")
+    else:
+        verdict = (f"Quality held: every policy's conditional accuracy is within {100 * QUALITY_TOLERANCE:.0f} "
+                   f"points of {base} (or above it).")
+    judge = doc["judge"] or {}
+    price = f"${s['price_per_hour']}/h" if s["price_per_hour"] else "no --price_per_hour given"
+    lines = [
+        f"# Mixed precision compared: {s['dataset']}, batch {s['batch']}, width {s['width']:g}, {budget} each",
+        "",
+        f"`{doc['command']}`",
+        "",
+        f"Device: {device.get('kind', '?')}: {device.get('name', '?')}. XLA {'on' if s['jit'] else 'off'}; "
+        f"seed {s['seed']}; {price}. Each policy trained alone, in its own process, on the same data "
+        "and seed; times exclude compilation and warm-up.",
+        "",
+        *table,
+        "",
+        verdict,
+        "",
+        f"Quality is judged by a float32 reference CNN trained on the real train split "
+        f"({_f(judge.get('test_accuracy'), '.2%')} on {judge.get('num_test') or 0:,} held-out test images; "
+        f"never the GAN's own Q). Fréchet distance: {sizes} in the judge's 128-d penultimate features; "
+        "compare it only between runs judged at the same sample sizes.",
+    ]
+    notes = {r["inception_note"] for r in rows if r["inception_fid"] is None and r["inception_note"]}
+    if notes:
+        lines += ["", "Inception FID: " + "; ".join(sorted(notes)) + "."]
+    lines += ["", "![final sample grids](compare.png)", ""]
+    return "\n".join(lines)

@@ -1,0 +1,272 @@
+"""Judging a GAN's samples: `evaluate_gan` scores a generator against real held-out images with the
+judge (no file I/O, cheap enough for --eval_every); `evaluate_run` scores a run folder's latest
+checkpoint and records the result in the run (quality.json, report.json, report.md, TensorBoard).
+"""
+import numpy as np
+
+from acgan.quality.metrics import classifier_score, conditional_accuracy, frechet_distance_of, real_subset
+
+
+def sample_inputs(num_classes, noise_dim, num_samples, seed=0):
+    """Noise uniform in [-1, 1] and labels cycling through the classes (balanced to within one)."""
+    rng = np.random.default_rng([seed, 2])
+    labels = (np.arange(num_samples) % num_classes).astype(np.int32)
+    z = rng.uniform(-1.0, 1.0, (num_samples, noise_dim)).astype(np.float32)
+    return z, labels
+
+
+def q_accuracy(gan, images, labels, batch=500):
+    """The GAN's own Q (trunk + Q head) as a classifier: accuracy on real images (uint8 [N, H, W, C])."""
+    from acgan.model.networks import build_classifier
+
+    classifier = build_classifier(gan.models)
+    hits = 0
+    for i in range(0, len(images), batch):
+        probs = np.asarray(classifier(images[i : i + batch].astype(np.float32) / 255.0, training=False))
+        hits += int(np.sum(np.argmax(probs, axis=-1) == labels[i : i + batch]))
+    return hits / len(images) if len(images) else float("nan")
+
+
+def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True):
+    """Scores `gan` against real held-out images; pure of file I/O, cheap enough to call during training.
+
+    gan: an acgan.step.tf_step.ACGAN; test_set: the real TEST ImageSet; judge: an acgan.quality.judge.Judge for the same
+    dataset. Generates num_samples class-balanced samples from noise fixed by `seed`, and compares them
+    with min(num_samples, len(test_set)) real test images (a fixed subset; the judge memoises their
+    features, so repeated calls only pay for the generated side). Returns a JSON-ready dict.
+    """
+    from acgan.training.sampling import generate_images
+
+    num_classes = test_set.num_classes
+    z, labels = sample_inputs(num_classes, gan.noise_dim, num_samples, seed)
+    fake = generate_images(gan, z, labels)
+    fake_features, fake_probs = judge.predict(fake)
+    real_features, real_probs, real_labels = judge.real_reference(test_set, num_samples, seed)
+    overall, per_class = conditional_accuracy(fake_probs, labels, num_classes)
+    result = {
+        "num_generated": int(num_samples),
+        "num_real": int(len(real_labels)),
+        "seed": int(seed),
+        "num_classes": int(num_classes),
+        "chance": 1.0 / num_classes,
+        "conditional_accuracy": overall,
+        "conditional_accuracy_per_class": dict(zip(test_set.class_names, per_class)),
+        "frechet_distance": frechet_distance_of(real_features, fake_features),
+        "classifier_score": classifier_score(fake_probs),
+        # The same metrics on the real held-out images: the ceiling a perfect generator would reach.
+        "real_conditional_accuracy": conditional_accuracy(real_probs, real_labels, num_classes)[0],
+        "real_classifier_score": classifier_score(real_probs),
+        "judge_test_accuracy": judge.test_accuracy,
+    }
+    if with_q:
+        images, q_labels = real_subset(test_set, num_samples, seed)
+        result["q_accuracy_real"] = q_accuracy(gan, images, q_labels)
+    return result
+
+
+class TrainingEvaluator:
+    """Judges the generator every --eval_every steps of a training run against the real test split."""
+
+    def __init__(self, config):
+        from acgan import data as data_lib
+        from acgan.quality import judge
+
+        self.samples = config.eval_samples
+        self.test_set = data_lib.load_dataset(config.dataset, split="test", data_dir=config.data_dir,
+                                              classes=config.classes, max_per_class=config.max_per_class)
+        self.judge = judge.load_or_train(config.dataset, config.data_dir, config.classes,
+                                         config.max_per_class, test_set=self.test_set)
+        self.last = None
+
+    def evaluate(self, gan, step):
+        """Scores `gan`, logs the scalars to the default TensorBoard writer; the result is kept in `last`."""
+        import tensorflow as tf
+
+        self.last = dict(evaluate_gan(gan, self.test_set, self.judge, self.samples), step=step)
+        for name, value in scalars(self.last).items():
+            tf.summary.scalar(name, value, step=step)
+
+
+# ---- Inception FID (only where the Keras InceptionV3 ImageNet weights already sit on the machine) ----
+
+INCEPTION_WEIGHTS = "inception_v3_weights_tf_dim_ordering_tf_kernels_notop.h5"
+INCEPTION_DATASETS = ("cifar10",)
+
+
+def inception_weights_path():
+    """The InceptionV3 (no top) weights file in the Keras cache, or None; never downloads."""
+    import os
+    from pathlib import Path
+
+    homes = [os.environ.get("KERAS_HOME"), os.path.join(os.path.expanduser("~"), ".keras"), "/tmp/.keras"]
+    for home in filter(None, homes):
+        path = Path(home) / "models" / INCEPTION_WEIGHTS
+        if path.is_file():
+            return path
+    return None
+
+
+def inception_features(images, weights_path, batch=100):
+    """uint8 RGB images [N, H, W, 3] -> 2048-d pool features of Keras' ImageNet InceptionV3 at 299x299."""
+    import keras
+    import tensorflow as tf
+
+    from acgan.model.precision import float32_policy
+
+    with float32_policy():
+        model = keras.applications.InceptionV3(include_top=False, weights=str(weights_path), pooling="avg",
+                                               input_shape=(299, 299, 3))
+    out = []
+    for i in range(0, len(images), batch):
+        x = tf.image.resize(tf.cast(images[i : i + batch], tf.float32), (299, 299), method="bilinear")
+        out.append(np.asarray(model(x / 127.5 - 1.0, training=False), np.float64))
+    return np.concatenate(out)
+
+
+def inception_unavailable(dataset):
+    """Why the Inception FID cannot be computed for `dataset` here (a line for the report), or None."""
+    if dataset not in INCEPTION_DATASETS:
+        return (f"not applicable: the standard Inception FID is defined for natural RGB images (CIFAR-10), "
+                f"not {dataset}")
+    if inception_weights_path() is None:
+        return (f"not computed: the InceptionV3 weights ({INCEPTION_WEIGHTS}) are not in the Keras cache "
+                "(~/.keras/models) on this machine, and this tool never downloads them")
+    return None
+
+
+def inception_fid(real_images, fake_images):
+    """The Fréchet distance in InceptionV3 pool features; call only when inception_unavailable() is None."""
+    path = inception_weights_path()
+    real, fake = inception_features(real_images, path), inception_features(fake_images, path)
+    return {"fid": frechet_distance_of(real, fake), "weights": str(path), "num_real": len(real_images),
+            "num_generated": len(fake_images),
+            "note": "Keras InceptionV3 ImageNet weights, 2048-d pool features at 299x299 (bilinear); close "
+                    "to, but not bit-identical with, the TTUR/pytorch-fid reference network"}
+
+
+# ---- A run folder: evaluate, then record in quality.json, report.json, report.md and TensorBoard ----
+
+SECTION_TITLE = "## Sample quality"
+
+
+def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None, command=None, echo=print):
+    """Evaluates a run folder's latest checkpoint and records the result in the run; returns the dict.
+
+    Sets the global dtype policy to the run's (acgan.training.sampling.load_run). `judge` may be passed in to share
+    one judge among runs on the same dataset; otherwise the cached one is loaded (or trained).
+    """
+    import time
+    from pathlib import Path
+
+    from acgan import data as data_lib
+    from acgan.errors import UserError
+    from acgan.quality import judge as judge_lib
+    from acgan.training import sampling
+
+    started = time.perf_counter()
+    run_dir = Path(run_dir)
+    config, info, gan = sampling.load_run(run_dir)
+    data_dir = data_dir or config.data_dir
+    test_set = data_lib.load_dataset(config.dataset, split="test", data_dir=data_dir, classes=config.classes,
+                                     max_per_class=config.max_per_class)
+    if list(test_set.class_names) != list(info["class_names"]):
+        raise UserError(f"the test split of {config.dataset} has other classes than {run_dir} was trained on")
+    if judge is None:
+        judge = judge_lib.load_or_train(config.dataset, data_dir=data_dir, classes=config.classes,
+                                        max_per_class=config.max_per_class, test_set=test_set, echo=echo)
+    elif judge.info.get("class_names") != list(test_set.class_names):
+        raise ValueError("the judge passed in was trained on other classes than this run's")
+    result = evaluate_gan(gan, test_set, judge, num_samples, seed)
+    step = int(gan.step.numpy())
+    why_not = inception_unavailable(config.dataset)
+    if why_not is None:
+        z, labels = sample_inputs(test_set.num_classes, gan.noise_dim, num_samples, seed)
+        real_images, _ = real_subset(test_set, num_samples, seed)
+        result["inception"] = inception_fid(real_images, sampling.generate_images(gan, z, labels))
+    else:
+        result["inception"] = {"fid": None, "note": why_not}
+    result.update({
+        "format": "acgan-quality/1",
+        "run_dir": str(run_dir),
+        "command": command or "acgan.quality.evaluation.evaluate_run",
+        "dataset": config.dataset,
+        "policy": config.policy,
+        "step": step,
+        "judge": {k: judge.info.get(k) for k in ("path", "test_accuracy", "num_test", "num_train", "epochs",
+                                                 "train_seconds", "feature_dim")},
+        "seconds": time.perf_counter() - started,
+    })
+    record(run_dir, result)
+    return result
+
+
+def record(run_dir, result):
+    """Writes quality.json, merges "quality" into report.json and a section into report.md, logs scalars."""
+    import json
+
+    import tensorflow as tf
+
+    from acgan.training import report as run_report
+    from acgan.util.files import write_atomically, write_json
+
+    write_json(run_dir / "quality.json", result)
+    report_path = run_dir / "report.json"
+    if report_path.exists():
+        report = json.loads(report_path.read_text())
+        report["quality"] = result
+        write_json(report_path, report)
+        markdown = run_report.render_markdown(report)
+        if SECTION_TITLE not in markdown:  # unless the report renderer already shows it
+            markdown = markdown.rstrip("\n") + "\n\n" + render_markdown(result)
+        write_atomically(run_dir / "report.md", markdown)
+    writer = tf.summary.create_file_writer(str(run_dir / "tensorboard"))
+    with writer.as_default():
+        for name, value in scalars(result).items():
+            tf.summary.scalar(name, value, step=result["step"])
+    writer.flush()
+    writer.close()
+
+
+def scalars(result):
+    """The TensorBoard scalars of an evaluation (also what the trainer logs every --eval_every steps)."""
+    out = {f"quality/{k}": result[k] for k in ("conditional_accuracy", "frechet_distance", "classifier_score",
+                                                "q_accuracy_real") if result.get(k) is not None}
+    if (result.get("inception") or {}).get("fid") is not None:
+        out["quality/inception_fid"] = result["inception"]["fid"]
+    return out
+
+
+def _pct(value):
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def render_markdown(result):
+    """The report.md section for one evaluation."""
+    judge = result.get("judge") or {}
+    judge_line = (f"Judged by a float32 reference CNN trained on the real train split "
+                  f"({_pct(judge.get('test_accuracy'))} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
+                  f"checkpoint at step {result['step']:,}, {result['num_generated']:,} generated samples "
+                  f"(classes balanced, seed {result['seed']}).")
+    inception = result.get("inception") or {}
+    fid = f"{inception['fid']:.2f}" if inception.get("fid") is not None else inception.get("note", "n/a")
+    sizes = f"{result['num_real']:,} real test images vs {result['num_generated']:,} generated"
+    if result["num_real"] < result["num_generated"]:
+        sizes += " (the test split holds fewer than asked; compare only at equal sizes)"
+    rows = [
+        ("conditional accuracy (judge)",
+         f"{_pct(result['conditional_accuracy'])} (chance {_pct(result['chance'])}; "
+         f"real test images: {_pct(result.get('real_conditional_accuracy'))})"),
+        ("Fréchet distance, judge features", f"{result['frechet_distance']:.2f} ({sizes})"),
+        ("classifier score", f"{result['classifier_score']:.2f} (1 to {result['num_classes']}; real test "
+                             f"images: {result.get('real_classifier_score', float('nan')):.2f})"),
+        ("Q's accuracy on real test images", _pct(result.get("q_accuracy_real"))),
+        ("Inception FID", fid),
+    ]
+    lines = [SECTION_TITLE, "", judge_line, "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    per_class = result.get("conditional_accuracy_per_class") or {}
+    if per_class:
+        lines += ["", "| class | conditional accuracy |", "|---|---|"]
+        lines += [f"| {name} | {_pct(acc)} |" for name, acc in per_class.items()]
+    lines += ["", f"`{result.get('command', '')}`"]
+    return "\n".join(lines) + "\n"

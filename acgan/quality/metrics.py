@@ -1,0 +1,69 @@
+"""Sample-quality metrics in pure numpy (no TensorFlow, no Keras): conditional accuracy, classifier
+score, the Fréchet distance between two feature sets, and the fixed subset of real images they are
+measured against."""
+import numpy as np
+
+
+def conditional_accuracy(probs, labels, num_classes=None):
+    """(overall, per-class list) fraction of samples whose argmax class is the class they were made for.
+
+    probs [N, K], labels int [N]. A class with no samples gets None.
+    """
+    probs, labels = np.asarray(probs), np.asarray(labels)
+    num_classes = num_classes or probs.shape[-1]
+    hits = np.argmax(probs, axis=-1) == labels
+    per_class = [float(np.mean(hits[labels == c])) if np.any(labels == c) else None for c in range(num_classes)]
+    return float(np.mean(hits)), per_class
+
+
+def classifier_score(probs, eps=1e-12):
+    """exp(mean_x KL(p(y|x) || p(y))), p(y) the mean prediction: 1 (uninformative) to K (confident, balanced).
+
+    The "Inception score" formula, computed with the judge instead of Inception-v3.
+    """
+    p = np.asarray(probs, np.float64)
+    marginal = p.mean(axis=0, keepdims=True)
+    kl = np.sum(p * (np.log(p + eps) - np.log(marginal + eps)), axis=-1)
+    return float(np.exp(np.mean(kl)))
+
+
+def statistics(features):
+    """(mean [F], covariance [F, F]) of features [N, F], in float64."""
+    x = np.asarray(features, np.float64)
+    return x.mean(axis=0), np.cov(x, rowvar=False)
+
+
+def _sqrt_psd(matrix):
+    """Square root of a symmetric positive semi-definite matrix; tiny negative eigenvalues become 0."""
+    values, vectors = np.linalg.eigh((matrix + matrix.T) / 2.0)
+    return (vectors * np.sqrt(np.clip(values, 0.0, None))) @ vectors.T
+
+
+def frechet_distance(mu1, sigma1, mu2, sigma2):
+    """Fréchet distance between N(mu1, sigma1) and N(mu2, sigma2).
+
+    |mu1 - mu2|^2 + tr(S1) + tr(S2) - 2 tr(sqrt(sqrt(S1) S2 sqrt(S1))); the symmetric form keeps the
+    inner matrix symmetric PSD, so eigh gives its root stably (no scipy, no complex parts).
+    """
+    mu1, mu2 = np.asarray(mu1, np.float64), np.asarray(mu2, np.float64)
+    s1, s2 = np.atleast_2d(np.asarray(sigma1, np.float64)), np.atleast_2d(np.asarray(sigma2, np.float64))
+    root1 = _sqrt_psd(s1)
+    inner = root1 @ s2 @ root1
+    values = np.linalg.eigvalsh((inner + inner.T) / 2.0)
+    trace_sqrt = np.sum(np.sqrt(np.clip(values, 0.0, None)))
+    distance = np.sum((mu1 - mu2) ** 2) + np.trace(s1) + np.trace(s2) - 2.0 * trace_sqrt
+    return float(max(distance, 0.0))  # rounding can leave a tiny negative for identical distributions
+
+
+def frechet_distance_of(features1, features2):
+    return frechet_distance(*statistics(features1), *statistics(features2))
+
+
+def real_subset(test_set, num_samples, seed=0):
+    """(uint8 images, labels): all of the held-out set when it has <= num_samples images, else a fixed
+    random subset of num_samples (same seed, same subset), so every comparison sees the same real images."""
+    n = len(test_set)
+    if n <= num_samples:
+        return test_set.images, test_set.labels
+    idx = np.sort(np.random.default_rng([seed, 1]).choice(n, num_samples, replace=False))
+    return test_set.images[idx], test_set.labels[idx]

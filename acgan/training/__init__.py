@@ -1,0 +1,1 @@
+"""Training runs: the loop, run folders, divergence checks, sample grids and the run report."""

@@ -1,0 +1,114 @@
+"""The run report: report.json (everything) and report.md (a readable table), with the pieces that
+describe the distribution and price the run."""
+from acgan.measure import prices, timing
+from acgan.step import distribute
+from acgan.util.files import write_atomically, write_json
+
+
+def distribution_summary(strategy, gan):
+    """What the report says about the replicas: the strategy, their count and devices, how XLA is used."""
+    return {
+        "strategy": distribute.strategy_name(strategy),
+        "replicas": strategy.num_replicas_in_sync,
+        "workers": distribute.worker_count(strategy),
+        "replica_devices": distribute.replica_devices(strategy),
+        "synchronized_batch_norm": gan.synchronized_batch_norm,
+        "xla": gan.compile_mode,
+        "xla_reason": gan.compile_reason,
+    }
+
+
+def run_cost(time_per_batch_ms, price_per_hour, machine, layout):
+    """Cost of a million global batches on everything the run used (prices.priced_units)."""
+    price = prices.choose_price(machine["name"], machine["kind"], price_per_hour)
+    units, unit = prices.priced_units(price, layout["replicas"], layout["workers"])
+    return timing.cost_summary(time_per_batch_ms, price["usd_per_hour"], units=units, unit=unit,
+                               basis=price["description"])
+
+
+def _fmt(value, unit="", digits=1):
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def _strategy(layout):
+    if not layout:
+        return "default (1 replica)"
+    text = f"{layout['strategy']}: {layout['replicas']} replica(s)"
+    if layout["workers"] > 1:
+        text += f" on {layout['workers']} workers"
+    text += f" ({', '.join(layout['replica_devices'])})"
+    if layout["synchronized_batch_norm"]:
+        text += ", batch norm synchronized"
+    return text
+
+
+def _xla(report):
+    layout = report.get("distribution")
+    if not layout:
+        return "on" if report["jit"] else "off"
+    mode = {"step": "on (whole step)", "forward_backward": "on (each replica's forward/backward pass)",
+            "tpu": "on (TPU)", "off": "off"}[layout["xla"]]
+    if layout["xla"] == "off" and report["jit"]:  # asked for, but the strategy ruled it out
+        mode += f": {layout['xla_reason']}"
+    return mode
+
+
+def render_markdown(report):
+    device = report["device"]
+    accelerator = device["name"]
+    if device.get("compute_capability"):
+        accelerator += f" (compute capability {device['compute_capability']})"
+    timing, cost = report["timing"], report["cost"]
+    if cost["price_per_hour"] is None:
+        cost_line = "n/a (no price known for this device; pass --price_per_hour)"
+    elif cost["cost_per_million_batches"] is None:
+        cost_line = "n/a (too few steps to time)"
+    else:
+        cost_line = f"${cost['cost_per_million_batches']:,.2f} at ${cost['price_per_hour']:g}/h"
+        units = cost.get("priced_units", 1)
+        if units > 1:
+            cost_line += f" ({units} {cost['priced_unit']}s at ${cost['price_per_hour_each']:g}/h each)"
+    status = report.get("status", "completed")
+    if report.get("message"):
+        status += f": {report['message']}"
+    resumed = report.get("resumed_from")
+    rows = [
+        ("status", status),
+        ("resumed from", f"step {resumed['step']}" if resumed else "no (a fresh run)"),
+        ("device", f"{device['kind']}: {accelerator}"),
+        ("policy", report["policy"]),
+        ("XLA", _xla(report)),
+        ("strategy", _strategy(report.get("distribution"))),
+        ("batch", report["batch"]),
+        ("steps", report["steps"]),
+        ("compile time", _fmt(report["compile_seconds"], " s", 2)),
+        ("time per batch (mean)", _fmt(timing.get("time_per_batch_ms"), " ms", 2)),
+        ("time per batch (median)", _fmt(timing.get("time_per_batch_median_ms"), " ms", 2)),
+        ("time per 1000 samples", _fmt(timing.get("time_per_1000_samples_ms"), " ms", 1)),
+        ("samples per second", _fmt(timing.get("samples_per_second"), "", 1)),
+        ("samples per second per replica", _fmt(timing.get("samples_per_second_per_replica"), "", 1)),
+        ("measured steps", f"{timing.get('measured_steps', 0)} (compile step and {report['warmup_steps']} warm-up steps excluded)"),
+        ("peak memory", _fmt(report["peak_memory_bytes"] / 2**20, " MiB", 1)),
+        ("cost of 10^6 batches", cost_line),
+        ("wall time", _fmt(report["wall_seconds"], " s", 1)),
+    ]
+    lines = [f"# Run report: {report['run_dir']}", "", f"`{report['command']}`", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    during = report.get("quality_during_training")
+    if during:
+        lines += ["", f"Sample quality at step {during['step']} ({during['num_generated']} samples; "
+                  "`python -m acgan.evaluate` for the full measurement): conditional accuracy "
+                  f"{during['conditional_accuracy']:.1%}, Fréchet distance {during['frechet_distance']:.1f}."]
+    if report.get("advice"):
+        lines += ["", "Hardware advice:", ""] + [f"- {line}" for line in report["advice"]]
+    if report.get("final_metrics"):
+        lines += ["", "Final metrics:", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {v:.4g} |" for k, v in report["final_metrics"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(run_dir, report):
+    write_json(run_dir / "report.json", report)
+    write_atomically(run_dir / "report.md", render_markdown(report))

@@ -1,0 +1,78 @@
+"""Samples from a generator: the grids saved during training (fixed noise, one row per class), and
+samples from a run folder's latest checkpoint (acgan.generate: a PNG grid or an npz)."""
+import io
+
+import numpy as np
+import tensorflow as tf
+
+from acgan.errors import UserError
+from acgan.model import precision
+from acgan.model.networks import build_models
+from acgan.step.tf_step import ACGAN
+from acgan.training import grids
+from acgan.training.run_dir import read_run
+from acgan.util.files import write_atomically
+
+
+def load_run(run_dir):
+    """(config, dataset info, ACGAN with the latest checkpoint restored) of a run folder."""
+    config, info = read_run(run_dir)
+    latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+    if latest is None:
+        raise UserError(f"{run_dir} has no checkpoint yet")
+    precision.set_policy(config.policy)
+    models = build_models(info["image_shape"], len(info["class_names"]), width=config.width)
+    gan = ACGAN(models, len(info["class_names"]), config.policy, jit=False)
+    tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()
+    return config, info, gan
+
+
+def generate(gan, num_classes, per_class, seed):
+    """uint8 images [num_classes * per_class, H, W, C], class-major, and their labels."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(num_classes, dtype=np.int32), per_class)
+    z = rng.uniform(-1.0, 1.0, (len(labels), gan.noise_dim)).astype(np.float32)
+    return generate_images(gan, z, labels), labels
+
+
+def generate_images(gan, z, labels, batch=500):
+    """uint8 images for noise z [N, noise_dim] and int labels [N], in inference mode."""
+    parts = [gan.generate(z[i : i + batch], labels[i : i + batch]).numpy() for i in range(0, len(z), batch)]
+    return grids.to_uint8(np.concatenate(parts))
+
+
+def generate_to_file(run_dir, per_class, out, seed=0):
+    _, info, gan = load_run(run_dir)
+    samples, labels = generate(gan, len(info["class_names"]), per_class, seed)
+    if out.suffix.lower() == ".png":
+        grids.save_grid(samples, len(info["class_names"]), out)
+    else:
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, images=samples, labels=labels, class_names=np.array(info["class_names"]))
+        write_atomically(out, buffer.getvalue())
+    return out
+
+
+GRID_COLUMNS = 10
+
+
+def grid_inputs(num_classes, noise_dim, seed):
+    """Fixed grid noise: row r is class r, column c uses noise vector c in every row."""
+    rng = np.random.default_rng(seed + 1)
+    z = rng.uniform(-1.0, 1.0, (GRID_COLUMNS, noise_dim)).astype(np.float32)
+    z = np.tile(z, (num_classes, 1))
+    labels = np.repeat(np.arange(num_classes, dtype=np.int32), GRID_COLUMNS)
+    return z, labels
+
+
+class TrainingGrids:
+    """Saves grids at fixed noise to samples/ and to the default TensorBoard writer."""
+
+    def __init__(self, gan, run_dir, num_classes, seed):
+        self.gan, self.dir, self.rows = gan, run_dir / "samples", num_classes
+        self.z, self.labels = grid_inputs(num_classes, gan.noise_dim, seed)
+
+    def save(self, step, name=None):
+        samples = generate_images(self.gan, self.z, self.labels)
+        grid = grids.save_grid(samples, self.rows, self.dir / f"{name or f'step_{step:07d}'}.png")
+        tf.summary.image("samples", grid[None], step=step)

@@ -1,0 +1,1 @@
+"""Small helpers with no acgan dependencies: atomic file writes, child processes."""

@@ -1,0 +1,304 @@
+"""The benchmark sweep, its files and figures, merging, failures, bad flags and the hardware advice.
+
+The CLIs run as subprocesses: each sweep configuration runs in a worker process anyway, and this
+keeps TensorFlow's device setup and the dtype policy of this test process untouched.
+"""
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acgan.measure import advice, plots, sweep, tables, worker
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--width", "0.125", "--steps", "2", "--warmup", "1", "--repeats", "2", "--jit", "off"]
+FIGURES = ("time_per_batch.png", "time_per_1000_samples.png", "cost_per_million_batches.png")
+
+
+def run_cli(module, *args, env=None, cwd=None):
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), environment.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          env=environment, cwd=cwd or ROOT, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    """2 policies x 2 batches on 20 doodles, plus the trainer-overhead run at batch 8."""
+    tmp = tmp_path_factory.mktemp("bench")
+    out = tmp / "out"
+    proc = run_cli("acgan.benchmark", "--policies", "float32,mixed_bfloat16", "--batches", "8,16", *TINY,
+                   "--dataset", "doodles", "--max_per_class", "2", "--data_dir", str(tmp / "data"),
+                   "--overhead_batch", "8", "--output_dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, json.loads((out / "benchmark.json").read_text()), proc
+
+
+def test_sweep_writes_every_file(bench):
+    out, doc, proc = bench
+    for name in ("benchmark.json", "benchmark.csv", "benchmark.md") + FIGURES:
+        assert (out / name).stat().st_size > 0, name
+    for name in FIGURES:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "benchmark folder" in proc.stdout
+
+
+def test_results_record_machine_command_and_measurements(bench):
+    _, doc, _ = bench
+    (run,) = doc["runs"]
+    assert run["command"].startswith("python -m acgan.benchmark --policies float32,mixed_bfloat16")
+    assert run["machine"]["cpu_cores"] >= 1 and run["device"] == run["machine"]["name"]
+    assert {"kind", "compute_capability", "tensorflow", "keras", "cpu_model", "cpu_flags"} <= set(run["machine"])
+    price = run["price"]
+    if price["usd_per_hour"] is None:   # e.g. any CPU
+        assert price["message"].startswith("no price known for") and price["message"].endswith("pass --price_per_hour")
+    assert set(run["advice"]) == {"float32", "mixed_bfloat16"} and run["advice"]["float32"] == []
+    assert {(r["policy"], r["batch"], r["jit"]) for r in doc["results"]} == {
+        (p, b, False) for p in ("float32", "mixed_bfloat16") for b in (8, 16)}
+    for r in doc["results"]:
+        assert r["status"] == "ok", r["reason"]
+        assert r["machine"] == run["machine"] and r["command"] == run["command"]
+        assert len(r["repeat_ms"]) == 2
+        assert r["time_per_batch_min_ms"] <= r["time_per_batch_ms"] <= r["time_per_batch_max_ms"]
+        assert r["time_per_1000_samples_ms"] == pytest.approx(r["time_per_batch_ms"] * 1000 / r["batch"])
+        assert r["samples_per_second"] == pytest.approx(r["batch"] / (r["time_per_batch_ms"] / 1000))
+        assert r["compile_seconds"] > 0 and r["peak_memory_bytes"] > 0
+        assert r["skipped_steps"] == {"d": 0, "g": 0, "q": 0}
+        assert r["steps_run"] == 1 + 1 + 2 * 2
+        assert (r["cost_per_million_batches"] is None) == (price["usd_per_hour"] is None)
+
+
+def test_speedup_is_float32_over_mixed(bench):
+    out, doc, _ = bench
+    md = (out / "benchmark.md").read_text()
+    for batch in (8, 16):
+        fp32, bf16 = (next(r for r in doc["results"] if r["policy"] == p and r["batch"] == batch)
+                      for p in ("float32", "mixed_bfloat16"))
+        speedup = fp32["time_per_batch_ms"] / bf16["time_per_batch_ms"]
+        assert bf16["speedup_vs_float32"] == pytest.approx(speedup)
+        assert fp32["speedup_vs_float32"] is None
+        assert f"| {batch} | {speedup:.2f}× |" in md
+    assert "## Speed-up over float32" in md
+    assert doc["runs"][0]["price"]["description"] in md
+
+
+def test_csv_equals_json(bench):
+    out, doc, _ = bench
+    with open(out / "benchmark.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(doc["results"])
+    for line, r in zip(table, doc["results"]):
+        assert (line["device"], line["policy"], int(line["batch"]), line["status"]) == (
+            r["device"], r["policy"], r["batch"], r["status"])
+        for field in ("time_per_batch_ms", "time_per_batch_min_ms", "time_per_batch_max_ms",
+                      "time_per_1000_samples_ms", "samples_per_second", "compile_seconds"):
+            assert float(line[field]) == r[field], field
+        assert int(line["peak_memory_bytes"]) == r["peak_memory_bytes"]
+        assert line["cpu_flags"].split() == r["machine"]["cpu_flags"]
+        assert line["command"] == r["command"]
+
+
+def test_trainer_overhead_is_reported(bench):
+    out, doc, _ = bench
+    overhead = doc["runs"][0]["overhead"]
+    assert overhead["status"] == "ok", overhead["reason"]
+    assert (overhead["policy"], overhead["batch"], overhead["jit"]) == ("float32", 8, False)
+    bare = next(r for r in doc["results"] if (r["policy"], r["batch"]) == ("float32", 8))
+    assert overhead["bare_time_per_batch_ms"] == bare["time_per_batch_ms"]
+    assert overhead["ratio"] == pytest.approx(overhead["trainer_time_per_batch_ms"] / bare["time_per_batch_ms"])
+    assert overhead["trainer_measured_steps"] == 2
+    assert (out / sweep.OVERHEAD_DIR / "report.json").exists()
+    assert "## Trainer overhead" in (out / "benchmark.md").read_text()
+
+
+def test_report_merges_devices(bench, tmp_path):
+    out, doc, _ = bench
+    here = doc["runs"][0]["device"]
+    other = json.loads(json.dumps(doc))
+    for item in other["runs"] + other["results"]:
+        item["device"] = "Tesla T4"
+    (tmp_path / "t4.json").write_text(json.dumps(other))
+    merged_dir = tmp_path / "merged"
+    proc = run_cli("acgan.benchmark_merge", str(out / "benchmark.json"), str(tmp_path / "t4.json"),
+                   "--output_dir", str(merged_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    merged = json.loads((merged_dir / "benchmark.json").read_text())
+    assert [run["device"] for run in merged["runs"]] == [here, "Tesla T4"]
+    assert set(plots.series(merged["results"])) == {
+        (d, p, False) for d in (here, "Tesla T4") for p in ("float32", "mixed_bfloat16")}
+    for name in ("benchmark.csv", "benchmark.md") + FIGURES:
+        assert (merged_dir / name).exists(), name
+    md = (merged_dir / "benchmark.md").read_text()
+    assert f"### {here}, XLA off" in md and "### Tesla T4, XLA off" in md
+    with open(merged_dir / "benchmark.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == 8
+
+
+def test_merging_one_device_twice_keeps_them_apart(bench):
+    _, doc, _ = bench
+    merged = tables.merge([doc, doc], sources=["a.json", "b.json"])
+    here = doc["runs"][0]["device"]
+    assert [run["device"] for run in merged["runs"]] == [here, f"{here} (2)"]
+    assert len(plots.series(merged["results"])) == 4
+
+
+def test_figures_draw_one_series_per_device_and_policy(bench, tmp_path):
+    _, doc, _ = bench
+    other = json.loads(json.dumps(doc))
+    for item in other["runs"] + other["results"]:
+        item["device"] = "Tesla T4"
+    other["runs"][0]["price"] = {"usd_per_hour": 0.54, "accelerator": "T4", "provider": "gcp", "kind": "vm",
+                                 "source": "gcp-vm-sum", "message": None}
+    for r in other["results"]:
+        r["cost_per_million_batches"] = r["time_per_batch_ms"] / 1e3 * 1e6 / 3600 * 0.54
+    doc = json.loads(json.dumps(doc))
+    for item in doc["runs"] + doc["results"]:
+        item["device"] = "here"
+    doc["runs"][0]["price"] = {"usd_per_hour": None, "message": "no price known for CPU 'here'; pass --price_per_hour"}
+    for r in doc["results"]:
+        r["cost_per_million_batches"] = None
+    merged = tables.merge([doc, other])
+    labels = plots.plot_lines(merged, tmp_path / "t.png", "time_per_batch_ms", "ms", "Time per batch")
+    assert sorted(labels) == sorted(f"{d}, {p}" for d in ("here", "Tesla T4") for p in ("float32", "mixed_bfloat16"))
+    # Only the priced device has cost bars.
+    assert sorted(plots.plot_cost(merged, tmp_path / "c.png")) == ["Tesla T4, float32", "Tesla T4, mixed_bfloat16"]
+
+
+def test_failing_configurations_are_recorded_and_the_sweep_goes_on(tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("acgan.benchmark", "--synthetic", "--policies", "float32", "--batches", "4,8,12", *TINY,
+                   "--steps", "1", "--repeats", "1", "--warmup", "0", "--no-overhead",
+                   "--output_dir", str(out), env={worker.INJECT_VARIABLE: "oom:8,kill:12"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["batch"]: r for r in json.loads((out / "benchmark.json").read_text())["results"]}
+    assert rows[4]["status"] == "ok"
+    assert rows[8]["status"] == "oom" and rows[8]["reason"].startswith("ResourceExhaustedError: injected")
+    assert rows[12]["status"] == "failed" and "SIGKILL" in rows[12]["reason"]
+    assert "\n" not in rows[8]["reason"] + rows[12]["reason"]
+    assert rows[8]["time_per_1000_samples_ms"] is None
+    md = (out / "benchmark.md").read_text()
+    assert "**oom**: ResourceExhaustedError: injected" in md and "**failed**: worker killed by SIGKILL" in md
+    for name in FIGURES:
+        assert (out / name).exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policies", "float64"], "unknown policy 'float64'"),
+    (["--batches", "0"], "--batches must be positive integers, got '0'"),
+    (["--batches", "64,lots"], "--batches must be positive integers, got 'lots'"),
+    (["--jit", "maybe"], "--jit takes on, off or on,off, got 'maybe'"),
+    (["--steps", "0"], "--steps must be a positive integer"),
+    (["--warmup", "-1"], "--warmup must be a non-negative integer"),
+    (["--dataset", "mnist"], "unknown dataset 'mnist'"),
+    (["--batches"], "error:"),
+    (["--devices", "cpu:0,cpu:1", "--batches", "64,15"], "batch 15 does not divide by the 2 replicas"),
+    (["--strategy", "multi_worker"], "--strategy"),
+])
+def test_bad_flags_are_one_line_and_exit_2(args, message):
+    proc = run_cli("acgan.benchmark", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_existing_benchmark_folder_is_refused(tmp_path):
+    (tmp_path / "benchmark.json").write_text("{}")
+    proc = run_cli("acgan.benchmark", "--synthetic", "--output_dir", str(tmp_path))
+    assert proc.returncode == 2 and "already holds a benchmark" in proc.stderr
+
+
+def test_report_rejects_missing_and_foreign_files(tmp_path):
+    proc = run_cli("acgan.benchmark_merge", str(tmp_path / "nope.json"), "--output_dir", str(tmp_path / "r"))
+    assert proc.returncode == 2 and proc.stderr == f"error: benchmark file {tmp_path / 'nope.json'} does not exist\n"
+    (tmp_path / "bad.json").write_text("{not json")
+    proc = run_cli("acgan.benchmark_merge", str(tmp_path / "bad.json"))
+    assert proc.returncode == 2 and "is not a valid benchmark.json" in proc.stderr
+    (tmp_path / "other.json").write_text('{"results": []}')
+    proc = run_cli("acgan.benchmark_merge", str(tmp_path / "other.json"))
+    assert proc.returncode == 2 and "not a benchmark.json written by" in proc.stderr
+    proc = run_cli("acgan.benchmark_merge")
+    assert proc.returncode == 2 and "give one or more benchmark.json files" in proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_sweep_on_two_cpu_replicas_reports_global_and_per_replica_figures(tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("acgan.benchmark", "--synthetic", "--policies", "float32", "--batches", "8", *TINY,
+                   "--steps", "1", "--repeats", "1", "--warmup", "0", "--no-overhead",
+                   "--devices", "cpu:0,cpu:1", "--output_dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((out / "benchmark.json").read_text())
+    (row,) = doc["results"]
+    assert row["status"] == "ok", row["reason"]
+    assert row["replicas"] == 2 and row["device"].endswith(" x2") and doc["runs"][0]["strategy"] == "auto"
+    assert row["samples_per_second_per_replica"] == pytest.approx(row["samples_per_second"] / 2)
+    assert "2 replicas: batch and samples/s are global" in (out / "benchmark.md").read_text()
+
+
+def test_a_table_price_is_paid_once_per_replica():
+    run = {"device": "Tesla T4 x4", "machine": {"kind": "GPU", "name": "Tesla T4"}, "command": "x", "replicas": 4,
+           "price": {"usd_per_hour": 0.35, "accelerator": "T4", "source": "gcp-catalog"}}
+    result = {"status": "ok", "time_per_batch_ms": 700.0, "replicas": 4}
+    row = sweep.make_row(run, "float32", 2048, True, result)
+    assert row["price_per_hour"] == pytest.approx(1.4)
+    assert f"{row['cost_per_million_batches']:.2f}" == "272.22"
+    given = dict(run, price={"usd_per_hour": 3.0, "accelerator": None, "source": "--price_per_hour"})
+    assert sweep.make_row(given, "float32", 2048, True, result)["price_per_hour"] == 3.0  # the whole machine
+
+
+def test_cost_row_and_markdown():
+    run = {"device": "Tesla T4", "machine": {"kind": "GPU", "name": "Tesla T4"}, "command": "x",
+           "price": {"usd_per_hour": 0.35, "accelerator": "T4", "source": "gcp-catalog"}}
+    row = sweep.make_row(run, "float32", 2048, True, {"status": "ok", "time_per_batch_ms": 700.0,
+                                                      "time_per_batch_min_ms": 690.0, "time_per_batch_max_ms": 710.0})
+    assert f"{row['cost_per_million_batches']:.2f}" == "68.06"
+    assert row["time_per_1000_samples_ms"] == pytest.approx(700.0 * 1000 / 2048)
+    assert row["samples_per_second"] == pytest.approx(2048 / 0.7)
+
+
+def test_parse_flags_helpers():
+    assert sweep.parse_batches(["64", "256", "64"]) == (64, 256)
+    assert sweep.parse_jit(["on", "OFF", "on"]) == (True, False)
+
+
+# --- hardware advice (pure) -------------------------------------------------------------------------
+
+T4 = {"kind": "GPU", "name": "Tesla T4", "compute_capability": "7.5"}
+P100 = {"kind": "GPU", "name": "Tesla P100", "compute_capability": "6.0"}
+CPU_AVX2 = {"kind": "CPU", "name": "Xeon", "cpu_model": "Xeon", "cpu_flags": ["avx2"]}
+CPU_BF16 = {"kind": "CPU", "name": "EPYC", "cpu_model": "EPYC", "cpu_flags": ["avx2", "avx512_bf16"]}
+
+
+def test_advice_says_when_mixed_is_expected_to_be_slower():
+    assert advice.hardware_advice("float32", P100, {"x": 3}, 3) == []
+    assert advice.hardware_advice("mixed_float16", T4, {"a": 64}, 64) == []
+    (line,) = advice.hardware_advice("mixed_float16", P100, {}, 64)
+    assert "slower than float32" in line and "6" in line and "XLA" in line
+    (line,) = advice.hardware_advice("mixed_float16", CPU_BF16, {}, 64)
+    assert "slower than float32" in line and "XLA" in line
+    (line,) = advice.hardware_advice("mixed_bfloat16", CPU_AVX2, {}, 64)
+    assert "slower than float32" in line and "AMX" in line and "XLA" in line
+    assert not any("slower" in l for l in advice.hardware_advice("mixed_bfloat16", CPU_BF16, {}, 64))
+
+
+def test_advice_lists_sizes_that_are_not_multiples_of_8():
+    lines = advice.hardware_advice("mixed_float16", T4, {"g_fc1": 1024, "g_deconv2": 3, "q_fc1": 100}, 100)
+    assert any("g_deconv2=3" in l and "q_fc1=100" in l and "g_fc1" not in l for l in lines)
+    assert any("batch 100 is not a multiple of 8" in l for l in lines)
+
+
+def test_layer_widths_of_built_models(set_policy):
+    from acgan.model.networks import build_models
+
+    set_policy("mixed_float16")
+    models = list(build_models((28, 28, 1), 10, width=0.25))
+    widths = advice.layer_widths(models)
+    # Computing in float16: all but the float32 logits, and G's image layer (its width is the image's channels).
+    assert widths == {"g_fc1": 256, "g_fc2": 7 * 7 * 32, "g_deconv1": 16,
+                      "d_conv1": 16, "d_conv2": 32, "d_fc3": 256, "q_fc1": 32}
+    everything = advice.layer_widths(models, low_precision_only=False)
+    assert everything["d_logit"] == 1 and everything["q_logits"] == 10

@@ -1,0 +1,270 @@
+"""Sample quality: the metrics against closed forms, the judge, a GAN that really learns, and acgan.compare."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from acgan.quality import evaluation, metrics
+
+PER_CLASS = 500  # doodles: 5,000 train images (a quick judge and GAN), the full 5,000-image test split
+
+
+# ---- metrics (numpy only) ----
+
+def _closed_form_diagonal(mu1, a, mu2, b):
+    return np.sum((mu1 - mu2) ** 2) + np.sum((np.sqrt(a) - np.sqrt(b)) ** 2)
+
+
+def test_frechet_distance_matches_the_closed_form_for_diagonal_covariances():
+    rng = np.random.default_rng(0)
+    mu1, mu2 = rng.normal(size=16), rng.normal(size=16)
+    a, b = rng.uniform(0.1, 4.0, 16), rng.uniform(0.1, 4.0, 16)
+    expected = _closed_form_diagonal(mu1, a, mu2, b)
+    assert metrics.frechet_distance(mu1, np.diag(a), mu2, np.diag(b)) == pytest.approx(expected, rel=1e-9)
+    # Rotating both covariances by one orthogonal matrix keeps them commuting: the same closed form.
+    q, _ = np.linalg.qr(rng.normal(size=(16, 16)))
+    s1, s2 = q @ np.diag(a) @ q.T, q @ np.diag(b) @ q.T
+    assert metrics.frechet_distance(mu1, s1, mu2, s2) == pytest.approx(expected, rel=1e-8)
+    # In one dimension it is (m1 - m2)^2 + (s1 - s2)^2 with s the standard deviations.
+    assert metrics.frechet_distance([1.0], [[4.0]], [3.0], [[9.0]]) == pytest.approx(4.0 + 1.0)
+
+
+def test_frechet_distance_is_symmetric_and_zero_for_identical_gaussians():
+    rng = np.random.default_rng(1)
+    m = rng.normal(size=(8, 8))
+    s1, s2 = m @ m.T, np.cov(rng.normal(size=(50, 8)), rowvar=False)  # general, non-commuting
+    mu = rng.normal(size=8)
+    assert metrics.frechet_distance(mu, s1, mu, s2) == pytest.approx(metrics.frechet_distance(mu, s2, mu, s1))
+    assert metrics.frechet_distance(mu, s1, mu, s1) == pytest.approx(0.0, abs=1e-8)
+    singular = np.diag([1.0, 0.0, 2.0, 0.0, 0, 0, 0, 0])  # ReLU features give rank-deficient covariances
+    assert metrics.frechet_distance(mu, singular, mu, singular) == pytest.approx(0.0, abs=1e-8)
+
+
+def test_frechet_distance_of_samples_estimates_the_gaussians_distance():
+    rng = np.random.default_rng(2)
+    a, b = rng.uniform(0.5, 2.0, 4), rng.uniform(0.5, 2.0, 4)
+    mu1, mu2 = np.zeros(4), np.full(4, 0.5)
+    x = rng.normal(mu1, np.sqrt(a), size=(40_000, 4))
+    y = rng.normal(mu2, np.sqrt(b), size=(40_000, 4))
+    expected = _closed_form_diagonal(mu1, a, mu2, b)
+    assert metrics.frechet_distance_of(x, y) == pytest.approx(expected, abs=0.03)
+    assert metrics.frechet_distance_of(x, x) == pytest.approx(0.0, abs=1e-6)
+    assert metrics.frechet_distance_of(x[:20_000], x[20_000:]) < 0.01
+
+
+def test_classifier_score_runs_from_1_to_k():
+    k = 10
+    assert metrics.classifier_score(np.full((100, k), 1.0 / k)) == pytest.approx(1.0)
+    one_hot_balanced = np.eye(k)[np.arange(100) % k]
+    assert metrics.classifier_score(one_hot_balanced) == pytest.approx(k, rel=1e-6)
+    assert metrics.classifier_score(np.eye(k)[np.zeros(100, int)]) == pytest.approx(1.0)  # confident, one class
+
+
+def test_conditional_accuracy_overall_and_per_class():
+    probs = np.eye(3)[[0, 1, 1, 2, 0, 0]]
+    overall, per_class = metrics.conditional_accuracy(probs, np.array([0, 1, 2, 2, 1, 0]))
+    assert overall == pytest.approx(4 / 6)
+    assert per_class == pytest.approx([1.0, 0.5, 0.5])
+
+
+def test_real_subset_and_sample_inputs_are_fixed_by_the_seed():
+    from acgan.data import ImageSet
+
+    images = np.arange(30 * 4, dtype=np.uint8).reshape(30, 2, 2, 1)
+    data = ImageSet(images, (np.arange(30) % 3).astype(np.int32), ("a", "b", "c"))
+    assert metrics.real_subset(data, 50)[0] is images  # fewer than asked: all of it
+    first, again, other = (metrics.real_subset(data, 10, s)[0] for s in (0, 0, 1))
+    assert len(first) == 10 and np.array_equal(first, again) and not np.array_equal(first, other)
+    z, labels = evaluation.sample_inputs(3, 62, 10, seed=0)
+    assert z.shape == (10, 62) and np.abs(z).max() <= 1 and np.bincount(labels).tolist() == [4, 3, 3]
+
+
+def test_inception_fid_says_plainly_when_it_cannot_be_computed(tmp_path, monkeypatch):
+    assert "not applicable" in evaluation.inception_unavailable("doodles")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if os.path.exists(f"/tmp/.keras/models/{evaluation.INCEPTION_WEIGHTS}"):
+        pytest.skip("this machine has the InceptionV3 weights")
+    assert "not computed" in evaluation.inception_unavailable("cifar10")
+
+
+# ---- the judge ----
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def test_set(data_dir):
+    from acgan.data import load_dataset
+
+    return load_dataset("doodles", split="test", data_dir=str(data_dir), max_per_class=PER_CLASS)
+
+
+@pytest.fixture(scope="module")
+def judge(data_dir, test_set):
+    from acgan.quality import judge as judge_lib
+
+    return judge_lib.load_or_train("doodles", data_dir=str(data_dir), max_per_class=PER_CLASS,
+                                   test_set=test_set, echo=lambda line: None)
+
+
+def test_judge_is_accurate_cached_and_float32_under_a_mixed_policy(judge, data_dir, test_set, set_policy):
+    from acgan.quality import judge as judge_lib
+
+    assert judge.test_accuracy >= 0.97
+    assert judge.info["num_train"] == 10 * PER_CLASS and judge.info["num_test"] == len(test_set)
+    set_policy("mixed_float16")
+    lines = []
+    cached = judge_lib.load_or_train("doodles", data_dir=str(data_dir), max_per_class=PER_CLASS,
+                                     test_set=test_set, echo=lines.append)
+    assert lines == []  # loaded, not retrained
+    assert cached.test_accuracy == judge.test_accuracy
+    assert {layer.dtype_policy.name for layer in cached.classifier.layers} == {"float32"}
+    assert {layer.dtype_policy.name for layer in judge_lib.build_model((28, 28, 1), 10).layers} == {"float32"}
+    assert np.allclose(cached.predict(test_set.images[:50])[1], judge.predict(test_set.images[:50])[1], atol=1e-5)
+    # Another class selection, cap or dataset gets its own judge.
+    assert judge_lib.cache_key("doodles", None, 100, test_set)[0] != judge_lib.cache_key(
+        "doodles", None, PER_CLASS, test_set)[0]
+
+
+def test_conditional_accuracy_of_real_images_is_the_judges_and_of_noise_is_chance(judge, test_set):
+    features, probs = judge.predict(test_set.images)
+    assert features.shape == (len(test_set), 128)
+    accuracy, per_class = metrics.conditional_accuracy(probs, test_set.labels)
+    assert accuracy == pytest.approx(judge.test_accuracy, abs=1e-9)
+    assert min(per_class) > 0.9
+    noise = np.random.default_rng(0).integers(0, 256, (2000, 28, 28, 1), dtype=np.uint8)
+    labels = (np.arange(2000) % 10).astype(np.int32)
+    assert metrics.conditional_accuracy(judge.predict(noise)[1], labels)[0] == pytest.approx(0.1, abs=0.03)
+    # Real vs real in the judge's features: two random halves of the test split are close, noise is far.
+    order = np.random.default_rng(0).permutation(len(features))
+    halves = metrics.frechet_distance_of(features[order[::2]], features[order[1::2]])
+    assert halves < 0.02 * metrics.frechet_distance_of(features, judge.predict(noise)[0])
+    assert metrics.classifier_score(probs) > 9.0
+
+
+def test_a_small_acgan_really_learns_the_classes(judge, data_dir, tmp_path, set_policy):
+    """~1 minute: width 0.5, batch 32, 500 steps; the judge must recognise most samples' classes."""
+    from acgan.config import Config
+    from acgan.training import loop
+
+    config = Config(dataset="doodles", data_dir=str(data_dir), max_per_class=PER_CLASS, width=0.5, batch=32,
+                    steps=500, sample_every=500, checkpoint_every=500, output_dir=str(tmp_path / "run"))
+    set_policy(config.policy)
+    finished = loop.run(config)
+    run_dir = getattr(finished, "run_dir", finished)  # a RunResult (or, before resuming existed, the folder)
+    result = evaluation.evaluate_run(run_dir, num_samples=1000, judge=judge, command="pytest", echo=lambda s: None)
+    assert result["step"] == 500 and result["num_generated"] == 1000 and result["num_real"] == 1000
+    assert result["conditional_accuracy"] >= 0.6, result  # chance is 0.1
+    assert result["frechet_distance"] > 0 and result["classifier_score"] > 3
+    assert result["q_accuracy_real"] > 0.9
+    saved = json.loads((run_dir / "quality.json").read_text())
+    assert saved["conditional_accuracy"] == pytest.approx(result["conditional_accuracy"])
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["quality"]["frechet_distance"] == pytest.approx(result["frechet_distance"])
+    markdown = (run_dir / "report.md").read_text()
+    assert "time per batch" in markdown and markdown.count("## Sample quality") == 1
+    assert "not applicable" in markdown  # no Inception FID for doodles, and the report says why
+    assert len(list((run_dir / "tensorboard").iterdir())) >= 2  # the trainer's events and the evaluation's
+
+
+# ---- the CLIs ----
+
+def _run(module, *args, cwd=None):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def comparison(judge, data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare") / "cmp"
+    result = _run("acgan.compare", "--policies", "float32,mixed_bfloat16", "--steps", "8", "--batch", "16",
+                  "--width", "0.125", "--no-jit", "--num_samples", "200", "--max_per_class", str(PER_CLASS),
+                  "--data_dir", str(data_dir), "--price_per_hour", "0.54", "--output_dir", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def test_compare_writes_its_page_and_figure(comparison):
+    page = (comparison / "compare.md").read_text()
+    assert "| | float32 | mixed_bfloat16 |" in page and "conditional accuracy" in page and "compare.png" in page
+    assert "200 real test images vs 200 generated" in page
+    doc = json.loads((comparison / "compare.json").read_text())
+    assert [r["policy"] for r in doc["rows"]] == ["float32", "mixed_bfloat16"]
+    assert all(r["steps"] == 8 and r["cost_per_million_batches"] > 0 for r in doc["rows"])
+    for policy in ("float32", "mixed_bfloat16"):
+        run = json.loads((comparison / policy / "report.json").read_text())
+        assert run["policy"] == policy and run["jit"] is False and "quality" in run
+        assert (comparison / policy / "train.log").exists()
+    figure = Image.open(comparison / "compare.png")
+    assert figure.width > figure.height  # two grids side by side
+
+
+def test_evaluate_cli_writes_quality_into_the_run(comparison, data_dir):
+    run_dir = comparison / "float32"
+    result = _run("acgan.evaluate", "--run", str(run_dir), "--num_samples", "100", "--data_dir", str(data_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "conditional accuracy" in result.stdout
+    saved = json.loads((run_dir / "quality.json").read_text())
+    assert saved["num_generated"] == 100 and saved["step"] == 8 and "evaluate" in saved["command"]
+    assert (run_dir / "report.md").read_text().count("## Sample quality") == 1  # replaced, not appended twice
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policies", "float32"], "exactly one of --steps"),
+    (["--steps", "5", "--minutes", "1"], "exactly one of --steps"),
+    (["--steps", "5", "--policies", "float32,float8"], "unknown policy 'float8'"),
+    (["--steps", "5", "--policies", "float32,float32"], "twice"),
+    (["--steps", "5", "--batch", "0"], "--batch must be a positive integer"),
+    (["--steps", "5", "--dataset", "mnist"], "unknown dataset"),
+])
+def test_compare_flag_errors_are_one_line_and_exit_2(args, message, tmp_path):
+    result = _run("acgan.compare", "--output_dir", str(tmp_path / "cmp"), *args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and message in last and "Traceback" not in result.stderr
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_compare_names_the_policy_and_log_when_training_fails(tmp_path, data_dir):
+    # 10 images (1 per class) cannot fill a batch of 16: the training process exits with an error.
+    result = _run("acgan.compare", "--steps", "2", "--batch", "16", "--max_per_class", "1", "--width", "0.125",
+                  "--data_dir", str(data_dir), "--output_dir", str(tmp_path / "cmp"))
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    log = tmp_path / "cmp" / "float32" / "train.log"
+    assert "training under float32 failed" in last and str(log) in last and "larger than the dataset" in last
+    assert log.exists() and not (tmp_path / "cmp" / "compare.md").exists()
+
+
+def test_evaluate_refuses_a_folder_without_a_run(tmp_path):
+    result = _run("acgan.evaluate", "--run", str(tmp_path))
+    assert result.returncode == 2 and "not a readable acgan run folder" in result.stderr
+
+
+@pytest.mark.parametrize("saved_status, carries_on", [("diverged", True), ("completed", False)])
+def test_compare_carries_on_past_a_diverged_policy_only(saved_status, carries_on, tmp_path, monkeypatch):
+    """acgan.train exits 3 when a run diverged; compare shows that run, but still stops on real failures."""
+    from acgan.errors import UserError
+    from acgan.quality import comparison
+
+    run_dir = tmp_path / "mixed_float16"
+    run_dir.mkdir()
+    (run_dir / "report.json").write_text(json.dumps({"status": saved_status}))
+    monkeypatch.setattr(comparison, "train_command",
+                        lambda settings, policy, run_dir: [sys.executable, "-c", "import sys; sys.exit(3)"])
+    settings = comparison.CompareSettings(steps=5)
+    if carries_on:
+        seen = []
+        assert comparison.train_policy(settings, "mixed_float16", run_dir, echo=seen.append) == run_dir
+        assert "diverged" in seen[0]
+    else:
+        with pytest.raises(UserError, match="training under mixed_float16 failed"):
+            comparison.train_policy(settings, "mixed_float16", run_dir, echo=lambda *_: None)

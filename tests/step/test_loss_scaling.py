@@ -1,0 +1,116 @@
+"""Under mixed_float16 an overflow in one loss skips exactly that optimizer's step."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from acgan.data.pipeline import sample_noise
+from acgan.model import networks, precision
+from acgan.step import tf_step
+
+
+def _small_gan(policy, jit):
+    m = networks.build_models((28, 28, 1), 10, width=0.125)
+    return tf_step.ACGAN(m, 10, policy, jit=jit)
+
+
+def _batch(n=8):
+    rng = np.random.default_rng(0)
+    return (
+        tf.constant(rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8)),
+        tf.constant(rng.integers(0, 10, n, dtype=np.int32)),
+    ) + sample_noise(1, 0, n, 62, 10)
+
+
+def _values(variables):
+    return [v.numpy() for v in variables]
+
+
+def _settle(gan, batch, max_steps=30):
+    """Steps until no optimizer skips: the initial scale 2^15 overflows for the first few steps."""
+    for _ in range(max_steps):
+        before = [int(gan.step) - int(o.iterations) for o in (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer)]
+        metrics = gan.train_step(*batch)
+        if [int(metrics[f"{n}_skipped"]) for n in "dgq"] == before:
+            return metrics
+    raise AssertionError("loss scales did not settle")
+
+
+@pytest.mark.parametrize("victim, jit", [("d", False), ("g", False), ("q", False), ("d", True)],
+                         ids=["d", "g", "q", "d-xla"])
+def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy, monkeypatch):
+    set_policy("mixed_float16")
+    gan = _small_gan("mixed_float16", jit)
+    optimizers = {"d": gan.d_optimizer, "g": gan.g_optimizer, "q": gan.q_optimizer}
+    # Only D trains d_head and only Q trains q_head; G is shared with Q, so G is judged by its optimizer.
+    exclusive = {"d": gan.models.d_head.trainable_variables, "q": gan.models.q_head.trainable_variables, "g": []}
+    batch = _batch()
+    _settle(gan, batch)
+    # A modest scale leaves no room for a natural overflow on the injected step, so only the victim skips.
+    for optimizer in optimizers.values():
+        optimizer.dynamic_scale.assign(256.0)
+    settled = _settle(gan, batch)
+
+    victim_optimizer = optimizers[victim]
+    honest_scale_loss = precision.scale_loss
+
+    def overflowing_scale_loss(optimizer, loss):
+        scaled = honest_scale_loss(optimizer, loss)
+        return scaled * np.float32("inf") if optimizer is victim_optimizer else scaled
+
+    monkeypatch.setattr(tf_step.precision, "scale_loss", overflowing_scale_loss)
+    gan.retrace()  # with the patch
+
+    before_scale = {k: float(o.dynamic_scale) for k, o in optimizers.items()}
+    before_iterations = {k: int(o.iterations) for k, o in optimizers.items()}
+    before_state = _values(victim_optimizer.inner_optimizer.variables)
+    before_exclusive = _values(exclusive[victim])
+    others_weights_before = {k: _values(exclusive[k]) for k in exclusive if k != victim}
+
+    metrics = gan.train_step(*batch)
+
+    assert float(victim_optimizer.dynamic_scale) == before_scale[victim] / 2
+    assert int(victim_optimizer.iterations) == before_iterations[victim]
+    assert int(metrics[f"{victim}_skipped"]) == int(settled[f"{victim}_skipped"]) + 1
+    for old, new in zip(before_state, _values(victim_optimizer.inner_optimizer.variables)):
+        np.testing.assert_array_equal(old, new)
+    for old, new in zip(before_exclusive, _values(exclusive[victim])):
+        np.testing.assert_array_equal(old, new)
+    for name, optimizer in optimizers.items():
+        if name == victim:
+            continue
+        assert int(optimizer.iterations) == before_iterations[name] + 1
+        assert float(optimizer.dynamic_scale) == before_scale[name]
+        assert int(metrics[f"{name}_skipped"]) == int(settled[f"{name}_skipped"])
+        for old, new in zip(others_weights_before[name], _values(exclusive[name])):
+            assert not np.array_equal(old, new), f"{name}'s weights did not move"
+    for model in gan.models:
+        assert all(np.isfinite(v.numpy()).all() for v in model.variables)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_no_loss_scaling_outside_float16(policy, set_policy):
+    set_policy(policy)
+    gan = _small_gan(policy, jit=False)
+    assert not any(precision.is_loss_scaled(o) for o in (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer))
+    metrics = gan.train_step(*_batch())
+    assert float(metrics["d_loss_scale"]) == 1.0 and int(metrics["q_skipped"]) == 0
+
+
+def test_losses_are_scaled_by_their_own_optimizer(set_policy):
+    """Forgetting scale_loss would shrink every update 32768x; check the scale reaches the gradients."""
+    set_policy("mixed_float16")
+    gan = _small_gan("mixed_float16", jit=False)
+    seen = []
+    honest_scale_loss = precision.scale_loss
+
+    def recording_scale_loss(optimizer, loss):
+        seen.append(optimizer)
+        return honest_scale_loss(optimizer, loss)
+
+    tf_step.precision.scale_loss = recording_scale_loss
+    try:
+        gan.retrace()
+        gan.train_step(*_batch())
+    finally:
+        tf_step.precision.scale_loss = honest_scale_loss
+    assert seen == [gan.d_optimizer, gan.g_optimizer, gan.q_optimizer]

@@ -1,0 +1,61 @@
+"""The layout stays readable: no import cycles between acgan modules (function-level imports counted),
+commands on top, and no source file pointing outside the repository."""
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "acgan"
+COMMANDS = {"train", "generate", "evaluate", "compare", "benchmark", "benchmark_merge"}
+SHARED = {"__init__", "cli", "config", "errors"}
+
+
+def module_name(path):
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path, known):
+    """Every acgan module `path` imports, at any depth; `from acgan.x import y` counts acgan.x.y when
+    that is a module, else acgan.x."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("acgan"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("acgan"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in known else node.module)
+    return found
+
+
+def import_graph():
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: imports_of(path, paths) & set(paths) - {name} for name, path in paths.items()}
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    graph = import_graph()
+    cycles = []
+
+    def visit(node, trail):
+        for nxt in sorted(graph[node]):
+            if nxt in trail:
+                cycles.append(" -> ".join(trail[trail.index(nxt):] + [nxt]))
+            elif nxt not in done:
+                visit(nxt, trail + [nxt])
+        done.add(node)
+
+    done = set()
+    for name in sorted(graph):
+        if name not in done:
+            visit(name, [name])
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_top_level_holds_the_commands_and_a_few_shared_modules():
+    top = {p.stem for p in PACKAGE.glob("*.py")}
+    assert top == COMMANDS | SHARED
+
+
+def test_no_source_file_points_outside_the_repository():
+    offenders = [str(p) for p in PACKAGE.rglob("*.py") if "../shared" in p.read_text() or "DESIGN.md" in p.read_text()]
+    assert not offenders
