@@ -129,7 +129,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, set_policy,
     config = _config(tmp_path, steps=4)
     loop.run(config)
     honest_bce = tf_step._bce
-    monkeypatch.setattr(gan_module, "_bce", lambda target, logits: honest_bce(target, logits) * np.float32("nan"))
+    monkeypatch.setattr(tf_step, "_bce", lambda target, logits: honest_bce(target, logits) * np.float32("nan"))
     result = loop.run(dataclasses.replace(config, steps=10, resume=True))
     assert result.status == "diverged"
     assert "d loss is nan at step 5" in result.message
