@@ -127,10 +127,14 @@ def move_aside(prefix):
 
 
 def rewrite_state(directory, remaining):
-    """The `checkpoint` state file listing `remaining` (any order), newest last."""
-    remaining = sorted(remaining, key=step_of)
+    """The `checkpoint` state file listing `remaining` (any order), newest last, with their times, so
+    that the CheckpointManager keeps sweeping them past --keep_checkpoints."""
+    remaining = sorted((p for p in remaining if Path(p + ".index").is_file()), key=step_of)
     if remaining:
-        tf.compat.v1.train.update_checkpoint_state(str(directory), remaining[-1], remaining)
+        times = [Path(p + ".index").stat().st_mtime for p in remaining]
+        tf.compat.v1.train.update_checkpoint_state(str(directory), remaining[-1], remaining,
+                                                   all_model_checkpoint_timestamps=times,
+                                                   last_preserved_timestamp=min(times) - 1.0)
 
 
 def save(manager, step):
