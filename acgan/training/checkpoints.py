@@ -111,6 +111,21 @@ def restore_newest_intact(checkpoint, directory, move_damaged=True):
     return good
 
 
+def newest_intact(directory):
+    """The newest checkpoint in `directory` that reads whole, for readers (acgan.generate, evaluate):
+    damaged ones are skipped with a line each, and left where they are. None when there is none;
+    UserError when all are damaged."""
+    found = candidates(directory)
+    for prefix in found:
+        reason = damage(prefix)
+        if reason is None:
+            return prefix
+        sys.stderr.write(f"warning: checkpoint {Path(prefix).name} is damaged ({reason}); skipping it\n")
+    if found:
+        raise UserError(f"no intact checkpoint in {directory}")
+    return None
+
+
 def move_aside(prefix):
     """Moves a checkpoint's files into damaged/ (renamed ckpt-N.2, .3... if that name is taken there)."""
     prefix = Path(prefix)

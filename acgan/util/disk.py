@@ -76,6 +76,8 @@ def describe(path):
         return "sample grid"
     if Path(path).name.startswith("report."):
         return "run report"
+    if Path(path).name in ("config.json", "dataset.json"):
+        return "run settings"
     return "file"
 
 
@@ -91,9 +93,10 @@ def _path_in(exc, fallback):
     while exc is not None:
         if isinstance(exc, OSError) and exc.filename:
             return str(exc.filename)
-        found = re.search(r"(/[^\s;:'\"]+)", str(exc))
-        if found:
-            return found.group(1)
+        text = re.sub(r"\{\{.*?\}\}", "", str(exc))  # TensorFlow's op prefix names devices (/job:...)
+        for found in re.findall(r"(/[^\s;:'\"]+)", text):
+            if os.path.isdir(os.path.dirname(found)):
+                return found
         exc = exc.__cause__ or exc.__context__
     return str(fallback)
 

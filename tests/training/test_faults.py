@@ -201,3 +201,28 @@ def test_a_failed_save_leaves_no_partial_checkpoint(tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
         "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
     assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-1")
+
+
+def test_a_full_disk_under_tensorboard_is_one_clear_line(tmp_path):
+    """TensorBoard's writer reports only a really full disk (past a file-size limit it truncates its
+    file without a word), so this one needs a tmpfs."""
+    import numpy as np
+
+    from acgan.errors import DiskFull
+    from acgan.util import disk
+
+    mount = tmp_path / "disk"
+    if not _mount_tmpfs(mount, "128k"):
+        pytest.skip("cannot mount a tmpfs here (not root?)")
+    try:
+        with pytest.raises(DiskFull, match=r"could not write TensorBoard events .*tfevents\S*: no space left "
+                                           r"on device; .* free on "):
+            with disk.full_disk_stops_clearly(mount):
+                writer = tf.summary.create_file_writer(str(mount / "tensorboard"))
+                with writer.as_default():
+                    for step in range(200):  # as the loop writes: scalars every step, and images
+                        tf.summary.scalar("d_loss", 1.0, step=step)
+                        tf.summary.image("samples", np.random.rand(1, 64, 64, 3), step=step)
+                writer.flush()
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True, timeout=60)
