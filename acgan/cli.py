@@ -4,7 +4,7 @@ import sys
 
 from absl import app, flags, logging
 
-from acgan.errors import UserError
+from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, DiskFull, UserError
 
 
 def define_data_flags(classes=True):
@@ -41,7 +41,7 @@ def define_strategy_flags(exclude=()):
     flags.DEFINE_list("devices", None, "Devices for --strategy mirrored, e.g. gpu:0,gpu:1 (cpu:0,cpu:1 splits the CPU).")
 
 
-def fail(message, status=2):
+def fail(message, status=USER_ERROR_STATUS):
     sys.stderr.write(f"error: {message}\n")
     sys.exit(status)
 
@@ -77,7 +77,8 @@ def command_line():
 
 
 def run_main(main):
-    """Runs `main(argv)` under absl; UserError becomes one line on stderr and exit status 2."""
+    """Runs `main(argv)` under absl; UserError becomes one line on stderr and exit status 2, DiskFull
+    one line and exit status 4 (acgan.errors holds the statuses)."""
     # Quieten TensorFlow's C++ start-up chatter unless the user asked for it.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -88,5 +89,7 @@ def run_main(main):
             main(argv)
         except UserError as e:
             fail(str(e))
+        except DiskFull as e:
+            fail(str(e), status=DISK_FULL_STATUS)
 
     app.run(guarded, flags_parser=_parse_flags)

@@ -1,5 +1,14 @@
-"""The one exception type for mistakes a user can make; CLIs print it as one line and exit 2."""
+"""The exceptions a CLI turns into one line on stderr, and their exit statuses (kept here, in one place)."""
+
+USER_ERROR_STATUS = 2   # a mistake the user can fix
+DIVERGED_STATUS = 3     # training diverged (acgan.train)
+DISK_FULL_STATUS = 4    # a write failed: no space left, a file-size limit or a disk quota
 
 
 class UserError(Exception):
     """A problem the user can fix (bad flag, missing or corrupt file); its message is one line."""
+
+
+class DiskFull(Exception):
+    """A write failed for lack of space (or a file-size limit, or a quota). Its message is one line
+    naming what could not be written and how much space is free; CLIs exit with DISK_FULL_STATUS."""

@@ -5,6 +5,7 @@ from pathlib import Path
 from absl import flags
 
 from acgan import cli
+from acgan.errors import DIVERGED_STATUS
 
 cli.define_data_flags()
 flags.DEFINE_enum("policy", "float32", ["float32", "mixed_float16", "mixed_bfloat16"], "Keras dtype policy.")
@@ -81,7 +82,9 @@ def main(argv):
     data.validate_dataset_name(config.dataset, classes=config.classes)
     from acgan.model import precision  # TensorFlow loads here, after the flags are known good.
     from acgan.training import loop
+    from acgan.util import disk
 
+    disk.ignore_file_size_signal()  # past a file-size limit a write fails (EFBIG) instead of killing us
     precision.set_policy(config.policy)
     result = loop.run(config, command=cli.command_line())
     if config.strategy == "multi_worker":
@@ -91,7 +94,7 @@ def main(argv):
     else:
         print(f"worker done; the chief writes the run folder {result.run_dir}")
     if result.status == "diverged":
-        cli.fail(result.message, status=3)
+        cli.fail(result.message, status=DIVERGED_STATUS)
     if result.status == "interrupted":
         sys.stderr.write(f"{result.message}; checkpoint and report saved, resume with --resume\n")
         sys.exit(128 + result.signal)

@@ -29,10 +29,13 @@ from acgan.model.networks import build_models, check_image_shape
 from acgan.model.precision import needs_loss_scaling
 from acgan.step import distribute
 from acgan.step.tf_step import ACGAN
+from acgan.training import checkpoints as checkpoint_files
 from acgan.training import report as run_report
+from acgan.training import run_lock
 from acgan.training.health import DivergenceMonitor
 from acgan.training.run_dir import prepare_run_dir, write_run_files
 from acgan.training.sampling import TrainingGrids
+from acgan.util import disk
 
 
 class RunResult(NamedTuple):
@@ -56,17 +59,20 @@ def run(config, command=None):
     chief = distribute.is_chief(strategy)
     data = load_data(config)
     run_dir, resume = prepare_run_dir(config, chief)
+    lock = run_lock.take(run_dir, chief)  # one writer per run folder (the chief); the kernel frees it if we die
     # Every worker does the same work (reads of replicated state may be collective); only the chief's
     # files are kept. The others write into a scratch folder that is deleted at the end.
     files_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="acgan-worker-"))
     try:
-        setup = set_up(config, strategy, data, run_dir, files_dir, resume)
-        outcome = train_loop(setup, config, started)
-        report = assemble_report(setup, outcome, config, command, started)
-        run_report.write_report(files_dir, report)
+        with disk.full_disk_stops_clearly(files_dir):  # a full disk: DiskFull, one line, exit status 4
+            setup = set_up(config, strategy, data, run_dir, files_dir, resume)
+            outcome = train_loop(setup, config, started)
+            report = assemble_report(setup, outcome, config, command, started)
+            run_report.write_report(files_dir, report)
     finally:
         if not chief:
             shutil.rmtree(files_dir, ignore_errors=True)
+        run_lock.release(lock)
     distribute.wait_for_all_workers(strategy)
     return RunResult(run_dir, outcome.status, outcome.message, outcome.signal, chief, report["weights_fingerprint"])
 
@@ -184,15 +190,15 @@ def set_up(config, strategy, data, run_dir, files_dir, resume):
         print(f"strategy {layout['strategy']}: {replicas} replicas on {layout['workers']} worker(s), "
               f"{config.batch // replicas} samples each; XLA: {gan.compile_mode}")
     history = TimingHistory()
-    checkpoints = tf.train.CheckpointManager(
-        tf.train.Checkpoint(gan=gan, history=history), files_dir / "checkpoints",
-        max_to_keep=config.keep_checkpoints,
-    )
+    checkpoint = tf.train.Checkpoint(gan=gan, history=history)
     resumed_from = None
     # Non-chief workers restore from the chief's folder (it must be on a file system they share).
-    latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints")) if resume else None
+    # The newest intact checkpoint; damaged newer ones are moved aside (by the chief) before the
+    # manager reads the state file.
+    latest = checkpoint_files.restore_newest_intact(checkpoint, run_dir / "checkpoints", chief) if resume else None
+    checkpoints = tf.train.CheckpointManager(checkpoint, files_dir / "checkpoints",
+                                             max_to_keep=config.keep_checkpoints)
     if latest:
-        checkpoints.checkpoint.restore(latest).assert_existing_objects_matched()
         resumed_from = {"step": int(gan.step.numpy()), "checkpoint": latest, "loss_scales": gan.loss_scales()}
     start_step = int(gan.step.numpy())
     steps = total_steps(config, len(data.images))
@@ -236,7 +242,7 @@ def train_loop(setup, config, started):
     def save_checkpoint(step):
         s.history.step_seconds.assign(np.asarray(step_seconds, np.float64))
         s.history.compile_seconds.assign(np.asarray(compile_seconds, np.float64))
-        s.checkpoints.save(checkpoint_number=step)
+        checkpoint_files.save(s.checkpoints, step)  # a full disk: DiskFull, the previous checkpoint intact
 
     status, message, values, step, stop_signal = "completed", None, {}, s.start_step, None
     with writer.as_default(), StopSignals() as signals:

@@ -4,6 +4,7 @@ A run folder holds config.json (every setting) and dataset.json (class names, im
 written before the first step, so a folder with a config.json is a run that can be resumed or read.
 """
 import dataclasses
+import os
 import json
 import re
 from datetime import datetime
@@ -95,7 +96,7 @@ def prepare_run_dir(config, chief=True):
         return run_dir, resume
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write_test"
+        probe = run_dir / f".write_test.{os.getpid()}"  # per process: two at once must not race
         probe.write_text("")
         probe.unlink()
     except OSError as e:

@@ -9,7 +9,7 @@ from acgan.errors import UserError
 from acgan.model import precision
 from acgan.model.networks import build_models
 from acgan.step.tf_step import ACGAN
-from acgan.training import grids
+from acgan.training import checkpoints, grids
 from acgan.training.run_dir import read_run
 from acgan.util.files import write_atomically
 
@@ -17,7 +17,7 @@ from acgan.util.files import write_atomically
 def load_run(run_dir):
     """(config, dataset info, ACGAN with the latest checkpoint restored) of a run folder."""
     config, info = read_run(run_dir)
-    latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+    latest = checkpoints.newest_intact(run_dir / "checkpoints")
     if latest is None:
         raise UserError(f"{run_dir} has no checkpoint yet")
     precision.set_policy(config.policy)

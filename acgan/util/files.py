@@ -1,25 +1,33 @@
-"""Atomic file writes: a killed process leaves the old file or the new one, never half of one."""
+"""Atomic file writes: a killed process leaves the old file or the new one, never half of one; a full
+disk leaves the old file and raises acgan.errors.DiskFull naming the file."""
 import json
 import os
 import tempfile
 from pathlib import Path
 
+from acgan.util import disk
+
 
 def write_atomically(path, data):
     """Writes bytes or str to `path` via a temp file in the same folder and os.replace."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        disk.raise_if_full(e, None, path)
+        raise
     try:
         with os.fdopen(fd, mode) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        disk.raise_if_full(e, None, path)
         raise
 
 

@@ -1,0 +1,174 @@
+"""Checkpoints a run can trust: verified before a resume, never half-written, damaged ones kept aside.
+
+A TensorFlow checkpoint is `ckpt-N.index` plus `ckpt-N.data-0000i-of-0000n`, listed in the `checkpoint`
+state file. Tensor bundles carry a crc32c per tensor, so reading every tensor finds truncation and
+noise. A resume takes the newest checkpoint that reads whole and restores; newer damaged ones are
+moved to checkpoints/damaged/ (never deleted) with one line each, and the state file is rewritten so
+that neither TensorFlow nor a later resume points at them. A save that fails for lack of space
+removes its own partial files and raises DiskFull: the previous checkpoint stays the newest.
+"""
+import re
+import sys
+from pathlib import Path
+
+import tensorflow as tf
+
+from acgan.errors import DiskFull, UserError
+from acgan.util import disk
+
+DAMAGED = "damaged"
+_NUMBERED = re.compile(r"^ckpt-(\d+)$")
+
+
+def step_of(prefix):
+    found = _NUMBERED.match(Path(prefix).name)
+    return int(found.group(1)) if found else None
+
+
+def candidates(directory):
+    """Every checkpoint prefix in `directory`, newest first: those in the state file and those on disk."""
+    directory = Path(directory)
+    prefixes = {str(p.with_suffix("")) for p in directory.glob("ckpt-*.index")}
+    prefixes |= {str(p).split(".data-")[0] for p in directory.glob("ckpt-*.data-*-of-*")}
+    try:
+        state = tf.train.get_checkpoint_state(str(directory))
+    except Exception:  # noqa: BLE001 - an unreadable state file: the files on disk still count
+        state = None
+    if state is not None:
+        for path in state.all_model_checkpoint_paths:
+            path = Path(path) if Path(path).is_absolute() else directory / path
+            prefixes.add(str(directory / path.name))
+    return sorted((p for p in prefixes if step_of(p) is not None), key=step_of, reverse=True)
+
+
+def _data_files(prefix):
+    return sorted(Path(prefix).parent.glob(Path(prefix).name + ".data-*-of-*"))
+
+
+def _first_line(exc):
+    text = str(exc).strip().splitlines()
+    text = re.sub(r"^\{\{[^}]*\}\}\s*", "", text[0]) if text else exc.__class__.__name__
+    return text[:160]
+
+
+def damage(prefix):
+    """None when the checkpoint at `prefix` has all its files and every tensor reads back with a
+    matching checksum; else a short reason naming the damaged file."""
+    name = Path(prefix).name
+    if not Path(prefix + ".index").is_file():
+        return f"{name}.index is missing"
+    data = _data_files(prefix)
+    if not data:
+        return f"{name}.data-00000-of-00001 is missing"
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except Exception as e:  # noqa: BLE001 - TensorFlow raises OpError, IndexError, ValueError...
+        culprit = data[0].name if ".data-" in str(e) else f"{name}.index"
+        return f"{culprit}: {_first_line(e)}"
+    shards = {int(p.name.rsplit("-of-", 1)[1]) for p in data}
+    expected = {f"{name}.data-{i:05d}-of-{n:05d}" for n in shards for i in range(n)}
+    missing = sorted(expected - {p.name for p in data})
+    if missing:
+        return f"{missing[0]} is missing"
+    try:
+        for tensor in reader.get_variable_to_dtype_map():
+            reader.get_tensor(tensor)
+    except Exception as e:  # noqa: BLE001
+        culprit = data[0].name if len(data) == 1 else f"{name}.data-*"
+        return f"{culprit}: {_first_line(e)}"
+    return None
+
+
+def restore_newest_intact(checkpoint, directory, move_damaged=True):
+    """Restores `checkpoint` from the newest intact checkpoint in `directory`; returns its prefix, or
+    None when the folder holds none. Damaged newer ones are moved to `directory`/damaged/ with a line
+    each on stderr (only when `move_damaged`: non-chief workers only read). UserError when checkpoints
+    exist but none is intact; then nothing is moved, so the next try sees the same folder."""
+    directory = Path(directory)
+    found, damaged, good = candidates(directory), [], None
+    for prefix in found:
+        reason = damage(prefix)
+        if reason is None:
+            try:
+                checkpoint.restore(prefix).assert_existing_objects_matched()
+            except Exception as e:  # noqa: BLE001 - restoring is the last check
+                reason = f"{Path(prefix).name} does not restore: {_first_line(e)}"
+        if reason is None:
+            good = prefix
+            break
+        damaged.append((prefix, reason))
+    if good is None and damaged:
+        listed = "; ".join(reason for _, reason in damaged)
+        raise UserError(f"cannot resume: no intact checkpoint in {directory} ({listed}); "
+                        f"the files are left as they are; start a new run with another --output_dir")
+    if damaged and move_damaged:
+        for prefix, reason in damaged:
+            where = move_aside(prefix)
+            sys.stderr.write(f"warning: checkpoint {Path(prefix).name} is damaged ({reason}); moved to "
+                             f"{where}, resuming from {Path(good).name}\n")
+        rewrite_state(directory, [p for p in found if p not in dict(damaged)])
+    sys.stderr.flush()
+    return good
+
+
+def newest_intact(directory):
+    """The newest checkpoint in `directory` that reads whole, for readers (acgan.generate, evaluate):
+    damaged ones are skipped with a line each, and left where they are. None when there is none;
+    UserError when all are damaged."""
+    found = candidates(directory)
+    for prefix in found:
+        reason = damage(prefix)
+        if reason is None:
+            return prefix
+        sys.stderr.write(f"warning: checkpoint {Path(prefix).name} is damaged ({reason}); skipping it\n")
+    if found:
+        raise UserError(f"no intact checkpoint in {directory}")
+    return None
+
+
+def move_aside(prefix):
+    """Moves a checkpoint's files into damaged/ (renamed ckpt-N.2, .3... if that name is taken there)."""
+    prefix = Path(prefix)
+    target_dir = prefix.parent / DAMAGED
+    target_dir.mkdir(exist_ok=True)
+    files = [p for p in prefix.parent.glob(prefix.name + ".*") if p.is_file()]
+    new_name, k = prefix.name, 1
+    while any((target_dir / (new_name + p.name[len(prefix.name):])).exists() for p in files):
+        k += 1
+        new_name = f"{prefix.name}.{k}"
+    for p in files:
+        p.rename(target_dir / (new_name + p.name[len(prefix.name):]))
+    return target_dir / new_name
+
+
+def rewrite_state(directory, remaining):
+    """The `checkpoint` state file listing `remaining` (any order), newest last, with their times, so
+    that the CheckpointManager keeps sweeping them past --keep_checkpoints."""
+    remaining = sorted((p for p in remaining if Path(p + ".index").is_file()), key=step_of)
+    if remaining:
+        times = [Path(p + ".index").stat().st_mtime for p in remaining]
+        tf.compat.v1.train.update_checkpoint_state(str(directory), remaining[-1], remaining,
+                                                   all_model_checkpoint_timestamps=times,
+                                                   last_preserved_timestamp=min(times) - 1.0)
+
+
+def save(manager, step):
+    """manager.save(checkpoint_number=step); a full disk removes this save's partial files and raises
+    DiskFull, so the state file and the newest checkpoint stay the previous, whole one."""
+    directory = Path(manager.directory)
+    prefix = directory / f"ckpt-{step}"
+    before = set(directory.glob(f"ckpt-{step}*")) if directory.is_dir() else set()
+    try:
+        return manager.save(checkpoint_number=step)
+    except Exception as e:  # noqa: BLE001 - only a full disk is handled here
+        if disk.full_disk_errno(e) is None:
+            raise
+        listed = manager.latest_checkpoint == str(prefix)
+        if not (listed and damage(str(prefix)) is None):  # not whole: it must never be resumed from
+            for leftover in set(directory.glob(f"ckpt-{step}*")) - before:
+                disk.remove_quietly(leftover)
+            for leftover in directory.glob("checkpoint.tmp*"):
+                disk.remove_quietly(leftover)
+        previous = tf.train.latest_checkpoint(str(directory))
+        kept = f"; {Path(previous).name} is intact, resume from it" if previous else ""
+        raise DiskFull(disk.full_message("checkpoint", prefix, e) + kept) from None
