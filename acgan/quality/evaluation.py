@@ -77,6 +77,10 @@ class TrainingEvaluator:
         self.judge = judge.load_or_train(config.dataset, config.data_dir, config.classes,
                                          config.max_per_class, test_set=self.test_set)
         self.last = None
+        # The judge may just have trained on this device: its peak is not the run's.
+        from acgan.measure import device
+
+        device.reset_peak_memory()
 
     def evaluate(self, gan, step):
         """Scores `gan`, logs the scalars to the default TensorBoard writer; the result is kept in `last`."""
