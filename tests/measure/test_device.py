@@ -72,3 +72,14 @@ def test_advice_on_a_tpu_never_calls_bfloat16_slow(monkeypatch):
 ])
 def test_tpu_version(text, version):
     assert device.tpu_version(text) == version
+
+
+def test_gpu_peak_memory_counts_every_gpu_and_resets_all(monkeypatch):
+    gpus = [tf.config.PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(2)]
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: gpus if kind == "GPU" else [])
+    peaks, reset = {"GPU:0": 3 << 20, "GPU:1": 5 << 20}, []
+    monkeypatch.setattr(tf.config.experimental, "get_memory_info", lambda name: {"current": 0, "peak": peaks[name]})
+    monkeypatch.setattr(tf.config.experimental, "reset_memory_stats", reset.append)
+    assert device.peak_memory_bytes() == 8 << 20
+    device.reset_peak_memory()
+    assert reset == ["GPU:0", "GPU:1"]
