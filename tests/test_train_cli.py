@@ -43,7 +43,8 @@ def test_train_writes_grids_report_checkpoints_and_logs(runs, policy):
     samples = sorted(p.name for p in (run_dir / "samples").iterdir())
     assert samples == ["final.png", "step_0000002.png", "step_0000004.png"]
     grid = Image.open(run_dir / "samples" / "final.png")
-    assert grid.height > grid.width * 0.9  # ten rows (classes) by ten columns
+    assert grid.height == 2 * (10 * 30 + 2)  # ten rows (classes) of 28-pixel images, 2 pixels apart, at 2x
+    assert grid.width > grid.height  # ten columns, and the class names in a left margin
     report = json.loads((run_dir / "report.json").read_text())
     assert report["policy"] == policy and report["steps"] == 4 and report["batch"] == 16
     assert report["jit"] == (policy == "mixed_float16")

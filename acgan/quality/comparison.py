@@ -47,6 +47,7 @@ class CompareSettings:
     seed: int = 0
     price_per_hour: Optional[float] = None
     num_samples: int = 10_000         # generated samples judged per run (real test images: as many, or all)
+    labels: bool = True               # class names beside the grids' rows (acgan.train --no-labels otherwise)
     output_dir: Optional[str] = None
 
     def validate(self):
@@ -72,7 +73,7 @@ class CompareSettings:
         return Config(dataset=self.dataset, classes=self.classes, data_dir=self.data_dir,
                       max_per_class=self.max_per_class, policy=policy, batch=self.batch, width=self.width,
                       steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed,
-                      price_per_hour=self.price_per_hour, output_dir=output_dir)
+                      price_per_hour=self.price_per_hour, output_dir=output_dir, labels=self.labels)
 
     def budget(self):
         return f"{self.steps:,} steps" if self.steps is not None else f"{self.minutes:g} minutes"
@@ -112,6 +113,8 @@ def train_command(settings, policy, run_dir):
         args += ["--max_per_class", str(s.max_per_class)]
     if s.price_per_hour is not None:
         args += ["--price_per_hour", repr(s.price_per_hour)]
+    if not s.labels:
+        args += ["--nolabels"]
     return args
 
 
