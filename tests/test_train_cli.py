@@ -68,7 +68,13 @@ def test_generate_png_and_npz(runs, tmp_path):
     run_dir = runs["mixed_float16"]
     png, npz = tmp_path / "grid.png", tmp_path / "samples.npz"
     assert _run("acgan.generate", "--run", str(run_dir), "--per_class", "3", "--out", str(png)).returncode == 0
-    assert Image.open(png).size[0] > 0
+    bare = tmp_path / "bare.png"
+    assert _run("acgan.generate", "--run", str(run_dir), "--per_class", "3", "--out", str(bare),
+                "--no-labels").returncode == 0
+    labelled, plain = Image.open(png), Image.open(bare)
+    assert plain.size == (2 * (3 * 30 + 2), 2 * (10 * 30 + 2))   # three columns, ten rows, at 2x
+    assert labelled.height == plain.height and labelled.width > plain.width  # the names' margin
+    assert np.array_equal(np.asarray(labelled)[:, labelled.width - plain.width:], np.asarray(plain))
     result = _run("acgan.generate", "--run", str(run_dir), "--per_class", "3", "--out", str(npz))
     assert result.returncode == 0, result.stderr[-2000:]
     with np.load(npz) as f:
