@@ -27,6 +27,12 @@ def define_seed_flag(help_text="Random seed for weights, noise, data order and g
     flags.DEFINE_integer("seed", 0, help_text)
 
 
+def define_labels_flag():
+    """--labels / --no-labels: each sample grid row named by its class in a left margin, or the bare grid."""
+    flags.DEFINE_boolean("labels", True, "Label each row of a sample grid with its class name (--no-labels: "
+                         "the bare grid).")
+
+
 def define_price_flag():
     flags.DEFINE_float("price_per_hour", None, "USD per hour of this machine, for the cost of 10^6 batches "
                        "(overrides the shipped price table).")

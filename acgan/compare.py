@@ -11,6 +11,7 @@ cli.define_data_flags()
 cli.define_model_flags()
 cli.define_seed_flag("Seed shared by every policy's run and by the evaluation.")
 cli.define_price_flag()
+cli.define_labels_flag()
 flags.DEFINE_integer("num_samples", 10_000, "Generated samples judged per run (real test images: as many, or all).")
 flags.DEFINE_string("output_dir", None, "Folder for the runs and the page (default: a new folder under outputs/).")
 FLAGS = flags.FLAGS
@@ -36,6 +37,7 @@ def main(argv):
         seed=FLAGS.seed,
         price_per_hour=FLAGS.price_per_hour,
         num_samples=FLAGS.num_samples,
+        labels=FLAGS.labels,
         output_dir=FLAGS.output_dir,
     ).validate()
     out = run_compare(settings, command=cli.command_line())

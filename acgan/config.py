@@ -54,6 +54,8 @@ class Config:
     seed: int = 0
     # Save a sample grid every N steps (and always at the end); None: only at the end.
     sample_every: Optional[int] = 250
+    # Label each row of a sample grid with its class name, in a left margin (PNGs and TensorBoard).
+    labels: bool = True
     # Judge sample quality every N steps (None: never during training; see acgan.evaluate).
     eval_every: Optional[int] = None
     # Generated samples per evaluation during training.

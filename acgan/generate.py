@@ -7,6 +7,7 @@ flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
 flags.DEFINE_integer("per_class", 10, "Samples per class.")
 flags.DEFINE_string("out", None, "Output file: .png (a grid, one row per class) or .npz (images, labels).")
 flags.DEFINE_integer("seed", 0, "Seed for the noise.")
+cli.define_labels_flag()
 FLAGS = flags.FLAGS
 
 
@@ -23,7 +24,8 @@ def main(argv):
         raise UserError(f"--per_class must be a positive integer, got {FLAGS.per_class}")
     from acgan.training import sampling
 
-    path = sampling.generate_to_file(Path(FLAGS.run), FLAGS.per_class, Path(FLAGS.out), FLAGS.seed)
+    path = sampling.generate_to_file(Path(FLAGS.run), FLAGS.per_class, Path(FLAGS.out), FLAGS.seed,
+                                       labels=FLAGS.labels)
     print(f"wrote {path}")
 
 

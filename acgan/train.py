@@ -18,6 +18,7 @@ cli.define_strategy_flags()
 flags.DEFINE_boolean("sync_bn", True, "With several replicas, batch-norm statistics over the global batch.")
 cli.define_seed_flag()
 flags.DEFINE_integer("sample_every", 250, "Save a sample grid every N steps (and at the end).")
+cli.define_labels_flag()
 flags.DEFINE_integer("eval_every", None, "Judge sample quality every N steps (conditional accuracy, FID).")
 flags.DEFINE_integer("eval_samples", 1000, "Generated samples per evaluation during training.")
 flags.DEFINE_integer("checkpoint_every", 500, "Save a checkpoint every N steps.")
@@ -51,6 +52,7 @@ def config_from_flags():
         sync_bn=FLAGS.sync_bn,
         seed=FLAGS.seed,
         sample_every=FLAGS.sample_every,
+        labels=FLAGS.labels,
         eval_every=FLAGS.eval_every,
         eval_samples=FLAGS.eval_samples,
         checkpoint_every=FLAGS.checkpoint_every,
@@ -65,7 +67,7 @@ def config_from_flags():
 
 def _given_flags():
     names = {name for name in FLAGS if FLAGS[name].present}
-    for name in ("jit", "sync_bn"):
+    for name in ("jit", "sync_bn", "labels"):
         if "no" + name in names:
             names.add(name)
     return names

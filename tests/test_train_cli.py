@@ -43,7 +43,8 @@ def test_train_writes_grids_report_checkpoints_and_logs(runs, policy):
     samples = sorted(p.name for p in (run_dir / "samples").iterdir())
     assert samples == ["final.png", "step_0000002.png", "step_0000004.png"]
     grid = Image.open(run_dir / "samples" / "final.png")
-    assert grid.height > grid.width * 0.9  # ten rows (classes) by ten columns
+    assert grid.height == 2 * (10 * 30 + 2)  # ten rows (classes) of 28-pixel images, 2 pixels apart, at 2x
+    assert grid.width > grid.height  # ten columns, and the class names in a left margin
     report = json.loads((run_dir / "report.json").read_text())
     assert report["policy"] == policy and report["steps"] == 4 and report["batch"] == 16
     assert report["jit"] == (policy == "mixed_float16")
@@ -67,7 +68,13 @@ def test_generate_png_and_npz(runs, tmp_path):
     run_dir = runs["mixed_float16"]
     png, npz = tmp_path / "grid.png", tmp_path / "samples.npz"
     assert _run("acgan.generate", "--run", str(run_dir), "--per_class", "3", "--out", str(png)).returncode == 0
-    assert Image.open(png).size[0] > 0
+    bare = tmp_path / "bare.png"
+    assert _run("acgan.generate", "--run", str(run_dir), "--per_class", "3", "--out", str(bare),
+                "--no-labels").returncode == 0
+    labelled, plain = Image.open(png), Image.open(bare)
+    assert plain.size == (2 * (3 * 30 + 2), 2 * (10 * 30 + 2))   # three columns, ten rows, at 2x
+    assert labelled.height == plain.height and labelled.width > plain.width  # the names' margin
+    assert np.array_equal(np.asarray(labelled)[:, labelled.width - plain.width:], np.asarray(plain))
     result = _run("acgan.generate", "--run", str(run_dir), "--per_class", "3", "--out", str(npz))
     assert result.returncode == 0, result.stderr[-2000:]
     with np.load(npz) as f:

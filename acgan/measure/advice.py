@@ -66,6 +66,13 @@ def hardware_advice(policy, device_info, layer_widths=None, batch=None):
                 f"than float32: bfloat16 Tensor Cores need compute capability {BF16_CAPABILITY:g} or "
                 f"higher; use mixed_float16 there; {XLA_NOTE}."
             )
+    elif kind == "TPU":
+        # bfloat16 is the TPU's native matrix-unit format: mixed_bfloat16 is the fast path, never slow.
+        if policy == "mixed_float16":
+            lines.append(
+                f"mixed_float16 on {name}: TPUs compute in bfloat16, not float16; use mixed_bfloat16, the TPU's "
+                "native mixed precision (no loss scaling needed)."
+            )
     elif kind == "CPU":
         cpu = device_info.get("cpu_model") or name
         flags = [f for f in CPU_BF16_FLAGS if f in (device_info.get("cpu_flags") or [])]

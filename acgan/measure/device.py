@@ -1,6 +1,7 @@
 """What machine this is: accelerator name and compute capability, or the CPU model and its flags."""
 import os
 import platform
+import re
 import resource
 
 import keras
@@ -24,8 +25,67 @@ def cpu_model_and_flags():
     return model, sorted(f for f in CPU_FLAGS_OF_INTEREST if f in flags)
 
 
+# TensorCores per chip. A TPU VM's TensorFlow shows one device per TensorCore (v2, v3) or per chip
+# (v4 and v5p in "megacore" mode, v5e and v6e with one core), so the price, which is per chip, is paid
+# once per chip, not once per replica: a v3-8 is 8 replicas on 4 chips.
+TPU_CORES_PER_CHIP = {"v2": 2, "v3": 2, "v4": 2, "v5e": 1, "v5p": 2, "v6e": 1}
+_TPU_VERSION_NAMES = {"v5lite": "v5e", "v5litepod": "v5e", "v6lite": "v6e"}
+
+
+def tpu_version(text):
+    """"TPU v4" / "v4-8" / "v5litepod-8" / "TPU v5 lite" -> "v4" / "v4" / "v5e" / "v5e"; None if no version."""
+    match = re.search(r"v(\d)\s*(p|e|lite(?:pod)?)?", (text or "").lower().replace("tpu", " "))
+    if not match:
+        return None
+    version = "v" + match.group(1) + (match.group(2) or "").replace(" ", "")
+    return _TPU_VERSION_NAMES.get(version, version)
+
+
+def _tpu_devices():
+    """TensorFlow's TPU devices: logical ones once the TPU system is initialised, else physical ones."""
+    return tf.config.list_logical_devices("TPU") or tf.config.list_physical_devices("TPU")
+
+
+def _tpu_kind(devices):
+    """The chip type as the runtime names it ("TPU v4"), from the device details or the TPU VM's
+    environment (TPU_ACCELERATOR_TYPE, e.g. "v4-8"); "TPU" when neither says."""
+    for physical in tf.config.list_physical_devices("TPU")[:1]:
+        try:
+            details = tf.config.experimental.get_device_details(physical) or {}
+        except (ValueError, RuntimeError, tf.errors.OpError):
+            details = {}
+        kind = details.get("device_kind") or details.get("device_name")
+        if kind and tpu_version(kind):
+            return kind if kind.upper().startswith("TPU") else f"TPU {kind}"
+    accelerator_type = os.environ.get("TPU_ACCELERATOR_TYPE") or os.environ.get("ACCELERATOR_TYPE")
+    version = tpu_version(accelerator_type)
+    return f"TPU {version}" if version else "TPU"
+
+
+def _tpu_chips(version, cores):
+    """How many chips `cores` TPU devices are: from TPU_ACCELERATOR_TYPE's size when it names this
+    machine ("v4-8": 8 TensorCores = 4 chips; v5e/v6e sizes count chips), else the cores-per-chip table
+    (None when the version is unknown)."""
+    accelerator_type = os.environ.get("TPU_ACCELERATOR_TYPE") or ""
+    match = re.fullmatch(r"(v\w+?)-(\d+)", accelerator_type.strip().lower())
+    per_chip = TPU_CORES_PER_CHIP.get(version)
+    if match and tpu_version(match.group(1)) == version and per_chip:
+        size = int(match.group(2))
+        chips = size // per_chip if version not in ("v5e", "v6e") else size
+        if chips:
+            return chips
+    if per_chip is None:
+        return None
+    # Megacore versions show one device per chip; v2/v3 one per core.
+    return cores if version in ("v4", "v5p", "v5e", "v6e") else max(1, -(-cores // per_chip))
+
+
 def describe_device():
-    """A dict naming the device the train step runs on (the first GPU if any, else the CPU)."""
+    """A dict naming the device the train step runs on: a TPU, else the first GPU, else the CPU.
+
+    kind "TPU": name is the chip type ("TPU v4"), count the chips, tpu_cores the TPU devices TensorFlow
+    shows (the replicas of --strategy tpu) and replicas_per_chip how many of them share a chip's price.
+    """
     cpu_model, cpu_flags = cpu_model_and_flags()
     info = {
         "cpu_model": cpu_model,
@@ -34,8 +94,21 @@ def describe_device():
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
     }
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
+    tpus = _tpu_devices()
+    gpus = [] if tpus else tf.config.list_physical_devices("GPU")
+    if tpus:
+        kind = _tpu_kind(tpus)
+        version = tpu_version(kind)
+        chips = _tpu_chips(version, len(tpus))
+        info.update(
+            kind="TPU",
+            name=kind,
+            compute_capability=None,
+            count=chips or len(tpus),
+            tpu_cores=len(tpus),
+            replicas_per_chip=(len(tpus) / chips) if chips else 1,
+        )
+    elif gpus:
         details = tf.config.experimental.get_device_details(gpus[0])
         capability = details.get("compute_capability")
         info.update(
@@ -49,10 +122,22 @@ def describe_device():
     return info
 
 
+def _gpu_names():
+    return [f"GPU:{i}" for i in range(len(tf.config.list_physical_devices("GPU")))]
+
+
+def reset_peak_memory():
+    """Restarts every GPU's peak counter from its current use (no-op on the CPU, whose peak cannot be reset)."""
+    for name in _gpu_names():
+        tf.config.experimental.reset_memory_stats(name)
+
+
 def peak_memory_bytes():
-    """GPU: TensorFlow's peak allocator counter for GPU:0; CPU: this process's peak resident memory."""
-    if tf.config.list_physical_devices("GPU"):
-        return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+    """GPU: TensorFlow's peak allocator counters of every GPU, summed (each replica's device counts);
+    CPU: this process's peak resident memory."""
+    names = _gpu_names()
+    if names:
+        return int(sum(tf.config.experimental.get_memory_info(name)["peak"] for name in names))
     # ru_maxrss is in kilobytes on Linux (bytes on macOS).
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if platform.system() == "Darwin" else rss * 1024)

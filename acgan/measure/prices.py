@@ -18,6 +18,7 @@ included: what a user actually pays) is preferred over a 'gpu_only' one; among e
 listed wins (GCP, where the original experiment ran, is listed first).
 """
 import json
+import math
 import re
 from importlib import resources
 
@@ -121,14 +122,18 @@ def choose_price(device_name, device_kind=None, price_per_hour=None, table=None)
     }
 
 
-def priced_units(price, replicas, workers=1):
-    """(how many times, "machine" or "accelerator"): what a choose_price() price is paid for.
+def priced_units(price, replicas, workers=1, machine=None):
+    """(how many times, "machine", "accelerator" or "chip"): what a choose_price() price is paid for.
 
     --price_per_hour is one machine's price, so a run pays it once per worker; a table price is one
-    accelerator's, paid once per replica.
+    accelerator's, paid once per replica, except on a TPU (machine: describe_device()'s dict), whose
+    table price is per chip and whose replicas are TensorCores: ceil(replicas / replicas_per_chip) chips.
     """
     if price["source"] == "--price_per_hour":
         return workers, "machine"
+    if machine and machine.get("kind") == "TPU":
+        per_chip = machine.get("replicas_per_chip") or 1
+        return max(1, math.ceil(replicas / per_chip - 1e-9)), "chip"
     return replicas, "accelerator"
 
 

@@ -365,7 +365,7 @@ def make_row(run, policy, batch, jit, result):
         row["samples_per_second"] = batch / (ms / 1e3)
         row["samples_per_second_per_replica"] = row["samples_per_second"] / row["replicas"]
     if price["usd_per_hour"] is not None:
-        units, _ = prices.priced_units(price, row["replicas"])
+        units, _ = prices.priced_units(price, row["replicas"], machine=machine)
         row["price_per_hour"] = price["usd_per_hour"] * units
         if row["samples_per_second"]:
             row["cost_per_million_batches"] = timing.cost_per_million_batches(ms / 1e3, row["price_per_hour"])

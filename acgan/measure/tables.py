@@ -1,5 +1,6 @@
 """Benchmark results as files: loading and merging benchmark.json, the CSV, the markdown tables, the figures."""
 import json
+import math
 from datetime import datetime
 from pathlib import Path
 
@@ -28,12 +29,24 @@ def add_speedups(rows):
 def describe_machine(label, machine):
     if machine.get("kind") == "GPU":
         what = f"GPU {machine.get('name')} (compute capability {machine.get('compute_capability')})"
+    elif machine.get("kind") == "TPU":
+        what = (f"{machine.get('name')}: {machine.get('count')} chip(s), {machine.get('tpu_cores')} TensorFlow "
+                f"TPU device(s); host CPU {machine.get('cpu_model')}")
     else:
         flags = ", ".join(machine.get("cpu_flags") or []) or "none of interest"
         what = f"CPU {machine.get('cpu_model')} ({machine.get('cpu_cores')} cores; flags: {flags})"
     named = f"{label}: " if label != machine.get("name") else ""
     return f"{named}{what}; TensorFlow {machine.get('tensorflow')}, Keras {machine.get('keras')}"
 
+
+
+def _priced(row, replicas):
+    """What a table price was paid for: chips on a TPU (replicas are TensorCores there), else devices."""
+    machine = row.get("machine") or {}
+    if machine.get("kind") == "TPU":
+        chips = max(1, math.ceil(replicas / (machine.get("replicas_per_chip") or 1) - 1e-9))
+        return f"{chips} TPU chip(s)"
+    return f"{replicas} devices"
 
 
 def load_benchmark(path):
@@ -210,7 +223,7 @@ def render_markdown(doc):
         if replicas > 1:
             modes = ", ".join(sorted({r["xla"] for r in group if r.get("xla")})) or "n/a"
             lines += ["", f"{replicas} replicas: batch and samples/s are global (per replica: divide by "
-                      f"{replicas}); the price is that of all {replicas} devices. XLA as run: {modes}."]
+                      f"{replicas}); the price is that of all {_priced(group[0], replicas)}. XLA as run: {modes}."]
         counters = {r.get("memory_counter") for r in group if r.get("memory_counter")}
         if counters:
             lines += ["", f"Peak memory: {'; '.join(sorted(counters))}."]

@@ -5,7 +5,6 @@ only: ACGAN_SWEEP_INJECT="oom:16,kill:32" makes the worker for batch 16 raise
 tf.errors.ResourceExhaustedError once its models are built, and the one for batch 32 kill itself with
 SIGKILL (as the kernel's out-of-memory killer would).
 """
-import dataclasses
 import json
 import os
 import signal
@@ -14,10 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from acgan.errors import UserError
 from acgan.util.files import write_json
 
 INJECT_VARIABLE = "ACGAN_SWEEP_INJECT"
+
+
 def _injected(batch):
     wanted = [w.strip() for w in os.environ.get(INJECT_VARIABLE, "").split(",") if w.strip()]
     return next((kind for kind, _, b in (w.partition(":") for w in wanted) if b == str(batch)), None)
@@ -46,8 +46,7 @@ def run_bare(job):
     with np.load(job["inputs"]) as f:
         images, labels = f["images"][:batch], f["labels"][:batch]
     on_gpu = bool(tf.config.list_physical_devices("GPU"))
-    if on_gpu:
-        tf.config.experimental.reset_memory_stats("GPU:0")
+    device.reset_peak_memory()
     baseline = device.peak_memory_bytes()
     strategy = distribute.make_strategy(job.get("strategy", "default"), job.get("devices"))
     distribute.check_global_batch(batch, strategy.num_replicas_in_sync, what="batch")
@@ -91,7 +90,7 @@ def run_bare(job):
         "time_per_batch_max_ms": max(per_batch) * 1e3,
         "peak_memory_bytes": device.peak_memory_bytes(),
         "baseline_memory_bytes": None if on_gpu else baseline,
-        "memory_counter": "GPU:0 allocator peak (TensorFlow)" if on_gpu
+        "memory_counter": "GPU allocator peaks (TensorFlow), summed over every GPU" if on_gpu
         else "process peak resident memory (ru_maxrss), TensorFlow runtime included",
         "skipped_steps": {k: int(values[f"{k}_skipped"]) for k in "dgq"},
         "loss_scale": {k: values[f"{k}_loss_scale"] for k in "dgq"},
@@ -126,15 +125,11 @@ def run_trainer(job):
         strategy=job.get("strategy", "default"),
         devices=tuple(job["devices"]) if job.get("devices") else None,
     )
-    try:  # no periodic grids: None in the current Config, 0 in its first version
-        config.validate()
-    except UserError:
-        config = dataclasses.replace(config, sample_every=0)
+    config.validate()
     precision.set_policy(job["policy"])
     outcome = loop.run(config, command=job.get("command"))
-    # loop.run returns a RunResult (run_dir, status, message, ...); its first version returned the folder.
-    run_dir = Path(getattr(outcome, "run_dir", outcome))
-    if getattr(outcome, "status", "completed") != "completed":
+    run_dir = Path(outcome.run_dir)
+    if outcome.status != "completed":
         return {"status": "failed", "run_dir": str(run_dir),
                 "reason": one_line(f"training loop {outcome.status}: {outcome.message}")}
     report = json.loads((run_dir / "report.json").read_text())

@@ -64,6 +64,25 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True):
     return result
 
 
+def real_reference(judge, test_set, train_set, num_samples, seed=0):
+    """The Fréchet distance between real and real images at the sizes of a generated-vs-real comparison.
+
+    The real side of evaluate_gan (min(num_samples, len(test_set)) test images, the same subset) against
+    num_samples real TRAIN images in place of the generated ones (a fixed subset; all of the train split
+    when it is smaller), in the same judge features: what a generator drawing exactly the data's
+    distribution would score, finite samples being the only difference. The floor under every distance.
+    """
+    real_features, _, real_labels = judge.real_reference(test_set, num_samples, seed)
+    train_images, _ = real_subset(train_set, num_samples, seed)
+    train_features, _ = judge.predict(train_images)
+    return {
+        "frechet_distance": frechet_distance_of(real_features, train_features),
+        "num_real": int(len(real_labels)),
+        "num_train": int(len(train_images)),
+        "what": "real test images vs real train images, judge features",
+    }
+
+
 class TrainingEvaluator:
     """Judges the generator every --eval_every steps of a training run against the real test split."""
 
@@ -77,6 +96,10 @@ class TrainingEvaluator:
         self.judge = judge.load_or_train(config.dataset, config.data_dir, config.classes,
                                          config.max_per_class, test_set=self.test_set)
         self.last = None
+        # The judge may just have trained on this device: its peak is not the run's.
+        from acgan.measure import device
+
+        device.reset_peak_memory()
 
     def evaluate(self, gan, step):
         """Scores `gan`, logs the scalars to the default TensorBoard writer; the result is kept in `last`."""
@@ -177,6 +200,9 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
     elif judge.info.get("class_names") != list(test_set.class_names):
         raise ValueError("the judge passed in was trained on other classes than this run's")
     result = evaluate_gan(gan, test_set, judge, num_samples, seed)
+    train_set = data_lib.load_dataset(config.dataset, split="train", data_dir=data_dir, classes=config.classes,
+                                      max_per_class=config.max_per_class)
+    result["real_reference"] = real_reference(judge, test_set, train_set, num_samples, seed)
     step = int(gan.step.numpy())
     why_not = inception_unavailable(config.dataset)
     if why_not is None:
@@ -240,6 +266,11 @@ def _pct(value):
     return "n/a" if value is None else f"{value:.1%}"
 
 
+def _reference_text(reference):
+    return (f"{reference['frechet_distance']:.2f} ({reference['num_real']:,} real test images vs "
+            f"{reference['num_train']:,} real train images: the floor a perfect generator would reach)")
+
+
 def render_markdown(result):
     """The report.md section for one evaluation."""
     judge = result.get("judge") or {}
@@ -257,6 +288,8 @@ def render_markdown(result):
          f"{_pct(result['conditional_accuracy'])} (chance {_pct(result['chance'])}; "
          f"real test images: {_pct(result.get('real_conditional_accuracy'))})"),
         ("Fréchet distance, judge features", f"{result['frechet_distance']:.2f} ({sizes})"),
+        *([("Fréchet distance, real vs real (reference)", _reference_text(result["real_reference"]))]
+          if result.get("real_reference") else []),
         ("classifier score", f"{result['classifier_score']:.2f} (1 to {result['num_classes']}; real test "
                              f"images: {result.get('real_classifier_score', float('nan')):.2f})"),
         ("Q's accuracy on real test images", _pct(result.get("q_accuracy_real"))),

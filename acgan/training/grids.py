@@ -27,9 +27,36 @@ def make_grid(images, rows, padding=2):
     return grid
 
 
-def save_grid(images, rows, path, scale=2):
-    """Saves a grid of uint8 images as a PNG, upscaled `scale` times with nearest neighbour."""
+def label_rows(grid, class_names, padding=2):
+    """The grid with a left margin naming each row's class (white text on the grid's black background).
+
+    grid: make_grid's output for len(class_names) rows. The images keep their pixels; the margin is as wide
+    as the widest name in Pillow's built-in font (no font files needed) plus padding on both sides.
+    """
+    from PIL import ImageDraw, ImageFont
+
+    rows = len(class_names)
+    height, width, depth = grid.shape
+    font = ImageFont.load_default()
+    measure = ImageDraw.Draw(Image.new("L", (1, 1)))
+    boxes = [measure.textbbox((0, 0), str(name), font=font) for name in class_names]
+    margin = max(box[2] for box in boxes) + 2 * padding + 2
+    row_height = (height - padding) / rows
+    label = Image.new("L", (margin, height), 0)
+    draw = ImageDraw.Draw(label)
+    for r, (name, box) in enumerate(zip(class_names, boxes)):
+        centre = padding + r * row_height + (row_height - padding) / 2
+        draw.text((padding + 1, round(centre - (box[1] + box[3]) / 2)), str(name), fill=255, font=font)
+    margin_pixels = np.repeat(np.asarray(label, np.uint8)[..., None], depth, axis=-1)
+    return np.concatenate([margin_pixels, grid], axis=1)
+
+
+def save_grid(images, rows, path, scale=2, class_names=None):
+    """Saves a grid of uint8 images as a PNG, upscaled `scale` times with nearest neighbour; with
+    class_names (one per row), each row is labelled in a left margin. Returns the grid as saved (unscaled)."""
     grid = make_grid(images, rows)
+    if class_names is not None:
+        grid = label_rows(grid, class_names)
     picture = Image.fromarray(grid[..., 0] if grid.shape[-1] == 1 else grid)
     picture = picture.resize((picture.width * scale, picture.height * scale), Image.NEAREST)
     buffer = io.BytesIO()

@@ -110,7 +110,8 @@ def total_steps(config, num_images):
     if config.minutes is not None:
         return None
     if config.epochs is not None:
-        return config.epochs * (num_images // config.batch)
+        # Batches straddle epochs (data.pipeline), so E passes over n images take ceil(E*n/b) steps.
+        return -(-config.epochs * num_images // config.batch)
     return config.steps or DEFAULT_STEPS
 
 

@@ -21,7 +21,7 @@ def distribution_summary(strategy, gan):
 def run_cost(time_per_batch_ms, price_per_hour, machine, layout):
     """Cost of a million global batches on everything the run used (prices.priced_units)."""
     price = prices.choose_price(machine["name"], machine["kind"], price_per_hour)
-    units, unit = prices.priced_units(price, layout["replicas"], layout["workers"])
+    units, unit = prices.priced_units(price, layout["replicas"], layout["workers"], machine)
     return timing.cost_summary(time_per_batch_ms, price["usd_per_hour"], units=units, unit=unit,
                                basis=price["description"])
 

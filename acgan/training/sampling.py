@@ -41,14 +41,15 @@ def generate_images(gan, z, labels, batch=500):
     return grids.to_uint8(np.concatenate(parts))
 
 
-def generate_to_file(run_dir, per_class, out, seed=0):
+def generate_to_file(run_dir, per_class, out, seed=0, labels=True):
+    """A .png grid (one row per class, labelled unless labels=False) or an .npz of images and labels."""
     _, info, gan = load_run(run_dir)
-    samples, labels = generate(gan, len(info["class_names"]), per_class, seed)
+    samples, labels_of = generate(gan, len(info["class_names"]), per_class, seed)
     if out.suffix.lower() == ".png":
-        grids.save_grid(samples, len(info["class_names"]), out)
+        grids.save_grid(samples, len(info["class_names"]), out, class_names=info["class_names"] if labels else None)
     else:
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, images=samples, labels=labels, class_names=np.array(info["class_names"]))
+        np.savez_compressed(buffer, images=samples, labels=labels_of, class_names=np.array(info["class_names"]))
         write_atomically(out, buffer.getvalue())
     return out
 
@@ -68,11 +69,18 @@ def grid_inputs(num_classes, noise_dim, seed):
 class TrainingGrids:
     """Saves grids at fixed noise to samples/ and to the default TensorBoard writer."""
 
-    def __init__(self, gan, run_dir, num_classes, seed):
+    def __init__(self, gan, run_dir, num_classes, seed, class_names=None, labels=None):
+        """class_names and labels (label the rows?) default to the run folder's dataset.json and config.json."""
         self.gan, self.dir, self.rows = gan, run_dir / "samples", num_classes
         self.z, self.labels = grid_inputs(num_classes, gan.noise_dim, seed)
+        if class_names is None or labels is None:
+            config, info = read_run(run_dir)
+            class_names = info["class_names"] if class_names is None else class_names
+            labels = config.labels if labels is None else labels
+        self.class_names = list(class_names) if labels else None
 
     def save(self, step, name=None):
         samples = generate_images(self.gan, self.z, self.labels)
-        grid = grids.save_grid(samples, self.rows, self.dir / f"{name or f'step_{step:07d}'}.png")
+        grid = grids.save_grid(samples, self.rows, self.dir / f"{name or f'step_{step:07d}'}.png",
+                               class_names=self.class_names)
         tf.summary.image("samples", grid[None], step=step)

@@ -196,9 +196,14 @@ def test_compare_writes_its_page_and_figure(comparison):
     page = (comparison / "compare.md").read_text()
     assert "| | float32 | mixed_bfloat16 |" in page and "conditional accuracy" in page and "compare.png" in page
     assert "200 real test images vs 200 generated" in page
+    assert "Fréchet distance, real vs real (reference)" in page and "| quality held |" in page
+    assert "200 real test images and 200 real train images" in page
     doc = json.loads((comparison / "compare.json").read_text())
     assert [r["policy"] for r in doc["rows"]] == ["float32", "mixed_bfloat16"]
     assert all(r["steps"] == 8 and r["cost_per_million_batches"] > 0 for r in doc["rows"])
+    reference = doc["rows"][0]["real_reference"]
+    assert reference["num_real"] == reference["num_train"] == 200 and reference["frechet_distance"] > 0
+    assert all(r["quality_held"] == (r["accuracy_held"] and r["frechet_held"]) for r in doc["rows"])
     for policy in ("float32", "mixed_bfloat16"):
         run = json.loads((comparison / policy / "report.json").read_text())
         assert run["policy"] == policy and run["jit"] is False and "quality" in run

@@ -1,0 +1,36 @@
+"""The pinned set-up: pyproject.toml keeps lower bounds, constraints.txt pins what the suite passed with,
+and `make` (hence CI) installs with it."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _name(requirement):
+    return re.split(r"[<>=!~;\[ ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_every_dependency_is_pinned_and_within_its_lower_bound():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + project["optional-dependencies"]["test"]
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt pins exact versions only: {line!r}"
+            pins[_name(name)] = version
+    assert "acgan" not in pins
+    for requirement in wanted:
+        assert _name(requirement) in pins, f"{requirement} is not pinned in constraints.txt"
+        lower = re.search(r">=\s*([\d.]+)", requirement)
+        if lower:
+            as_tuple = lambda v: tuple(int(p) for p in re.findall(r"\d+", v)[:3])  # noqa: E731
+            assert as_tuple(pins[_name(requirement)]) >= as_tuple(lower.group(1)), requirement
+
+
+def test_make_and_ci_install_with_the_constraints():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-c constraints.txt" in makefile and "$(STAMP): pyproject.toml constraints.txt" in makefile
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
