@@ -19,6 +19,7 @@ flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/benchma
 cli.define_strategy_flags(exclude=("multi_worker",))  # each configuration is one process
 flags.DEFINE_boolean("overhead", True, "Also time the full training loop at one configuration (--no-overhead to skip).")
 flags.DEFINE_integer("overhead_batch", 256, "Batch size of the trainer-overhead measurement.")
+flags.DEFINE_integer("log_every", None, "--log_every of the trainer-overhead run (default: the trainer's).")
 
 FLAGS = flags.FLAGS
 
@@ -43,6 +44,7 @@ def settings_from_flags():
         price_per_hour=FLAGS.price_per_hour,
         overhead=FLAGS.overhead,
         overhead_batch=FLAGS.overhead_batch,
+        log_every=FLAGS.log_every,
         strategy=FLAGS.strategy,
         devices=tuple(FLAGS.devices) if FLAGS.devices else None,
     ).validate()

@@ -64,8 +64,12 @@ class Config:
     checkpoint_every: int = 500
     # How many checkpoints to keep.
     keep_checkpoints: int = 3
-    # Steps after the compiled first step that are left out of the timing.
+    # Steps after the compiled first step that are left out of the loop's timing; as many more then run
+    # back to back on batches fetched beforehand, which times the bare device step (also left out).
     warmup_steps: int = 5
+    # Read the step's metrics on the host (TensorBoard, progress bar, divergence check) every N steps;
+    # between reads the host only enqueues steps. Checkpoints always check the step they save.
+    log_every: int = 25
     # The run's folder; None: a new folder under outputs/.
     output_dir: Optional[str] = None
     # USD per hour of the machine, for the cost of a million batches.
@@ -90,7 +94,7 @@ class Config:
         if self.minutes is not None:
             positive_number("minutes", self.minutes)
         non_negative_int("warmup_steps", self.warmup_steps)
-        for name in ("checkpoint_every", "keep_checkpoints", "max_skipped_in_a_row", "eval_samples"):
+        for name in ("checkpoint_every", "keep_checkpoints", "max_skipped_in_a_row", "eval_samples", "log_every"):
             positive_int(name, getattr(self, name))
         if self.price_per_hour is not None:
             positive_number("price_per_hour", self.price_per_hour)

@@ -23,7 +23,8 @@ flags.DEFINE_integer("eval_every", None, "Judge sample quality every N steps (co
 flags.DEFINE_integer("eval_samples", 1000, "Generated samples per evaluation during training.")
 flags.DEFINE_integer("checkpoint_every", 500, "Save a checkpoint every N steps.")
 flags.DEFINE_integer("keep_checkpoints", 3, "How many checkpoints to keep.")
-flags.DEFINE_integer("warmup_steps", 5, "Steps after compilation left out of the timing.")
+flags.DEFINE_integer("warmup_steps", 5, "Steps after compilation left out of the timing; as many more, run back to back, time the bare step.")
+flags.DEFINE_integer("log_every", 25, "Read the metrics (TensorBoard, progress, divergence check) every N steps.")
 flags.DEFINE_string("output_dir", None, "The run's folder (default: a new folder under outputs/).")
 cli.define_price_flag()
 flags.DEFINE_boolean("resume", False, "Continue the run in --output_dir (default: the newest run under outputs/).")
@@ -58,6 +59,7 @@ def config_from_flags():
         checkpoint_every=FLAGS.checkpoint_every,
         keep_checkpoints=FLAGS.keep_checkpoints,
         warmup_steps=FLAGS.warmup_steps,
+        log_every=FLAGS.log_every,
         output_dir=FLAGS.output_dir,
         price_per_hour=FLAGS.price_per_hour,
         resume=FLAGS.resume,

@@ -6,36 +6,75 @@ from acgan.data.image_set import ImageSet
 from acgan.errors import UserError
 
 
-def make_pipeline(data: ImageSet, batch: int, seed: int, start_step: int = 0) -> tf.data.Dataset:
-    """Endless (uint8 images [batch,H,W,C], int32 labels [batch]) batches, reshuffled every epoch from `seed`.
+def batch_indices(n, batch, seed, start_step=0):
+    """Endless (step int64, indices int32 [batch]) into n items, from step `start_step` on.
 
-    `start_step` resumes the same stream after that many batches (cheaply: it skips whole epochs).
+    The stream is the concatenation of one permutation per epoch, a pure function of (seed, epoch), cut
+    into consecutive batches; a batch may straddle two epochs, so none is ever dropped short. Each epoch
+    computes its permutation (and the next one's head) once and slices its batches out of it: resuming
+    at any step costs one permutation, not a walk over the skipped items.
     """
-    n = len(data)
+    seed = tf.constant(seed, tf.int64)
+
+    def order(epoch):
+        # Shuffle indices, not images; depends only on (seed, epoch), never on TF's global seed state.
+        return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int32), seed=tf.stack([seed, epoch]))
+
+    def epoch_batches(epoch):
+        both = tf.concat([order(epoch), order(epoch + 1)[:batch]], axis=0)
+        first = tf.maximum((epoch * n + batch - 1) // batch, start_step)  # the first batch that starts here
+        end = ((epoch + 1) * n + batch - 1) // batch
+        return tf.data.Dataset.range(first, end).map(
+            lambda step: (step, both[step * batch - epoch * n:step * batch - epoch * n + batch]))
+
+    return tf.data.Dataset.counter(start=start_step * batch // n, dtype=tf.int64).flat_map(epoch_batches)
+
+
+def _check_batch(batch, n):
     if batch < 1:
         raise UserError(f"batch size must be at least 1, got {batch}")
     if batch > n:
         raise UserError(f"batch size {batch} is larger than the dataset ({n} images); lower --batch or add images")
-    # Pinned to the CPU: tf.data gathers on the host, and a GPU copy would double device memory for nothing.
-    with tf.device("/CPU:0"):
-        images = tf.constant(data.images)
-        labels = tf.constant(data.labels)
 
-    # Shuffle indices, not images: one stateless permutation per epoch is cheap even for ~1M images
-    # and depends only on (seed, epoch), never on TF's global seed state.
-    def epoch_order(epoch):
-        return tf.random.experimental.stateless_shuffle(
-            tf.range(n, dtype=tf.int32), seed=tf.stack([tf.constant(seed, tf.int64), epoch])
-        )
 
+def _gather(data, batch):
+    """indices [batch] -> (uint8 images [batch, H, W, C], int32 labels [batch]), read from the ImageSet's
+    own arrays: no second copy of the data set in host memory (a tf.constant would make one)."""
     def gather(idx):
-        return tf.gather(images, idx), tf.gather(labels, idx)
+        images, labels = tf.numpy_function(lambda i: (data.images[i], data.labels[i]), [idx],
+                                           (tf.uint8, tf.int32), stateful=False)
+        images.set_shape((batch,) + tuple(data.image_shape))
+        labels.set_shape((batch,))
+        return images, labels
 
-    start_epoch, offset = divmod(start_step * batch, n)
-    ds = tf.data.Dataset.counter(start=start_epoch, dtype=tf.int64).map(epoch_order).unbatch().skip(offset)
-    # Batching after the epoch stream means batches may straddle epochs, so none is ever dropped short.
-    ds = ds.batch(batch, drop_remainder=True).map(gather, num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return gather
+
+
+def make_pipeline(data: ImageSet, batch: int, seed: int, start_step: int = 0) -> tf.data.Dataset:
+    """Endless (uint8 images [batch,H,W,C], int32 labels [batch]) batches, reshuffled every epoch from `seed`.
+
+    `start_step` resumes the same stream after that many batches.
+    """
+    _check_batch(batch, len(data))
+    gather = _gather(data, batch)
+    ds = batch_indices(len(data), batch, seed, start_step)
+    return ds.map(lambda step, idx: gather(idx), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def training_batches(data: ImageSet, batch: int, seed: int, noise_dim: int, start_step: int = 0) -> tf.data.Dataset:
+    """Endless (images, labels, z, fake_labels) global batches from step `start_step` on: make_pipeline's
+    batches with each step's generator noise (sample_noise), made together in one parallel map.
+
+    The noise travels with its batch, so a distributed dataset hands each replica its own slice of both.
+    """
+    _check_batch(batch, len(data))
+    gather = _gather(data, batch)
+
+    def inputs(step, idx):
+        return gather(idx) + sample_noise(seed, step, batch, noise_dim, data.num_classes)
+
+    ds = batch_indices(len(data), batch, seed, start_step)
+    return ds.map(inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE)
 
 
 def sample_noise(seed, step, batch, noise_dim, num_classes):
@@ -48,16 +87,3 @@ def sample_noise(seed, step, batch, noise_dim, num_classes):
     z = tf.random.stateless_uniform((batch, noise_dim), z_key, -1.0, 1.0)
     labels = tf.random.stateless_uniform((batch,), labels_key, 0, num_classes, dtype=tf.int32)
     return z, labels
-
-
-def add_noise(batches, noise_dim, num_classes, seed, start_step=0):
-    """(images, labels) batches -> (images, labels, z, fake_labels), step `start_step` first.
-
-    The noise travels with its batch, so a distributed dataset hands each replica its own slice of both.
-    """
-    def add(batch, step):
-        images, labels = batch
-        return (images, labels) + sample_noise(seed, step, labels.shape[0], noise_dim, num_classes)
-
-    steps = tf.data.Dataset.counter(start_step)
-    return tf.data.Dataset.zip((batches, steps)).map(add).prefetch(tf.data.AUTOTUNE)

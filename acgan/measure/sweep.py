@@ -53,6 +53,7 @@ class SweepSettings:
     price_per_hour: Optional[float] = None
     overhead: bool = True           # also time the full training loop at one configuration
     overhead_batch: int = 256
+    log_every: Optional[int] = None  # the trainer-overhead run's --log_every (None: the trainer's default)
     strategy: str = "auto"          # as acgan.train's --strategy; multi_worker is not swept
     devices: Optional[tuple] = None  # as acgan.train's --devices
 
@@ -66,7 +67,8 @@ class SweepSettings:
             raise UserError("--batches is empty: give one or more positive integers")
         if not self.jits:
             raise UserError("--jit is empty: give on, off or on,off")
-        for name in ("steps", "repeats", "overhead_batch") + (("max_per_class",) if self.max_per_class is not None else ()):
+        optional = tuple(n for n in ("max_per_class", "log_every") if getattr(self, n) is not None)
+        for name in ("steps", "repeats", "overhead_batch") + optional:
             positive_int(name, getattr(self, name))
         for batch in self.batches:
             positive_int("batches", batch)
@@ -374,7 +376,9 @@ def make_row(run, policy, batch, jit, result):
 
 
 def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_dir, echo=print):
-    """The full training loop (trainer.run, real input pipeline) against the bare step, one configuration."""
+    """The full training loop (loop.run: real input pipeline, metric reads, TensorBoard, progress bar)
+    against the bare step at one configuration: the median of `repeats` windows of `steps` steps each,
+    on both sides."""
     policy, batch = settings.policies[0], settings.overhead_batch
     jit = True if True in settings.jits else settings.jits[0]
     echo(f"trainer overhead: {policy}, batch {batch}, XLA {'on' if jit else 'off'}")
@@ -388,15 +392,17 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
         dataset=f"npz:{inputs}" if settings.synthetic else settings.dataset,
         data_dir=settings.data_dir, max_per_class=settings.max_per_class,
         output_dir=str(output_dir / OVERHEAD_DIR), price_per_hour=bare["price_per_hour"],
-        command=run["command"],
+        command=run["command"], log_every=settings.log_every,
     )
     loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{_config_name(policy, batch, jit)}.log")
     out = {
         "policy": policy, "batch": batch, "jit": jit,
         "status": "ok" if loop["status"] == "ok" and bare["status"] == "ok" else "failed",
         "reason": None,
+        # Median against median, over the same number of windows of the same number of steps.
         "trainer_time_per_batch_ms": loop.get("time_per_batch_ms"),
-        "trainer_time_per_batch_median_ms": loop.get("time_per_batch_median_ms"),
+        "trainer_window_ms": loop.get("window_ms"),
+        "trainer_log_every": loop.get("log_every"),
         "trainer_measured_steps": loop.get("measured_steps"),
         "trainer_loop_seconds": loop.get("loop_seconds"),
         "trainer_steps": loop.get("steps"),

@@ -232,8 +232,9 @@ def render_markdown(doc):
     overheads = [(run["device"], run["overhead"]) for run in runs if run.get("overhead")]
     if overheads:
         lines += ["## Trainer overhead", "",
-                  "The full training loop (trainer.run: tf.data input pipeline, a device sync, metrics and "
-                  "TensorBoard scalars every step) against the bare compiled step at the same configuration.", "",
+                  "The full training loop (tf.data input pipeline, metric reads, TensorBoard, progress bar) "
+                  "against the bare compiled step at the same configuration: the median over the same number "
+                  "of windows of the same number of steps on both sides.", "",
                   "| device | policy | batch | XLA | full loop ms per batch | bare step ms per batch | ratio |",
                   "|---|---|---:|---|---:|---:|---:|"]
         for device, o in overheads:

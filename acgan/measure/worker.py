@@ -24,8 +24,8 @@ def _injected(batch):
 
 
 def _sync(metrics):
-    """Device sync: every scalar to a Python float (waits for the whole step)."""
-    return {k: float(v) for k, v in metrics.items()}
+    """Device sync: the step's metric vector to the host (waits for the whole step)."""
+    return metrics.read()
 
 
 def run_bare(job):
@@ -110,35 +110,56 @@ def _load_average():
         return None
 
 
+# Test hook: seconds of sleep added to every metrics read of the training loop (a known logging cost).
+LOG_DELAY_VARIABLE = "ACGAN_INJECT_LOG_DELAY"
+
+
 def run_trainer(job):
-    """The full training loop through acgan.training.loop.run; returns its timing."""
+    """The full training loop through acgan.training.loop.run, timed like the bare step: the median
+    over `repeats` windows of `steps` consecutive steps of the loop's wall time per step."""
     from acgan.config import Config
     from acgan.model import precision
     from acgan.training import loop
 
-    steps = 1 + job["warmup"] + job["steps"]   # the compile step, the warm-up, the measured steps
+    # The compile step, the warm-up, the loop's own bare-step window (as long as the warm-up), the windows.
+    steps = 1 + 2 * job["warmup"] + job["repeats"] * job["steps"]
     config = Config(
         dataset=job["dataset"], data_dir=job["data_dir"], max_per_class=job["max_per_class"],
         policy=job["policy"], batch=job["batch"], width=job["width"], steps=steps, jit=job["jit"],
         seed=job["seed"], sample_every=None, checkpoint_every=steps, keep_checkpoints=1,
-        warmup_steps=job["warmup"], output_dir=job["output_dir"], price_per_hour=job["price_per_hour"],
+        warmup_steps=job["warmup"], log_every=job.get("log_every") or Config.log_every,
+        output_dir=job["output_dir"], price_per_hour=job["price_per_hour"],
         strategy=job.get("strategy", "default"),
         devices=tuple(job["devices"]) if job.get("devices") else None,
     )
     config.validate()
+    delay = float(os.environ.get(LOG_DELAY_VARIABLE) or 0)
+    if delay:
+        honest = loop.log_metrics
+
+        def slow_log_metrics(step, values):
+            time.sleep(delay)
+            honest(step, values)
+
+        loop.log_metrics = slow_log_metrics
     precision.set_policy(job["policy"])
     outcome = loop.run(config, command=job.get("command"))
-    run_dir = Path(outcome.run_dir)
     if outcome.status != "completed":
-        return {"status": "failed", "run_dir": str(run_dir),
+        return {"status": "failed", "run_dir": str(outcome.run_dir),
                 "reason": one_line(f"training loop {outcome.status}: {outcome.message}")}
-    report = json.loads((run_dir / "report.json").read_text())
+    report = json.loads((outcome.run_dir / "report.json").read_text())
+    intervals = list(outcome.step_seconds)
+    windows = [statistics.fmean(intervals[i:i + job["steps"]])
+               for i in range(0, len(intervals) - job["steps"] + 1, job["steps"])]
     return {
         "status": "ok",
-        "run_dir": str(run_dir),
-        "time_per_batch_ms": report["timing"].get("time_per_batch_ms"),
-        "time_per_batch_median_ms": report["timing"].get("time_per_batch_median_ms"),
+        "run_dir": str(outcome.run_dir),
+        "window_ms": [w * 1e3 for w in windows],
+        "time_per_batch_ms": statistics.median(windows) * 1e3 if windows else None,
+        "time_per_batch_mean_ms": report["timing"].get("time_per_batch_ms"),
+        "bare_step_ms": report["timing"].get("bare_step_ms"),
         "measured_steps": report["timing"].get("measured_steps"),
+        "log_every": config.log_every,
         "loop_seconds": report.get("loop_seconds"),
         "steps": report.get("steps"),
     }

@@ -1,6 +1,9 @@
 """The AC-GAN train step: a D update, then G and Q updates, each by its own (loss-scaled) optimizer.
 
 The step runs on a tf.distribute strategy (one device by default); G's noise comes with each batch.
+G runs once per iteration: D trains on its output with the gradient stopped, and G's and Q's
+gradients reach G's weights through the same forward pass (cotangents with respect to the fake images).
+It returns its metrics as one float32 vector (StepMetrics), so the host reads them with one copy.
 """
 import hashlib
 
@@ -16,6 +19,34 @@ G_LEARNING_RATE = 1e-3
 Q_LEARNING_RATE = 1e-3
 BETA_1 = 0.5
 OPTIMIZER_NAMES = ("d", "g", "q")
+LOSS_METRICS = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake")
+# The order of the step's metric vector.
+METRIC_NAMES = LOSS_METRICS + tuple(
+    f"{name}_{what}" for what in ("loss_scale", "skipped", "skipped_in_a_row") for name in OPTIMIZER_NAMES)
+
+
+class StepMetrics:
+    """One step's metrics: a float32 vector on the device, in METRIC_NAMES order.
+
+    `metrics["d_loss"]` is a scalar tensor (no host copy yet); `read()` copies the whole vector to the
+    host once and returns {name: float}. Counts are exact in float32 up to 2^24.
+    """
+
+    def __init__(self, vector):
+        self.vector = vector
+
+    def __getitem__(self, name):
+        return self.vector[METRIC_NAMES.index(name)]
+
+    def keys(self):
+        return METRIC_NAMES
+
+    def read(self):
+        return dict(zip(METRIC_NAMES, (float(v) for v in np.asarray(self.vector))))
+
+
+class _Untracked:
+    """Holds state that the checkpoint must not contain (tf.Module tracks only trackable attributes)."""
 
 
 def _bce(target, logits):
@@ -64,6 +95,11 @@ class ACGAN(tf.Module):
             )
             for optimizer, variables in self._optimizers_and_variables():
                 optimizer.build(variables)
+            # Consecutive skipped steps per optimizer, for the divergence check between metric reads.
+            # Not checkpointed: a resumed run starts counting afresh, as the monitor always did.
+            self._scratch = _Untracked()
+            self._scratch.skip_streak = tf.Variable(tf.zeros(len(OPTIMIZER_NAMES), tf.int64), trainable=False,
+                                                    name="skip_streak")
         self.compile_mode, self.compile_reason = distribute.compile_plan(
             self.strategy, jit, self.synchronized_batch_norm)
         self.retrace()
@@ -71,11 +107,18 @@ class ACGAN(tf.Module):
     def retrace(self):
         """(Re)builds the step functions; call it after patching anything the step calls."""
         per_replica_xla = self.compile_mode == "forward_backward"
-        self._d_pass = tf.function(self._d_forward_backward, jit_compile=True) if per_replica_xla \
-            else self._d_forward_backward
-        self._gq_pass = tf.function(self._gq_forward_backward, jit_compile=True) if per_replica_xla \
-            else self._gq_forward_backward
-        self.train_step = tf.function(self._step, jit_compile=self.compile_mode == "step")
+
+        def compiled(fn):
+            return tf.function(fn, jit_compile=True) if per_replica_xla else fn
+
+        self._g_pass = compiled(self._g_forward)
+        self._d_pass = compiled(self._d_forward_backward)
+        self._gq_pass = compiled(self._gq_forward_backward)
+        self._step_function = tf.function(self._step, jit_compile=self.compile_mode == "step")
+
+    def train_step(self, images, labels, z, fake_labels):
+        """One global step (see _step); returns its StepMetrics without waiting for the device."""
+        return StepMetrics(self._step_function(images, labels, z, fake_labels))
 
     def _optimizers_and_variables(self):
         return (
@@ -87,67 +130,86 @@ class ACGAN(tf.Module):
     def _step(self, images, labels, z, fake_labels):
         """One global step. Arguments are global batches (or per-replica values from a distributed
         dataset): uint8 images [B, H, W, C], int labels [B], z [B, noise_dim], int fake_labels [B].
-        Returns this step's metrics (scalars)."""
+        Returns this step's metrics as one float32 vector in METRIC_NAMES order."""
+        optimizers = [optimizer for optimizer, _ in self._optimizers_and_variables()]
+        iterations_before = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
         per_replica = self.strategy.run(self._replica_step, args=(images, labels, z, fake_labels))
         # Each replica returns its share (local mean / replicas), so the sum is the global-batch mean.
-        metrics = {k: self.strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None)
-                   for k, v in per_replica.items()}
+        losses = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         self.step.assign_add(1)
-        for name, (optimizer, _) in zip(OPTIMIZER_NAMES, self._optimizers_and_variables()):
-            metrics[f"{name}_loss_scale"] = tf.cast(precision.current_loss_scale(optimizer), tf.float32)
-            # A loss-scale optimizer skips a non-finite step without advancing `iterations`.
-            metrics[f"{name}_skipped"] = self.step - tf.cast(optimizer.iterations, tf.int64)
-        return metrics
+        iterations = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
+        # A loss-scale optimizer skips a non-finite step without advancing `iterations`.
+        skipped_now = tf.equal(iterations, iterations_before)
+        streak = self._scratch.skip_streak
+        streak.assign(tf.where(skipped_now, streak + 1, tf.zeros_like(streak)))
+        scales = tf.stack([tf.cast(precision.current_loss_scale(o), tf.float32) for o in optimizers])
+        skipped = tf.cast(self.step - iterations, tf.float32)
+        return tf.concat([losses, scales, skipped, tf.cast(streak, tf.float32)], axis=0)
 
     def _replica_step(self, images, labels, z, fake_labels):
         real = tf.cast(images, tf.float32) / 255.0
         labels = tf.cast(labels, tf.int32)
-        d_loss, d_grads = self._d_pass(real, z, fake_labels)
+        # The iteration's one G forward, recorded for G's backward pass at the end.
+        with tf.GradientTape(persistent=True) as g_tape:
+            fake = self._g_pass(z, fake_labels)
+        d_loss, d_grads = self._d_pass(real, tf.stop_gradient(fake))
         self._apply(self.d_optimizer, d_grads, self.d_variables)
-        # G and Q from one forward pass through the freshly updated D.
-        g_loss, q_loss, q_accuracy_real, q_accuracy_fake, g_grads, q_grads = self._gq_pass(
-            real, labels, z, fake_labels)
+        # G and Q through the freshly updated D: gradients for the trunk and Q head, and the cotangents
+        # of G's and Q's (scaled) losses with respect to the fake images.
+        g_loss, q_loss, q_accuracy_real, q_accuracy_fake, q_head_grads, g_cotangent, q_cotangent = \
+            self._gq_pass(real, labels, tf.stop_gradient(fake), fake_labels)
+        g_grads = g_tape.gradient(fake, self.g_variables, output_gradients=g_cotangent)
+        q_g_grads = g_tape.gradient(fake, self.g_variables, output_gradients=q_cotangent)
+        del g_tape
         self._apply(self.g_optimizer, g_grads, self.g_variables)
-        self._apply(self.q_optimizer, q_grads, self.q_variables)
-        return {"d_loss": d_loss, "g_loss": g_loss, "q_loss": q_loss,
-                "q_accuracy_real": q_accuracy_real, "q_accuracy_fake": q_accuracy_fake}
+        self._apply(self.q_optimizer, list(q_head_grads) + list(q_g_grads), self.q_variables)
+        return tf.stack([d_loss, g_loss, q_loss, q_accuracy_real, q_accuracy_fake])
 
     def _apply(self, optimizer, grads, variables):
         if precision.is_loss_scaled(optimizer):
             grads = distribute.agree_on_finite(grads)
         optimizer.apply(grads, variables)
 
-    def _d_forward_backward(self, real, z, fake_labels):
-        """D's loss (this replica's share) and its still-scaled gradients."""
+    def _g_forward(self, z, fake_labels):
+        return self.models.generator([z, fake_labels], training=True)
+
+    def _d_forward_backward(self, real, fake):
+        """D's loss (this replica's share) and its still-scaled gradients; `fake` is a constant here."""
         m = self.models
         batch = tf.shape(real)[0]
         with tf.GradientTape() as tape:
-            fake = m.generator([z, fake_labels], training=True)
             d_real = m.d_head(m.trunk(real, training=True), training=True)
             d_fake = m.d_head(m.trunk(fake, training=True), training=True)
             d_loss = (_bce(tf.ones((batch, 1)), d_real) + _bce(tf.zeros((batch, 1)), d_fake)) / self.replicas
             scaled = precision.scale_loss(self.d_optimizer, d_loss)
-        return d_loss, tape.gradient(scaled, self.d_variables)
+        return tf.cast(d_loss, tf.float32), tape.gradient(scaled, self.d_variables)
 
-    def _gq_forward_backward(self, real, labels, z, fake_labels):
-        """G's and Q's losses and accuracies (this replica's shares) and their still-scaled gradients."""
+    def _gq_forward_backward(self, real, labels, fake, fake_labels):
+        """G's and Q's losses and accuracies (this replica's shares), Q's still-scaled gradients for the
+        trunk and its head, and the still-scaled cotangents of G's and Q's losses w.r.t. `fake`.
+
+        The trunk already saw these real and fake batches in D's pass, so here its batch-norm layers use
+        the batch statistics without moving their averages again (a StatelessScope drops the updates).
+        """
         m = self.models
         batch = tf.shape(real)[0]
+        q_trunk_and_head = m.trunk.trainable_variables + m.q_head.trainable_variables
         with tf.GradientTape(persistent=True) as tape:
-            fake = m.generator([z, fake_labels], training=True)
-            fake_features = m.trunk(fake, training=True)
-            real_features = m.trunk(real, training=True)
+            tape.watch(fake)
+            with keras.StatelessScope():
+                fake_features = m.trunk(fake, training=True)
+                real_features = m.trunk(real, training=True)
             g_loss = _bce(tf.ones((batch, 1)), m.d_head(fake_features, training=True)) / self.replicas
             q_real = m.q_head(real_features, training=True)
             q_fake = m.q_head(fake_features, training=True)
             q_loss = (_ce(labels, q_real) + _ce(fake_labels, q_fake)) / self.replicas
             g_scaled = precision.scale_loss(self.g_optimizer, g_loss)
             q_scaled = precision.scale_loss(self.q_optimizer, q_loss)
-        g_grads = tape.gradient(g_scaled, self.g_variables)
-        q_grads = tape.gradient(q_scaled, self.q_variables)
+        g_cotangent = tape.gradient(g_scaled, fake)
+        q_grads = tape.gradient(q_scaled, q_trunk_and_head + [fake])
         del tape
-        return (g_loss, q_loss, _accuracy(labels, q_real) / self.replicas,
-                _accuracy(fake_labels, q_fake) / self.replicas, g_grads, q_grads)
+        return (tf.cast(g_loss, tf.float32), tf.cast(q_loss, tf.float32), _accuracy(labels, q_real) / self.replicas,
+                _accuracy(fake_labels, q_fake) / self.replicas, q_grads[:-1], g_cotangent, q_grads[-1])
 
     def skipped_steps(self):
         """{optimizer name: steps it skipped so far}."""

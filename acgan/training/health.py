@@ -7,21 +7,20 @@ LOSSES = {"d": "d_loss", "g": "g_loss", "q": "q_loss"}
 
 
 class DivergenceMonitor:
-    """Call `check(step, metrics)` after every step; it returns a one-line message once the run diverged.
+    """Call `check(step, metrics)` with each metrics read; it returns a one-line message once the run
+    diverged. Reads may be some steps apart: the step counts skips in a row itself
+    (`{name}_skipped_in_a_row`), and a non-finite loss or weight stays non-finite until the next read.
 
     Under mixed_float16 a non-finite loss or gradient is normal now and then: the loss-scale optimizer
     skips the step and halves its scale. It becomes divergence when the skips never stop (Keras's
     scale has no floor and would halve forever). Without loss scaling a NaN/Inf loss is final.
     """
 
-    def __init__(self, loss_scaled, max_skipped_in_a_row, skipped_so_far=None):
+    def __init__(self, loss_scaled, max_skipped_in_a_row):
         self.loss_scaled = loss_scaled
         self.max_in_a_row = max_skipped_in_a_row
-        self.in_a_row = dict.fromkeys(OPTIMIZER_NAMES, 0)
-        self.last_skipped = dict(skipped_so_far or dict.fromkeys(OPTIMIZER_NAMES, 0))
 
     def check(self, step, metrics):
-        skipped = {n: int(metrics[f"{n}_skipped"]) for n in OPTIMIZER_NAMES}
         for name in OPTIMIZER_NAMES:
             loss = metrics[LOSSES[name]]
             if not self.loss_scaled and not math.isfinite(loss):
@@ -29,10 +28,10 @@ class DivergenceMonitor:
                         "rate, or an overflow in the forward pass); the last good checkpoint is kept")
             if not self.loss_scaled:
                 continue
-            self.in_a_row[name] = self.in_a_row[name] + 1 if skipped[name] > self.last_skipped[name] else 0
+            in_a_row = int(metrics.get(f"{name}_skipped_in_a_row", 0))
             scale = metrics[f"{name}_loss_scale"]
-            if self.in_a_row[name] > self.max_in_a_row:
-                return (f"{name}_optimizer skipped {self.in_a_row[name]} steps in a row at step {step} "
+            if in_a_row > self.max_in_a_row:
+                return (f"{name}_optimizer skipped {in_a_row} steps in a row at step {step} "
                         f"(loss scale {scale:g}, {name} loss {loss:.4g}): the loss or gradients are "
                         "non-finite at any scale, likely a float16 overflow in the forward pass or a "
                         "diverged model; try mixed_bfloat16 or float32. The last good checkpoint is kept")
@@ -40,5 +39,4 @@ class DivergenceMonitor:
                 return (f"{name}_optimizer's loss scale fell to {scale:g} at step {step}: gradients overflow "
                         "even unscaled, likely a float16 overflow in the forward pass; try mixed_bfloat16 "
                         "or float32. The last good checkpoint is kept")
-        self.last_skipped = skipped
         return None

@@ -7,6 +7,7 @@ restored step and the grid noise is a function of the seed. It runs on any tf.di
 under multi_worker only the chief keeps files.
 """
 import dataclasses
+import json
 import shutil
 import signal
 import sys
@@ -17,14 +18,13 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from acgan import data as data_lib
 from acgan.config import DEFAULT_STEPS
-from acgan.data.pipeline import add_noise, make_pipeline
+from acgan.data.pipeline import training_batches
 from acgan.errors import UserError
-from acgan.measure import advice, device, timing
+from acgan.measure import advice, device
 from acgan.model.networks import build_models, check_image_shape
 from acgan.model.precision import needs_loss_scaling
 from acgan.step import distribute
@@ -35,6 +35,7 @@ from acgan.training import run_lock
 from acgan.training.health import DivergenceMonitor
 from acgan.training.run_dir import prepare_run_dir, write_run_files
 from acgan.training.sampling import TrainingGrids
+from acgan.training.session_timing import SessionClock, session_record
 from acgan.util import disk
 
 
@@ -45,6 +46,7 @@ class RunResult(NamedTuple):
     signal: Optional[int] = None    # the signal that interrupted it
     chief: bool = True              # False on multi-worker tasks whose files were discarded
     weights_fingerprint: Optional[str] = None
+    step_seconds: tuple = ()        # this session's wall time per timed step
 
 
 def run(config, command=None):
@@ -74,7 +76,8 @@ def run(config, command=None):
             shutil.rmtree(files_dir, ignore_errors=True)
         run_lock.release(lock)
     distribute.wait_for_all_workers(strategy)
-    return RunResult(run_dir, outcome.status, outcome.message, outcome.signal, chief, report["weights_fingerprint"])
+    return RunResult(run_dir, outcome.status, outcome.message, outcome.signal, chief, report["weights_fingerprint"],
+                     outcome.clock.intervals)
 
 
 def load_data(config):
@@ -98,8 +101,12 @@ def distributed_batches(strategy, data, config, noise_dim, start_step):
     images are in memory, there are no files to shard), so each step's global batch, noise included,
     is exactly the one a single device would train on.
     """
-    batches = make_pipeline(data, config.batch, config.seed, start_step=start_step)
-    batches = add_noise(batches, noise_dim, data.num_classes, config.seed, start_step)
+    batches = training_batches(data, config.batch, config.seed, noise_dim, start_step=start_step)
+    if strategy.num_replicas_in_sync == 1 and distribute.strategy_name(strategy) == "default":
+        gpus = tf.config.list_logical_devices("GPU")
+        if gpus:  # the next batches wait on the device already (a distributed dataset does this itself)
+            return batches.apply(tf.data.experimental.prefetch_to_device(gpus[0].name, buffer_size=2))
+        return batches
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return strategy.experimental_distribute_dataset(batches.with_options(options))
@@ -116,12 +123,17 @@ def total_steps(config, num_images):
 
 
 class TimingHistory(tf.Module):
-    """Timing history that travels in the checkpoint: per-step seconds and each session's compile time."""
+    """The timing of every session so far (JSON list of session_record dicts), kept in the checkpoint."""
 
     def __init__(self):
         super().__init__(name="history")
-        self.step_seconds = tf.Variable(np.zeros(0), shape=tf.TensorShape([None]), dtype=tf.float64)
-        self.compile_seconds = tf.Variable(np.zeros(0), shape=tf.TensorShape([None]), dtype=tf.float64)
+        self.sessions_json = tf.Variable("[]", dtype=tf.string, trainable=False)
+
+    def sessions(self):
+        return json.loads(self.sessions_json.numpy().decode())
+
+    def store(self, sessions):
+        self.sessions_json.assign(json.dumps(sessions))
 
 
 class StopSignals:
@@ -196,10 +208,13 @@ def set_up(config, strategy, data, run_dir, files_dir, resume):
     # Non-chief workers restore from the chief's folder (it must be on a file system they share).
     # The newest intact checkpoint; damaged newer ones are moved aside (by the chief) before the
     # manager reads the state file.
-    latest = checkpoint_files.restore_newest_intact(checkpoint, run_dir / "checkpoints", chief) if resume else None
+    latest = checkpoint_files.restore_newest_intact(tf.train.Checkpoint(gan=gan), run_dir / "checkpoints",
+                                                    chief) if resume else None
     checkpoints = tf.train.CheckpointManager(checkpoint, files_dir / "checkpoints",
                                              max_to_keep=config.keep_checkpoints)
     if latest:
+        # Leniently: checkpoints from before per-session timing hold another layout (then no history).
+        tf.train.Checkpoint(history=history).restore(latest).expect_partial()
         resumed_from = {"step": int(gan.step.numpy()), "checkpoint": latest, "loss_scales": gan.loss_scales()}
     start_step = int(gan.step.numpy())
     steps = total_steps(config, len(data.images))
@@ -219,64 +234,101 @@ class LoopOutcome(NamedTuple):
     message: Optional[str]
     signal: Optional[int]
     step: int                   # the last step trained
-    final_metrics: dict
-    step_seconds: list          # every measured step of every session, warm-up excluded
-    compile_seconds: list       # one per session
+    final_metrics: dict         # the last step's metrics, read on the host
+    clock: SessionClock         # this session's timing
+    earlier_sessions: list      # session_record dicts of the sessions before this one
     loop_seconds: float
 
 
 def train_loop(setup, config, started):
     """Runs steps until the length, --minutes, a stop signal or divergence; saves the last grid and
-    checkpoint (unless diverged)."""
+    checkpoint (unless diverged).
+
+    The host enqueues a step and, every --log_every steps, reads the metrics of the step before (one
+    copy; the device is already busy with the next one). Grids, evaluations and checkpoints read the
+    step they follow; a checkpoint is never written after a non-finite step.
+    """
     s, gan = setup, setup.gan
     batches = iter(distributed_batches(s.strategy, s.data, config, gan.noise_dim, s.start_step))
     writer = tf.summary.create_file_writer(str(s.files_dir / "tensorboard"))
-    grids = TrainingGrids(gan, s.files_dir, s.data.num_classes, config.seed)
+    grids = TrainingGrids(gan, s.files_dir, s.data.num_classes, config.seed, s.data.class_names, config.labels)
     progress = keras.utils.Progbar(s.steps, stateful_metrics=_STATEFUL, unit_name="step",
                                    verbose=1 if s.chief else 0)
-    monitor = DivergenceMonitor(needs_loss_scaling(config.policy), config.max_skipped_in_a_row,
-                                gan.skipped_steps())
+    monitor = DivergenceMonitor(needs_loss_scaling(config.policy), config.max_skipped_in_a_row)
     deadline = None if config.minutes is None else started + config.minutes * 60.0
-    step_seconds = list(s.history.step_seconds.numpy())
-    compile_seconds = list(s.history.compile_seconds.numpy())
+    clock = SessionClock()
+    earlier = s.history.sessions()
+    replicas = s.strategy.num_replicas_in_sync
+    last = {"step": None, "values": {}}
+
+    def read(step, metrics):
+        """Copies one step's metrics to the host, logs them, checks them; a message if diverged."""
+        if last["step"] == step:
+            return None
+        values = metrics.read()
+        last.update(step=step, values=values)
+        log_metrics(step, values)
+        progress.update(step, [(k, values[k]) for k in _SHOWN])
+        return monitor.check(step, values)
 
     def save_checkpoint(step):
-        s.history.step_seconds.assign(np.asarray(step_seconds, np.float64))
-        s.history.compile_seconds.assign(np.asarray(compile_seconds, np.float64))
+        s.history.store(earlier + [session_record(clock, len(earlier), s.start_step, step, config, s.machine,
+                                                  s.layout, replicas)])
         checkpoint_files.save(s.checkpoints, step)  # a full disk: DiskFull, the previous checkpoint intact
 
-    status, message, values, step, stop_signal = "completed", None, {}, s.start_step, None
+    def due(every, step):
+        return bool(every) and step % every == 0
+
+    status, message, step, stop_signal, pending, metrics = "completed", None, s.start_step, None, None, None
+    # compile (one step) -> warmup (--warmup_steps ordinary steps) -> bare (as many, back to back) -> timed
+    phase, warmup_left = "compile", config.warmup_steps
     with writer.as_default(), StopSignals() as signals:
         loop_started = time.perf_counter()
         while True:
-            # -- one step, timed from fetching its batch to the device sync --
-            tick = time.perf_counter()
-            metrics = gan.train_step(*next(batches))
-            values = {k: float(v) for k, v in metrics.items()}  # the device sync
-            elapsed = time.perf_counter() - tick
-            step += 1
-            session_step = step - s.start_step
-            if session_step == 1:
-                compile_seconds.append(elapsed)
-            elif session_step > 1 + config.warmup_steps:
-                step_seconds.append(elapsed)
-
-            # -- metrics, divergence, progress --
-            for name, value in values.items():
-                tf.summary.scalar(name, value, step=step)
-            message = monitor.check(step, values)
+            if phase == "timed":
+                clock.lap()
+            ran = 0
+            if phase == "bare":
+                # -- steps back to back on batches fetched first: the bare device step, for comparison --
+                phase = "timed"
+                step, metrics, message, ran = bare_window(gan, batches, step, metrics, config, s.steps, clock, read)
+            if not ran:
+                # -- one step: enqueue it, then read the metrics of the logged step before it --
+                metrics = gan.train_step(*next(batches))
+                step += 1
+                if phase == "compile":  # its own time, ending on a sync
+                    message = read(step, metrics)
+                    clock.compile_seconds = time.perf_counter() - loop_started
+                    phase = "warmup"
+                elif pending is not None:
+                    message = read(*pending)
+                pending = (step, metrics) if step % config.log_every == 0 else None
+                if phase == "warmup":
+                    warmup_left -= 1
+                    if warmup_left < 0:
+                        phase = "bare" if config.warmup_steps else "timed"
             if message:
                 status = "diverged"
                 break  # no checkpoint: the weights may already be non-finite
-            progress.update(step, [(k, values[k]) for k in _SHOWN])
 
-            # -- grids, evaluation, checkpoints --
-            if config.sample_every and step % config.sample_every == 0:
-                grids.save(step)
-            if s.evaluator and step % config.eval_every == 0:
-                s.evaluator.evaluate(gan, step)
-            if step % config.checkpoint_every == 0:
-                save_checkpoint(step)
+            # -- grids, evaluation, checkpoints: each reads (and checks) the step it follows --
+            sample, evaluate = due(config.sample_every, step), s.evaluator and due(config.eval_every, step)
+            checkpoint = due(config.checkpoint_every, step)
+            if sample or evaluate or checkpoint:
+                message = read(step, metrics)
+                if message:
+                    status = "diverged"
+                    break
+                pending = None
+            if sample:
+                with clock.maintenance_of("grids"):
+                    grids.save(step)
+            if evaluate:
+                with clock.maintenance_of("evaluation"):
+                    s.evaluator.evaluate(gan, step)
+            if checkpoint:
+                with clock.maintenance_of("checkpoints"):
+                    save_checkpoint(step)
 
             # -- stop? --
             stop_signal, out_of_time = signals.received, bool(deadline and time.perf_counter() >= deadline)
@@ -287,6 +339,12 @@ def train_loop(setup, config, started):
                 break
             if (s.steps is not None and step >= s.steps) or out_of_time:
                 break
+        if status != "diverged":
+            message_now = read(step, metrics)  # the last step's metrics; the sync that ends its interval
+            if message_now:
+                status, message = "diverged", message_now
+        if phase == "timed":
+            clock.stop()
         loop_seconds = time.perf_counter() - loop_started
         if status != "diverged":
             grids.save(step, name="final")
@@ -294,16 +352,55 @@ def train_loop(setup, config, started):
                 save_checkpoint(step)
     writer.flush()
     sys.stdout.write("\n")
-    return LoopOutcome(status, message, stop_signal, step, values, step_seconds, compile_seconds, loop_seconds)
+    return LoopOutcome(status, message if status != "completed" else None, stop_signal, step, last["values"],
+                       clock, earlier, loop_seconds)
+
+
+def bare_window(gan, batches, step, metrics, config, last_step, clock, read):
+    """Runs up to --warmup_steps steps back to back, their batches fetched first, and times them between
+    two syncs: the bare device step (it follows the warm-up, so caches and autotuning have settled).
+    Returns (step, its metrics, divergence message or None, steps run).
+
+    The window stops short of a grid, evaluation or checkpoint step and of the end of the run, so
+    those happen after the window, at their exact step.
+    """
+    count = config.warmup_steps
+    if last_step is not None:
+        count = min(count, last_step - step)
+    for every in (config.sample_every, config.eval_every, config.checkpoint_every):
+        if every:
+            count = min(count, every - step % every - 1)
+    if count <= 0:
+        return step, metrics, None, 0
+    inputs = [next(batches) for _ in range(count)]
+    started = time.perf_counter()
+    results = [gan.train_step(*batch) for batch in inputs]
+    results[-1].read()  # the sync: every enqueued step has finished
+    clock.bare_step_seconds = (time.perf_counter() - started) / count
+    message = None
+    for offset, result in enumerate(results, start=1):
+        if (step + offset) % config.log_every == 0 or offset == count:
+            message = message or read(step + offset, result)
+    return step + count, results[-1], message, count
+
+
+def log_metrics(step, values):
+    """TensorBoard scalars of one metrics read (to the default writer)."""
+    for name, value in values.items():
+        tf.summary.scalar(name, value, step=step)
 
 
 # ---- The report ----
 
 def assemble_report(setup, outcome, config, command, started):
-    """report.json's content: settings, machine, timing, cost, memory, the final state."""
-    s = setup
-    times = timing.timing_summary(outcome.step_seconds, config.batch, s.strategy.num_replicas_in_sync)
-    compile_seconds = outcome.compile_seconds
+    """report.json's content: settings, machine, this session's timing and cost, memory, the final state.
+
+    Timing and cost are this session's alone; the sessions before a resume are listed apart (they may
+    have run on another device, replica count or XLA setting), never blended in.
+    """
+    s, clock = setup, outcome.clock
+    times = clock.summary(config.batch, s.strategy.num_replicas_in_sync)
+    earlier = outcome.earlier_sessions
     return {
         "run_dir": str(s.run_dir),
         "command": command or "acgan.training.loop.run",
@@ -317,11 +414,15 @@ def assemble_report(setup, outcome, config, command, started):
         "batch": config.batch,
         "distribution": s.layout,
         "steps": outcome.step,
+        "session_steps": outcome.step - s.start_step,
         "resumed_from": s.resumed_from,
         "warmup_steps": config.warmup_steps,
-        "compile_seconds": compile_seconds[0] if compile_seconds else None,
-        "compile_seconds_per_session": compile_seconds,
+        "log_every": config.log_every,
+        "compile_seconds": clock.compile_seconds,
+        "compile_seconds_per_session": [e.get("compile_seconds") for e in earlier] + [clock.compile_seconds],
         "timing": times,
+        "maintenance_seconds": dict(clock.maintenance),
+        "earlier_sessions": earlier,
         "cost": run_report.run_cost(times.get("time_per_batch_ms"), config.price_per_hour, s.machine, s.layout),
         "peak_memory_bytes": device.peak_memory_bytes(),
         "loop_seconds": outcome.loop_seconds,

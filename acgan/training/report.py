@@ -55,6 +55,21 @@ def _xla(report):
     return mode
 
 
+def _bare(timing):
+    if timing.get("bare_step_ms") is None:
+        return "n/a (no warm-up this session, or it ended first)"
+    text = _fmt(timing["bare_step_ms"], " ms", 2)
+    if timing.get("wall_over_bare"):
+        text += f" (wall / bare: {timing['wall_over_bare']:.2f})"
+    return text
+
+
+def _maintenance(seconds):
+    if not seconds:
+        return "none"
+    return ", ".join(f"{what} {value:,.1f} s" for what, value in sorted(seconds.items())) + " (left out of the timing)"
+
+
 def render_markdown(report):
     device = report["device"]
     accelerator = device["name"]
@@ -84,18 +99,33 @@ def render_markdown(report):
         ("batch", report["batch"]),
         ("steps", report["steps"]),
         ("compile time", _fmt(report["compile_seconds"], " s", 2)),
-        ("time per batch (mean)", _fmt(timing.get("time_per_batch_ms"), " ms", 2)),
-        ("time per batch (median)", _fmt(timing.get("time_per_batch_median_ms"), " ms", 2)),
+        ("time per batch (wall, mean)", _fmt(timing.get("time_per_batch_ms"), " ms", 2)),
+        ("time per batch (wall, median)", _fmt(timing.get("time_per_batch_median_ms"), " ms", 2)),
+        ("bare device step (back to back)", _bare(timing)),
         ("time per 1000 samples", _fmt(timing.get("time_per_1000_samples_ms"), " ms", 1)),
         ("samples per second", _fmt(timing.get("samples_per_second"), "", 1)),
         ("samples per second per replica", _fmt(timing.get("samples_per_second_per_replica"), "", 1)),
-        ("measured steps", f"{timing.get('measured_steps', 0)} (compile step and {report['warmup_steps']} warm-up steps excluded)"),
+        ("measured steps", f"{timing.get('measured_steps', 0)} of this session's {report.get('session_steps', '?')} "
+                           f"(the compile step, {report['warmup_steps']} warm-up steps and as many timing the bare step excluded)"),
+        ("grids, evaluation, checkpoints", _maintenance(report.get("maintenance_seconds") or {})),
         ("peak memory", _fmt(report["peak_memory_bytes"] / 2**20, " MiB", 1)),
         ("cost of 10^6 batches", cost_line),
         ("wall time", _fmt(report["wall_seconds"], " s", 1)),
     ]
     lines = [f"# Run report: {report['run_dir']}", "", f"`{report['command']}`", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
+    lines += ["", "Time per batch is wall time per iteration, loop top to loop top: the step, the input pipeline, "
+              "metric reads, TensorBoard and the progress bar, less only the time spent on grids, evaluations "
+              "and checkpoints. Cost uses it. All timing is this session's."]
+    if report.get("earlier_sessions"):
+        lines += ["", "Earlier sessions of this run (resumed since; not blended into the figures above):", "",
+                  "| session | steps | device | strategy | replicas | XLA | ms per batch (wall, mean) | bare step ms |",
+                  "|---:|---|---|---|---:|---|---:|---:|"]
+        for e in report["earlier_sessions"]:
+            t = e.get("timing") or {}
+            lines.append(f"| {e['session']} | {e['start_step']}–{e['end_step']} | {e['device_kind']}: {e['device']} "
+                         f"| {e['strategy']} | {e['replicas']} | {e['xla']} | {_fmt(t.get('time_per_batch_ms'), '', 2)} "
+                         f"| {_fmt(t.get('bare_step_ms'), '', 2)} |")
     during = report.get("quality_during_training")
     if during:
         lines += ["", f"Sample quality at step {during['step']} ({during['num_generated']} samples; "

@@ -5,6 +5,7 @@ keeps TensorFlow's device setup and the dtype policy of this test process untouc
 """
 import csv
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -110,9 +111,28 @@ def test_trainer_overhead_is_reported(bench):
     bare = next(r for r in doc["results"] if (r["policy"], r["batch"]) == ("float32", 8))
     assert overhead["bare_time_per_batch_ms"] == bare["time_per_batch_ms"]
     assert overhead["ratio"] == pytest.approx(overhead["trainer_time_per_batch_ms"] / bare["time_per_batch_ms"])
-    assert overhead["trainer_measured_steps"] == 2
+    # Median against median: as many windows (--repeats) of as many steps (--steps) as the bare step's.
+    assert len(overhead["trainer_window_ms"]) == 2 and overhead["trainer_measured_steps"] == 4
+    assert overhead["trainer_time_per_batch_ms"] == pytest.approx(statistics.median(overhead["trainer_window_ms"]))
     assert (out / sweep.OVERHEAD_DIR / "report.json").exists()
     assert "## Trainer overhead" in (out / "benchmark.md").read_text()
+
+
+@pytest.mark.slow
+def test_overhead_ratio_rises_by_a_known_logging_delay(tmp_path):
+    """A sleep injected into every metrics read (--log_every 1) shows up in the loop's time, not the bare step's."""
+    delay_ms = 150.0
+    args = ["--synthetic", "--policies", "float32", "--batches", "8", "--width", "0.125", "--steps", "3",
+            "--warmup", "1", "--repeats", "3", "--jit", "off", "--overhead_batch", "8", "--log_every", "1"]
+    plain = run_cli("acgan.benchmark", *args, "--output_dir", str(tmp_path / "plain"))
+    slow = run_cli("acgan.benchmark", *args, "--output_dir", str(tmp_path / "slow"),
+                   env={worker.LOG_DELAY_VARIABLE: str(delay_ms / 1e3)})
+    assert plain.returncode == 0 and slow.returncode == 0, (plain.stderr + slow.stderr)[-3000:]
+    (p,), (s,) = (json.loads((tmp_path / d / "benchmark.json").read_text())["runs"] for d in ("plain", "slow"))
+    p, s = p["overhead"], s["overhead"]
+    added = s["trainer_time_per_batch_ms"] - p["trainer_time_per_batch_ms"]
+    assert 0.7 * delay_ms < added < 1.3 * delay_ms, (p, s)
+    assert s["ratio"] - p["ratio"] > 0.7 * delay_ms / max(p["bare_time_per_batch_ms"], s["bare_time_per_batch_ms"])
 
 
 def test_report_merges_devices(bench, tmp_path):

@@ -54,7 +54,7 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(tmp_path):
     saved = tf.train.load_checkpoint(str(run_dir / "checkpoints" / f"ckpt-{killed_at}"))
     scales = {n: float(saved.get_tensor(f"gan/{n}_optimizer/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE"))
               for n in "dgq"}
-    history = saved.get_tensor("history/step_seconds/.ATTRIBUTES/VARIABLE_VALUE")
+    sessions = json.loads(saved.get_tensor("history/sessions_json/.ATTRIBUTES/VARIABLE_VALUE"))
 
     resumed = _train("--steps", str(killed_at + 2), "--resume", "--output_dir", str(run_dir))
     out, err = resumed.communicate(timeout=300)
@@ -63,8 +63,12 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(tmp_path):
     assert report["status"] == "completed" and report["steps"] == killed_at + 2
     assert report["resumed_from"]["step"] == killed_at
     assert report["resumed_from"]["loss_scales"] == scales
-    # The timing history continues: the resumed session adds its own steps, less its compile step.
-    assert report["timing"]["measured_steps"] == len(history) + 1
+    # Each session keeps its own timing: the killed one as of its last checkpoint, listed apart; the
+    # figures are the resumed session's alone (2 steps, less its compile step; no warm-up here).
+    assert report["earlier_sessions"] == sessions and sessions[0]["end_step"] == killed_at
+    # steps 2..killed_at-1: the compile step is left out, and the checkpointed step's interval was still open
+    assert sessions[0]["timing"]["measured_steps"] == killed_at - 2
+    assert report["timing"]["measured_steps"] == 1
     assert len(report["compile_seconds_per_session"]) == 2
     assert report["config"]["policy"] == "mixed_float16"  # taken from the saved run, not the defaults
     assert _latest_step(run_dir) == killed_at + 2
@@ -130,7 +134,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, set_policy,
     loop.run(config)
     honest_bce = tf_step._bce
     monkeypatch.setattr(tf_step, "_bce", lambda target, logits: honest_bce(target, logits) * np.float32("nan"))
-    result = loop.run(dataclasses.replace(config, steps=10, resume=True))
+    result = loop.run(dataclasses.replace(config, steps=10, resume=True, log_every=1))
     assert result.status == "diverged"
     assert "d loss is nan at step 5" in result.message
     assert _latest_step(result.run_dir) == 4
@@ -147,10 +151,41 @@ def test_endless_float16_skips_stop_the_run(tmp_path, set_policy, monkeypatch):
         return scaled * np.float32("inf") if "q_optimizer" in optimizer.name else scaled
 
     monkeypatch.setattr(tf_step.precision, "scale_loss", overflowing)
-    result = loop.run(_config(tmp_path, policy="mixed_float16", steps=50, max_skipped_in_a_row=3))
+    result = loop.run(_config(tmp_path, policy="mixed_float16", steps=50, max_skipped_in_a_row=3, log_every=1))
     assert result.status == "diverged"
     assert result.message.startswith("q_optimizer skipped 4 steps in a row at step 4")
     assert _latest_step(result.run_dir) == 2
+
+
+def test_reads_far_apart_still_never_checkpoint_a_non_finite_step(tmp_path, set_policy, monkeypatch):
+    """Metrics read every 7 steps: the NaN from step 5 is caught by the read before step 6's checkpoint."""
+    set_policy("float32")
+    honest_bce, calls = tf_step._bce, tf.Variable(0)
+
+    def nan_from_step_5(target, logits):  # three BCE terms per step: D's two, G's one
+        calls.assign_add(1)
+        return honest_bce(target, logits) * tf.where(calls > 12, np.float32("nan"), np.float32(1))
+
+    monkeypatch.setattr(tf_step, "_bce", nan_from_step_5)
+    result = loop.run(_config(tmp_path, steps=20, log_every=7))
+    assert result.status == "diverged"
+    assert "d loss is nan at step 6" in result.message
+    assert _latest_step(result.run_dir) == 4
+
+
+def test_endless_skips_are_counted_on_the_device_between_reads(tmp_path, set_policy, monkeypatch):
+    set_policy("mixed_float16")
+    honest = precision.scale_loss
+
+    def overflowing(optimizer, loss):
+        scaled = honest(optimizer, loss)
+        return scaled * np.float32("inf") if "q_optimizer" in optimizer.name else scaled
+
+    monkeypatch.setattr(tf_step.precision, "scale_loss", overflowing)
+    result = loop.run(_config(tmp_path, policy="mixed_float16", steps=50, max_skipped_in_a_row=3, log_every=5,
+                              checkpoint_every=100))
+    assert result.status == "diverged"
+    assert result.message.startswith("q_optimizer skipped 5 steps in a row at step 5")
 
 
 def test_monitor_reads_scale_below_one_as_divergence():

@@ -1,0 +1,71 @@
+"""The timing of one training session (one process's run, from start or from a resume).
+
+What a user waits for and pays for is wall time per iteration, loop top to loop top: the step, the
+input pipeline, metric reads, TensorBoard, the progress bar. Only grids, evaluations and checkpoints
+are taken out (and reported on their own). The warm-up steps, run back to back on batches fetched
+beforehand, time the bare device step for comparison.
+"""
+import collections
+import contextlib
+import time
+
+from acgan.measure import timing
+
+
+class SessionClock:
+    def __init__(self):
+        self.compile_seconds = None
+        self.bare_step_seconds = None         # mean of the warm-up steps run back to back
+        self.intervals = []                   # one per timed step, seconds
+        self.maintenance = collections.defaultdict(float)  # "grids" / "evaluation" / "checkpoints": seconds
+        self._top = None
+        self._taken_out = 0.0
+
+    def lap(self):
+        """At the top of each timed iteration (and once after the last): closes the previous interval."""
+        now = time.perf_counter()
+        if self._top is not None:
+            self.intervals.append(now - self._top - self._taken_out)
+        self._top, self._taken_out = now, 0.0
+
+    def stop(self):
+        """Ends the timed region without opening a new interval."""
+        self.lap()
+        self._top = None
+
+    @contextlib.contextmanager
+    def maintenance_of(self, what):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - started
+            self.maintenance[what] += spent
+            self._taken_out += spent
+
+    def summary(self, batch, replicas):
+        """The session's figures: timing_summary of the wall intervals, plus the bare step and the ratio."""
+        figures = timing.timing_summary(self.intervals, batch, replicas)
+        bare_ms = None if self.bare_step_seconds is None else self.bare_step_seconds * 1e3
+        figures["bare_step_ms"] = bare_ms
+        wall_ms = figures.get("time_per_batch_ms")
+        figures["wall_over_bare"] = wall_ms / bare_ms if wall_ms and bare_ms else None
+        return figures
+
+
+def session_record(clock, index, start_step, end_step, config, machine, layout, replicas):
+    """What the checkpoint keeps of a session, so a resumed run lists it apart from its own figures."""
+    return {
+        "session": index,
+        "start_step": start_step,
+        "end_step": end_step,
+        "device": machine["name"],
+        "device_kind": machine["kind"],
+        "strategy": layout["strategy"],
+        "replicas": layout["replicas"],
+        "workers": layout["workers"],
+        "xla": layout["xla"],
+        "compile_seconds": clock.compile_seconds,
+        "timing": clock.summary(config.batch, replicas),
+        "maintenance_seconds": dict(clock.maintenance),
+    }

@@ -1,0 +1,68 @@
+"""The TensorFlow step: one G forward per iteration, batch-norm statistics that move once per batch,
+and metrics as one vector read with one host copy."""
+import keras
+import numpy as np
+import pytest
+
+from acgan.data.pipeline import sample_noise
+from acgan.model.blocks import BN_MOMENTUM
+from acgan.model.networks import build_models
+from acgan.step.tf_step import METRIC_NAMES, ACGAN
+
+
+def _gan(policy, jit):
+    keras.utils.set_random_seed(3)
+    return ACGAN(build_models((28, 28, 1), 10, width=0.125), 10, policy, jit=jit)
+
+
+def _batch(n=16):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8)
+    labels = rng.integers(0, 10, n).astype(np.int32)
+    return (images, labels) + sample_noise(1, 0, n, 62, 10)
+
+
+def _batch_mean(model, layer, inputs):
+    """Mean over the batch of what `layer` (a batch norm) receives, before the step changes any weight.
+    In a StatelessScope, so the batch norms on the way keep their moving statistics."""
+    source = keras.Model(model.inputs, model.get_layer(layer).input)
+    with keras.StatelessScope():
+        return np.mean(np.asarray(source(inputs, training=True), np.float64), axis=0)
+
+
+@pytest.mark.parametrize("policy,jit", [("float32", True), ("mixed_float16", False)])
+def test_g_batch_norm_moves_once_per_step_with_momentum_0_9(policy, jit, set_policy):
+    set_policy(policy)
+    gan = _gan(policy, jit)
+    images, labels, z, fake_labels = _batch()
+    g = gan.models.generator
+    expected = {name: (1 - BN_MOMENTUM) * _batch_mean(g, name, [z, fake_labels]) for name in ("g_bn1", "g_bn2")}
+    gan.train_step(images, labels, z, fake_labels).read()
+    for name, mean in expected.items():
+        # Moved twice (G run twice) it would be 0.19 * mean instead of 0.1 * mean.
+        np.testing.assert_allclose(g.get_layer(name).moving_mean.numpy(), mean, rtol=2e-2, atol=1e-6, err_msg=name)
+
+
+def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch(set_policy):
+    set_policy("float32")
+    gan = _gan("float32", jit=False)
+    images, labels, z, fake_labels = _batch()
+    trunk, g = gan.models.trunk, gan.models.generator
+    real = images.astype(np.float32) / 255.0
+    with keras.StatelessScope():
+        fake = np.asarray(g([z, fake_labels], training=True))
+    m_real, m_fake = (_batch_mean(trunk, "d_bn3", x) for x in (real, fake))
+    gan.train_step(images, labels, z, fake_labels).read()
+    # D's pass: trunk(real) then trunk(fake), from a zero start; G/Q's pass adds nothing.
+    expected = (1 - BN_MOMENTUM) * (BN_MOMENTUM * m_real + m_fake)
+    np.testing.assert_allclose(trunk.get_layer("d_bn3").moving_mean.numpy(), expected, rtol=2e-2, atol=1e-6)
+
+
+def test_metrics_are_one_vector_read_at_once(set_policy):
+    set_policy("float32")
+    gan = _gan("float32", jit=False)
+    metrics = gan.train_step(*_batch())
+    assert metrics.vector.shape == (len(METRIC_NAMES),)
+    values = metrics.read()
+    assert list(values) == list(METRIC_NAMES)
+    assert float(metrics["d_loss"]) == values["d_loss"] and values["d_skipped_in_a_row"] == 0.0
