@@ -146,7 +146,7 @@ def test_first_step_gradients_agree_with_float32(policy, float32_run, set_policy
     ("scaled twice", {"d", "g", "q"}),
     ("never unscaled", {"d", "g", "q"}),
     ("G scaled by Q's optimizer", {"g"}),
-])
+], ids=["scaled_twice", "never_unscaled", "wrong_optimizer"])
 def test_the_check_rejects_broken_loss_scaling(breakage, victims, float32_run, set_policy, monkeypatch):
     weights, reference = float32_run
     # Scaled twice, Q's loss (x 1024^2) overflows float16 and its step is skipped: zero moments, also caught.
