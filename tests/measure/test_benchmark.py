@@ -188,6 +188,37 @@ def test_figures_draw_one_series_per_device_and_policy(bench, tmp_path):
     assert sorted(plots.plot_cost(merged, tmp_path / "c.png")) == ["Tesla T4, float32", "Tesla T4, mixed_bfloat16"]
 
 
+def test_mixed_float16_with_xla_reports_loss_scales_and_skipped_steps(tmp_path):
+    """The sweep above runs XLA off and no loss scaling; this row runs the loss-scaled step under XLA.
+
+    From the initial 2^15, each skipped step halves an optimizer's scale (it grows only after 2000
+    good steps), so every reported scale must be 2^15 / 2^(its skipped steps)."""
+    out = tmp_path / "out"
+    proc = run_cli("acgan.benchmark", "--policies", "mixed_float16", "--batches", "8", "--width", "0.125",
+                   "--steps", "2", "--warmup", "1", "--repeats", "1", "--jit", "on", "--no-overhead",
+                   "--dataset", "doodles", "--max_per_class", "2", "--data_dir", str(tmp_path / "data"),
+                   "--output_dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((out / "benchmark.json").read_text())
+    (row,) = doc["results"]
+    assert row["status"] == "ok", row["reason"]
+    assert (row["policy"], row["batch"], row["jit"], row["xla"]) == ("mixed_float16", 8, True, "step")
+    assert row["steps_run"] == 1 + 1 + 1 * 2
+    skipped, scales = row["skipped_steps"], row["loss_scale"]
+    assert set(skipped) == set(scales) == {"d", "g", "q"}
+    # 2^15 overflows the first steps of a fresh run (measured here: 2, 2 and 3 skipped; scales 8192,
+    # 8192, 4096), so the skip counting is exercised, not only its zero.
+    assert sum(skipped.values()) > 0, skipped
+    for name in "dgq":
+        assert 0 <= skipped[name] <= row["steps_run"], name
+        assert scales[name] == 2.0 ** 15 / 2 ** skipped[name], (name, skipped, scales)
+    with open(out / "benchmark.csv", newline="") as f:
+        (line,) = csv.DictReader(f)
+    assert [int(line[f"{k}_skipped"]) for k in "dgq"] == [skipped[k] for k in "dgq"]
+    md = (out / "benchmark.md").read_text()
+    assert "XLA on" in md and f"| {'/'.join(str(skipped[k]) for k in 'dgq')} |" in md
+
+
 def test_failing_configurations_are_recorded_and_the_sweep_goes_on(tmp_path):
     out = tmp_path / "out"
     proc = run_cli("acgan.benchmark", "--synthetic", "--policies", "float32", "--batches", "4,8,12", *TINY,

@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import POLICIES
 from PIL import Image
 
 from acgan.quality import evaluation, metrics
@@ -149,13 +150,16 @@ def test_conditional_accuracy_of_real_images_is_the_judges_and_of_noise_is_chanc
     assert metrics.classifier_score(probs) > 9.0
 
 
-def test_a_small_acgan_really_learns_the_classes(judge, data_dir, tmp_path, set_policy):
-    """~1 minute: width 0.5, batch 32, 500 steps; the judge must recognise most samples' classes."""
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_small_acgan_really_learns_the_classes(policy, judge, data_dir, tmp_path, set_policy):
+    """~1 minute per policy: width 0.5, batch 32, 500 steps; the judge must recognise most samples'
+    classes under every policy (mixed_float16's loss scaling included), not only float32."""
     from acgan.config import Config
     from acgan.training import loop
 
     config = Config(dataset="doodles", data_dir=str(data_dir), max_per_class=PER_CLASS, width=0.5, batch=32,
-                    steps=500, sample_every=500, checkpoint_every=500, output_dir=str(tmp_path / "run"))
+                    steps=500, sample_every=500, checkpoint_every=500, output_dir=str(tmp_path / "run"),
+                    policy=policy)
     set_policy(config.policy)
     finished = loop.run(config)
     run_dir = getattr(finished, "run_dir", finished)  # a RunResult (or, before resuming existed, the folder)

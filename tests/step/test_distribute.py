@@ -21,6 +21,7 @@ from acgan.step import distribute, tf_step
 
 DEVICES = [f"/cpu:{i}" for i in range(CPU_REPLICAS)]
 BATCH = 16
+MIN_COSINE_TO_ONE_DEVICE = {"mixed_float16": 0.85, "mixed_bfloat16": 0.75}  # measured: see its test
 
 
 @pytest.fixture(scope="module")
@@ -94,28 +95,30 @@ def test_two_replicas_match_one_device(policy, mirrored, set_policy):
     assert distributed.replicas == CPU_REPLICAS and distributed.synchronized_batch_norm
     for a, b in zip(_weights(single), _weights(distributed)):
         np.testing.assert_array_equal(a, b)
-    # The precision's own rounding noise: the same step on one device, compiled by XLA instead.
-    single_xla = _gan(policy, tf.distribute.get_strategy(), jit=True)
-    _pin_loss_scales(single, distributed, single_xla)
+    _pin_loss_scales(single, distributed)
 
     batch = _global_batch()
     expected = single.train_step(*batch)
     got = distributed.train_step(*_distributed(distributed, batch))
-    single_xla.train_step(*batch)
     loss_tolerance = 1e-5 if policy == "float32" else 1e-3
     for name in ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake"):
         assert float(got[name]) == pytest.approx(float(expected[name]), rel=loss_tolerance), name
     for name in ("d_skipped", "g_skipped", "q_skipped", "d_loss_scale", "g_loss_scale", "q_loss_scale"):
         assert float(got[name]) == float(expected[name]), name
     for name in ("d", "g", "q"):
-        one, two, noise = (_first_moments(g, name) for g in (single, distributed, single_xla))
+        one, two = (_first_moments(g, name) for g in (single, distributed))
         if policy == "float32":
             assert _relative_difference(one, two) < 1e-4, name
         else:
-            # Low-precision gradients at initialization are mostly rounding: XLA alone moves them by
-            # 7-55%. Two replicas must stay within that noise and keep the size (a loss summed instead
-            # of averaged over replicas would double it).
-            assert _relative_difference(one, two) < 2 * _relative_difference(one, noise) + 0.02, name
+            # Low-precision gradients at initialization are partly rounding, and two replicas round
+            # differently (synchronized BN, the all-reduce). Per optimizer, the two-replica update must
+            # point the way the one-device update does and keep its size (a loss summed instead of
+            # averaged over replicas would double it). Measured, seeds 0-7 (weights and batch), width
+            # 0.25, batch 16: cosine >= 0.912 (float16; d >= 0.996, g >= 0.949, q >= 0.912) and
+            # >= 0.837 (bfloat16; d >= 0.957, g >= 0.837, q >= 0.964); norm ratio 0.889-1.038 (float16),
+            # 0.922-1.043 (bfloat16). The bounds leave margin and reject an update at cosine 0.4.
+            cosine = float(one @ two / (np.linalg.norm(one) * np.linalg.norm(two)))
+            assert cosine > MIN_COSINE_TO_ONE_DEVICE[policy], (name, cosine)
             assert 0.8 < np.linalg.norm(two) / np.linalg.norm(one) < 1.25, name
 
     for step in (1, 2):  # a few more steps: the replicas stay identical
