@@ -50,7 +50,9 @@ def test_train_writes_grids_report_checkpoints_and_logs(runs, policy):
     assert report["jit"] == (policy == "mixed_float16")
     assert report["compile_seconds"] > 0
     timing = report["timing"]
-    assert timing["measured_steps"] == 2  # 4 steps minus the compile step and 1 warm-up step
+    # 4 steps: the compile step, 1 warm-up step, 1 step timing the bare step, 1 timed loop step
+    assert timing["measured_steps"] == 1 and timing["bare_step_ms"] > 0
+    assert timing["wall_over_bare"] == pytest.approx(timing["time_per_batch_ms"] / timing["bare_step_ms"])
     assert timing["time_per_1000_samples_ms"] == pytest.approx(timing["time_per_batch_ms"] * 1000 / 16)
     assert report["cost"]["cost_per_million_batches"] == pytest.approx(
         timing["time_per_batch_ms"] / 1000 * 1e6 / 3600 * 0.54)

@@ -361,12 +361,12 @@ def bare_window(gan, batches, step, metrics, config, last_step, clock, read):
     two syncs: the bare device step (it follows the warm-up, so caches and autotuning have settled).
     Returns (step, its metrics, divergence message or None, steps run).
 
-    The window stops short of a grid, evaluation or checkpoint step and of the end of the run, so
-    those happen after the window, at their exact step.
+    The window stops short of a grid, evaluation or checkpoint step, so those happen after it at their
+    exact step, and takes at most half of the steps left, so a short run still times its loop.
     """
     count = config.warmup_steps
-    if last_step is not None:
-        count = min(count, last_step - step)
+    if last_step is not None:  # leave the loop at least as many steps to time
+        count = min(count, (last_step - step) // 2)
     for every in (config.sample_every, config.eval_every, config.checkpoint_every):
         if every:
             count = min(count, every - step % every - 1)
