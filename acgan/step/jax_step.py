@@ -252,26 +252,31 @@ class JaxACGAN:
         t_trainable, dh_trainable = d_trainable[:n_trunk], d_trainable[n_trunk:]
 
         # G and Q through the freshly updated D. The trunk's statistics updates are dropped here; Q's
-        # head moves its own (real, then fake), as on TensorFlow.
-        def gq_losses(trunk_trainable, q_head_trainable, fake_images):
+        # head moves its own (real, then fake), as on TensorFlow. Two separate backward passes, as the TF
+        # step's two tape.gradient calls: pulled back through one vjp of both losses, an overflow in one
+        # (inf * a zero cotangent = NaN) would reach the other's gradients. The trunk's forward on the
+        # fake batch is then written twice; under jit XLA computes it once.
+        def g_loss_fn(fake_images):
+            features, _ = m.trunk.stateless_call(t_trainable, t_non_trainable, fake_images, training=True)
+            d_fake, _ = m.d_head.stateless_call(dh_trainable, dh_non_trainable, features, training=True)
+            g_loss = _bce(ones, d_fake)
+            return self._scaled("g", optimizer_values["g"], g_loss), g_loss
+
+        def q_loss_fn(trunk_trainable, q_head_trainable, fake_images):
             fake_features, _ = m.trunk.stateless_call(trunk_trainable, t_non_trainable, fake_images, training=True)
             real_features, _ = m.trunk.stateless_call(trunk_trainable, t_non_trainable, real, training=True)
-            d_fake, _ = m.d_head.stateless_call(dh_trainable, dh_non_trainable, fake_features, training=True)
-            g_loss = _bce(ones, d_fake)
             q_state = qh["non_trainable"]
             q_real, q_state = m.q_head.stateless_call(q_head_trainable, q_state, real_features, training=True)
             q_fake, q_state = m.q_head.stateless_call(q_head_trainable, q_state, fake_features, training=True)
             q_loss = _ce(labels, q_real) + _ce(fake_labels, q_fake)
-            scaled = (self._scaled("g", optimizer_values["g"], g_loss),
-                      self._scaled("q", optimizer_values["q"], q_loss))
-            return scaled, (g_loss, q_loss, _accuracy(labels, q_real), _accuracy(fake_labels, q_fake), q_state)
+            return (self._scaled("q", optimizer_values["q"], q_loss),
+                    (q_loss, _accuracy(labels, q_real), _accuracy(fake_labels, q_fake), q_state))
 
-        (g_scaled, q_scaled), gq_pullback, aux = jax.vjp(gq_losses, t_trainable, qh["trainable"], fake_constant,
-                                                        has_aux=True)
-        g_loss, q_loss, q_accuracy_real, q_accuracy_fake, qh_non_trainable = aux
-        one, nought = jnp.ones_like(g_scaled), jnp.zeros_like(g_scaled)
-        _, _, g_cotangent = gq_pullback((one, nought))
-        q_trunk_grads, q_head_grads, q_cotangent = gq_pullback((nought, one))
+        # The still-scaled cotangents of G's and Q's losses w.r.t. the fake images, and Q's gradients.
+        g_cotangent, g_loss = jax.grad(g_loss_fn, has_aux=True)(fake_constant)
+        (q_trunk_grads, q_head_grads, q_cotangent), aux = jax.grad(q_loss_fn, argnums=(0, 1, 2), has_aux=True)(
+            t_trainable, qh["trainable"], fake_constant)
+        q_loss, q_accuracy_real, q_accuracy_fake, qh_non_trainable = aux
         (g_grads,) = g_pullback(g_cotangent)
         (q_g_grads,) = g_pullback(q_cotangent)
         g_trainable, optimizer_values["g"] = self.g_optimizer.stateless_apply(
