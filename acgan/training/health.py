@@ -1,7 +1,7 @@
 """Divergence detection from each step's metrics: NaN/Inf losses, endless loss-scale skips, a scale below 1."""
 import math
 
-from acgan.step.tf_step import OPTIMIZER_NAMES
+from acgan.step.common import OPTIMIZER_NAMES
 
 LOSSES = {"d": "d_loss", "g": "g_loss", "q": "q_loss"}
 

@@ -1,0 +1,37 @@
+"""What the steps of every backend share, with no backend in it: no TensorFlow, no JAX, no Keras, so
+the training health checks and the reports can use it without loading a framework.
+
+The optimizers' names and learning rates, the order of the step's metric vector, and StepMetrics, the
+vector's host-side reader (numpy only: `np.asarray` copies a TensorFlow tensor or a JAX array alike).
+"""
+import numpy as np
+
+D_LEARNING_RATE = 2e-4
+G_LEARNING_RATE = 1e-3
+Q_LEARNING_RATE = 1e-3
+BETA_1 = 0.5
+OPTIMIZER_NAMES = ("d", "g", "q")
+LOSS_METRICS = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake")
+# The order of the step's metric vector.
+METRIC_NAMES = LOSS_METRICS + tuple(
+    f"{name}_{what}" for what in ("loss_scale", "skipped", "skipped_in_a_row") for name in OPTIMIZER_NAMES)
+
+
+class StepMetrics:
+    """One step's metrics: a float32 vector on the device, in METRIC_NAMES order.
+
+    `metrics["d_loss"]` is a scalar tensor (no host copy yet); `read()` copies the whole vector to the
+    host once and returns {name: float}. Counts are exact in float32 up to 2^24.
+    """
+
+    def __init__(self, vector):
+        self.vector = vector
+
+    def __getitem__(self, name):
+        return self.vector[METRIC_NAMES.index(name)]
+
+    def keys(self):
+        return METRIC_NAMES
+
+    def read(self):
+        return dict(zip(METRIC_NAMES, (float(v) for v in np.asarray(self.vector))))

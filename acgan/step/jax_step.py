@@ -1,0 +1,366 @@
+"""The AC-GAN train step on Keras's JAX backend: tf_step.ACGAN's interface and semantics on one device.
+
+Run with KERAS_BACKEND=jax, and build the models under the policy first (networks.build_models). This
+module never imports TensorFlow.
+
+The step is a pure function of (state, batch) -> (new state, metric vector), compiled whole with
+jax.jit and the state donated (its buffers are reused for the new state). The state holds every model
+variable (trainable and not), the three optimizers' variables (loss-scale state included), the step
+counter and the skip streak. The Keras variables of the models and optimizers keep the values they had
+when the step was made: they serve only as the structure that stateless_call / stateless_apply map
+values onto. `sync_variables()` writes the state back into them.
+
+As on TensorFlow, G runs once per iteration: D trains on its output with the gradient stopped, and G's
+and Q's gradients reach G's weights through the same forward pass (jax.vjp of G, pulled back with the
+cotangents of G's and Q's losses with respect to the fake images). The trunk's batch-norm statistics
+move only in D's pass (real, then fake); the G/Q pass uses the batch statistics and drops the updates.
+Under mixed_float16 each loss is scaled by its own LossScaleOptimizer's scale as it is in the state
+handed to the step (read in a StatelessScope mapping the optimizer's variables to that state: outside
+one, scale_loss inside jax.jit would read the Keras variable, a constant frozen at trace time, while
+stateless_apply unscales by the live scale; keras-team/keras#19244).
+"""
+import hashlib
+
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+
+from acgan.model import precision
+from acgan.step.common import (
+    BETA_1, D_LEARNING_RATE, G_LEARNING_RATE, OPTIMIZER_NAMES, Q_LEARNING_RATE, StepMetrics)
+
+MODEL_NAMES = ("generator", "trunk", "d_head", "q_head")  # the order of networks.ACGANModels
+
+
+def _bce(target, logits):
+    return keras.ops.mean(keras.losses.binary_crossentropy(target, logits, from_logits=True))
+
+
+def _ce(labels, logits):
+    return keras.ops.mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
+
+
+def _accuracy(labels, logits):
+    return jnp.mean((jnp.argmax(logits, axis=-1).astype(jnp.int32) == labels).astype(jnp.float32))
+
+
+def _copy(value):
+    """A fresh device buffer: the step donates the state, so it must not share buffers with the Keras
+    variables (or with arrays the caller still holds)."""
+    return jnp.array(value, copy=True)
+
+
+class _Counter:
+    """The step counter as the TF step's tf.Variable is read: int(gan.step), gan.step.numpy().
+
+    It reads the live state each time, so it never refers to a donated (deleted) buffer."""
+
+    def __init__(self, gan):
+        self._gan = gan
+
+    def numpy(self):
+        return np.asarray(self._gan._state["step"])
+
+    def __int__(self):
+        return int(self.numpy())
+
+    __index__ = __int__
+
+    def __eq__(self, other):
+        return int(self) == other
+
+    def __hash__(self):
+        return hash(int(self))
+
+    def __repr__(self):
+        return f"<step {int(self)}>"
+
+
+class JaxACGAN:
+    """Holds the models, the three optimizers and the step's state, and runs the step on one device."""
+
+    def __init__(self, models, num_classes, policy, jit=True):
+        if keras.backend.backend() != "jax":
+            raise RuntimeError(f"JaxACGAN needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
+        self.models = models
+        self.num_classes = num_classes
+        self.policy = policy
+        self.noise_dim = models.generator.input[0].shape[-1]
+        self.d_optimizer = precision.make_optimizer(D_LEARNING_RATE, BETA_1, policy, "d_optimizer")
+        self.g_optimizer = precision.make_optimizer(G_LEARNING_RATE, BETA_1, policy, "g_optimizer")
+        self.q_optimizer = precision.make_optimizer(Q_LEARNING_RATE, BETA_1, policy, "q_optimizer")
+        m = models
+        # The same lists, in the same order, as tf_step.ACGAN's.
+        self.d_variables = m.trunk.trainable_variables + m.d_head.trainable_variables
+        self.g_variables = m.generator.trainable_variables
+        self.q_variables = m.trunk.trainable_variables + m.q_head.trainable_variables + m.generator.trainable_variables
+        for optimizer, variables in self._optimizers_and_variables():
+            optimizer.build(variables)
+        self._optimizers = dict(zip(OPTIMIZER_NAMES, (self.d_optimizer, self.g_optimizer, self.q_optimizer)))
+        # Where, in each optimizer's variable list, its (inner optimizer's) iteration count and its loss
+        # scale are.
+        self._iterations_index = {n: _index(o.variables, o.iterations) for n, o in self._optimizers.items()}
+        self._scale_index = {n: _index(o.variables, o.dynamic_scale) if precision.is_loss_scaled(o) else None
+                             for n, o in self._optimizers.items()}
+        self._state = self._state_from_variables()
+        self._keys = self._state_keys()
+        self.compile_mode = "step" if jit else "off"
+        self.compile_reason = ("jax.jit: the whole step is one XLA computation, its state donated" if jit
+                               else "--nojit: the step runs op by op, uncompiled")
+        self.retrace()
+
+    def _optimizers_and_variables(self):
+        return (
+            (self.d_optimizer, self.d_variables),
+            (self.g_optimizer, self.g_variables),
+            (self.q_optimizer, self.q_variables),
+        )
+
+    # -- state ---------------------------------------------------------------------------------------
+
+    def _state_from_variables(self):
+        """The state as the Keras variables hold it now, in fresh buffers; the skip streak at zero."""
+        return {
+            "models": {name: {"trainable": [_copy(v.value) for v in model.trainable_variables],
+                              "non_trainable": [_copy(v.value) for v in model.non_trainable_variables]}
+                       for name, model in zip(MODEL_NAMES, self.models)},
+            "optimizers": {name: [_copy(v.value) for v in o.variables] for name, o in self._optimizers.items()},
+            "step": jnp.zeros((), jnp.int32),
+            # Consecutive skipped steps per optimizer; not in state(), as the TF step does not checkpoint it.
+            "skip_streak": jnp.zeros(len(OPTIMIZER_NAMES), jnp.int32),
+        }
+
+    def _state_keys(self):
+        """[(key for state(), (path into self._state))] for everything state() saves."""
+        keys = []
+        for name, model in zip(MODEL_NAMES, self.models):
+            for kind in ("trainable", "non_trainable"):
+                for i, v in enumerate(getattr(model, f"{kind}_variables")):
+                    keys.append((f"models/{name}/{v.path}", ("models", name, kind, i)))
+        for name, optimizer in self._optimizers.items():
+            for i, v in enumerate(optimizer.variables):
+                keys.append((f"optimizers/{v.path}", ("optimizers", name, i)))
+        keys.append(("step", ("step",)))
+        if len({key for key, _ in keys}) != len(keys):
+            raise ValueError("two variables share a path; state() needs unique keys")
+        return keys
+
+    def _at(self, path):
+        node = self._state
+        for part in path:
+            node = node[part]
+        return node
+
+    def state(self):
+        """{key: numpy array} of every model and optimizer variable and the step counter (not the skip
+        streak: a resumed run counts skips afresh, as on TensorFlow). Keys: models/<model>/<variable
+        path>, optimizers/<variable path>, step."""
+        return {key: np.array(self._at(path)) for key, path in self._keys}
+
+    def load_state(self, values):
+        """Replaces the whole state with `values` (as state() returns it: every key, same shapes)."""
+        expected = {key for key, _ in self._keys}
+        if set(values) != expected:
+            missing, unknown = sorted(expected - set(values)), sorted(set(values) - expected)
+            raise ValueError(f"state keys differ: missing {missing[:5]}, unknown {unknown[:5]}")
+        new = jax.tree_util.tree_map(lambda x: x, self._state)  # a new tree holding the same leaves
+        for key, path in self._keys:
+            old = self._at(path)
+            value = np.asarray(values[key])
+            if value.shape != old.shape:
+                raise ValueError(f"{key}: shape {value.shape}, expected {old.shape}")
+            node = new
+            for part in path[:-1]:
+                node = node[part]
+            node[path[-1]] = jnp.array(value, dtype=old.dtype)
+        new["skip_streak"] = jnp.zeros(len(OPTIMIZER_NAMES), jnp.int32)
+        self._state = new
+
+    def sync_variables(self):
+        """Writes the state into the Keras variables (models and optimizers), e.g. to save with Keras or
+        to call the models directly. The step itself never reads them."""
+        for name, model in zip(MODEL_NAMES, self.models):
+            values = self._state["models"][name]
+            for kind in ("trainable", "non_trainable"):
+                for variable, value in zip(getattr(model, f"{kind}_variables"), values[kind]):
+                    variable.assign(value)
+        for name, optimizer in self._optimizers.items():
+            for variable, value in zip(optimizer.variables, self._state["optimizers"][name]):
+                variable.assign(value)
+
+    # -- the step ------------------------------------------------------------------------------------
+
+    def retrace(self):
+        """(Re)builds the step functions; call it after patching anything the step calls."""
+        if self.compile_mode == "step":
+            self._step_function = jax.jit(self._step, donate_argnums=0)
+            self._generate_function = jax.jit(self._generate)
+        else:
+            self._step_function = self._step
+            self._generate_function = self._generate
+
+    def train_step(self, images, labels, z, fake_labels):
+        """One step: uint8 images [B, H, W, C], int labels [B], z [B, noise_dim], int fake_labels [B].
+        Returns its StepMetrics without waiting for the device."""
+        self._state, vector = self._step_function(self._state, images, labels, z, fake_labels)
+        return StepMetrics(vector)
+
+    def _scaled(self, name, optimizer_values, loss):
+        """`loss` scaled by optimizer `name`'s loss scale as `optimizer_values` (its state) holds it."""
+        optimizer = self._optimizers[name]
+        with keras.StatelessScope(state_mapping=list(zip(optimizer.variables, optimizer_values))):
+            return precision.scale_loss(optimizer, loss)
+
+    def _step(self, state, images, labels, z, fake_labels):
+        """The step as a pure function: (state, batch) -> (new state, metric vector)."""
+        m = self.models
+        g, t, dh, qh = (state["models"][name] for name in MODEL_NAMES)
+        optimizer_values = dict(state["optimizers"])
+        real = jnp.asarray(images).astype(jnp.float32) / 255.0
+        labels = jnp.asarray(labels).astype(jnp.int32)
+        fake_labels = jnp.asarray(fake_labels).astype(jnp.int32)
+        batch = real.shape[0]
+        ones, zeros = jnp.ones((batch, 1), jnp.float32), jnp.zeros((batch, 1), jnp.float32)
+        iterations_before = self._iterations(optimizer_values)
+
+        # The iteration's one G forward (G's batch-norm statistics move here, once), kept for G's backward.
+        def g_forward(g_trainable):
+            return m.generator.stateless_call(g_trainable, g["non_trainable"], [z, fake_labels], training=True)
+
+        fake, g_pullback, g_non_trainable = jax.vjp(g_forward, g["trainable"], has_aux=True)
+        fake_constant = jax.lax.stop_gradient(fake)
+
+        # D: the trunk sees the real batch, then the fake one; its statistics move in this pass only.
+        n_trunk = len(t["trainable"])
+
+        def d_loss_fn(d_trainable):
+            trunk_trainable, head_trainable = d_trainable[:n_trunk], d_trainable[n_trunk:]
+            trunk_state, head_state = t["non_trainable"], dh["non_trainable"]
+            features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, real, training=True)
+            d_real, head_state = m.d_head.stateless_call(head_trainable, head_state, features, training=True)
+            features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, fake_constant,
+                                                           training=True)
+            d_fake, head_state = m.d_head.stateless_call(head_trainable, head_state, features, training=True)
+            d_loss = _bce(ones, d_real) + _bce(zeros, d_fake)
+            return self._scaled("d", optimizer_values["d"], d_loss), (d_loss, trunk_state, head_state)
+
+        d_grads, (d_loss, t_non_trainable, dh_non_trainable) = jax.grad(d_loss_fn, has_aux=True)(
+            t["trainable"] + dh["trainable"])
+        d_trainable, optimizer_values["d"] = self.d_optimizer.stateless_apply(
+            optimizer_values["d"], d_grads, t["trainable"] + dh["trainable"])
+        t_trainable, dh_trainable = d_trainable[:n_trunk], d_trainable[n_trunk:]
+
+        # G and Q through the freshly updated D. The trunk's statistics updates are dropped here; Q's
+        # head moves its own (real, then fake), as on TensorFlow. Two separate backward passes, as the TF
+        # step's two tape.gradient calls: pulled back through one vjp of both losses, an overflow in one
+        # (inf * a zero cotangent = NaN) would reach the other's gradients. The trunk's forward on the
+        # fake batch is then written twice; under jit XLA computes it once.
+        def g_loss_fn(fake_images):
+            features, _ = m.trunk.stateless_call(t_trainable, t_non_trainable, fake_images, training=True)
+            d_fake, _ = m.d_head.stateless_call(dh_trainable, dh_non_trainable, features, training=True)
+            g_loss = _bce(ones, d_fake)
+            return self._scaled("g", optimizer_values["g"], g_loss), g_loss
+
+        def q_loss_fn(trunk_trainable, q_head_trainable, fake_images):
+            fake_features, _ = m.trunk.stateless_call(trunk_trainable, t_non_trainable, fake_images, training=True)
+            real_features, _ = m.trunk.stateless_call(trunk_trainable, t_non_trainable, real, training=True)
+            q_state = qh["non_trainable"]
+            q_real, q_state = m.q_head.stateless_call(q_head_trainable, q_state, real_features, training=True)
+            q_fake, q_state = m.q_head.stateless_call(q_head_trainable, q_state, fake_features, training=True)
+            q_loss = _ce(labels, q_real) + _ce(fake_labels, q_fake)
+            return (self._scaled("q", optimizer_values["q"], q_loss),
+                    (q_loss, _accuracy(labels, q_real), _accuracy(fake_labels, q_fake), q_state))
+
+        # The still-scaled cotangents of G's and Q's losses w.r.t. the fake images, and Q's gradients.
+        g_cotangent, g_loss = jax.grad(g_loss_fn, has_aux=True)(fake_constant)
+        (q_trunk_grads, q_head_grads, q_cotangent), aux = jax.grad(q_loss_fn, argnums=(0, 1, 2), has_aux=True)(
+            t_trainable, qh["trainable"], fake_constant)
+        q_loss, q_accuracy_real, q_accuracy_fake, qh_non_trainable = aux
+        (g_grads,) = g_pullback(g_cotangent)
+        (q_g_grads,) = g_pullback(q_cotangent)
+        g_trainable, optimizer_values["g"] = self.g_optimizer.stateless_apply(
+            optimizer_values["g"], g_grads, g["trainable"])
+        q_trainable, optimizer_values["q"] = self.q_optimizer.stateless_apply(
+            optimizer_values["q"], list(q_trunk_grads) + list(q_head_grads) + list(q_g_grads),
+            t_trainable + qh["trainable"] + g_trainable)
+        n_q_head = len(qh["trainable"])
+        t_trainable = q_trainable[:n_trunk]
+        qh_trainable = q_trainable[n_trunk:n_trunk + n_q_head]
+        g_trainable = q_trainable[n_trunk + n_q_head:]
+
+        step = state["step"] + 1
+        iterations = self._iterations(optimizer_values)
+        # A loss-scale optimizer skips a non-finite step without advancing its inner optimizer's iterations.
+        skipped_now = iterations == iterations_before
+        streak = jnp.where(skipped_now, state["skip_streak"] + 1, 0)
+        new_state = {
+            "models": {
+                "generator": {"trainable": list(g_trainable), "non_trainable": list(g_non_trainable)},
+                "trunk": {"trainable": list(t_trainable), "non_trainable": list(t_non_trainable)},
+                "d_head": {"trainable": list(dh_trainable), "non_trainable": list(dh_non_trainable)},
+                "q_head": {"trainable": list(qh_trainable), "non_trainable": list(qh_non_trainable)},
+            },
+            "optimizers": {name: list(values) for name, values in optimizer_values.items()},
+            "step": step,
+            "skip_streak": streak,
+        }
+        losses = jnp.stack([jnp.asarray(x, jnp.float32)
+                            for x in (d_loss, g_loss, q_loss, q_accuracy_real, q_accuracy_fake)])
+        vector = jnp.concatenate([losses, self._scales(optimizer_values), (step - iterations).astype(jnp.float32),
+                                  streak.astype(jnp.float32)])
+        return new_state, vector
+
+    def _iterations(self, optimizer_values):
+        return jnp.stack([jnp.asarray(optimizer_values[n][self._iterations_index[n]], jnp.int32)
+                          for n in OPTIMIZER_NAMES])
+
+    def _scales(self, optimizer_values):
+        return jnp.stack([jnp.asarray(optimizer_values[n][i] if i is not None else 1.0, jnp.float32)
+                          for n, i in self._scale_index.items()])
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    @property
+    def step(self):
+        return _Counter(self)
+
+    def skipped_steps(self):
+        """{optimizer name: steps it skipped so far}."""
+        step = int(self._state["step"])
+        iterations = np.asarray(self._iterations(self._state["optimizers"]))
+        return {name: step - int(i) for name, i in zip(OPTIMIZER_NAMES, iterations)}
+
+    def loss_scales(self):
+        """{optimizer name: current loss scale} (1.0 where there is no loss scaling)."""
+        return dict(zip(OPTIMIZER_NAMES, (float(s) for s in np.asarray(self._scales(self._state["optimizers"])))))
+
+    def weights_fingerprint(self):
+        """sha256 of every model weight, BN statistics included, in tf_step.ACGAN's order (each model's
+        `variables`), so the same weights give the same fingerprint on both backends."""
+        digest = hashlib.sha256()
+        for name, model in zip(MODEL_NAMES, self.models):
+            values = self._state["models"][name]
+            by_id = {id(v): x for v, x in zip(model.trainable_variables, values["trainable"])}
+            by_id.update({id(v): x for v, x in zip(model.non_trainable_variables, values["non_trainable"])})
+            for variable in model.variables:
+                digest.update(np.ascontiguousarray(np.asarray(by_id[id(variable)])).tobytes())
+        return digest.hexdigest()
+
+    def generate(self, z, labels):
+        """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics)."""
+        g = self._state["models"]["generator"]
+        return self._generate_function(g["trainable"], g["non_trainable"], z, labels)
+
+    def _generate(self, trainable, non_trainable, z, labels):
+        images, _ = self.models.generator.stateless_call(
+            trainable, non_trainable, [z, jnp.asarray(labels).astype(jnp.int32)], training=False)
+        return images
+
+
+def _index(variables, variable):
+    """Position of `variable` (by identity) in `variables`."""
+    for i, v in enumerate(variables):
+        if v is variable:
+            return i
+    raise ValueError(f"{variable.path} is not among the optimizer's variables")

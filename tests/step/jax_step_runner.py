@@ -1,0 +1,110 @@
+"""Runs JaxACGAN in its own process for tests/step/test_jax_step.py (the test process runs Keras on
+TensorFlow, and Keras picks its backend once per process).
+
+    KERAS_BACKEND=jax python tests/step/jax_step_runner.py IN.npz OUT.npz
+
+IN.npz holds the job: `mode` ("steps" or "overflow"), `policy`, `width`, `jit`, the initial weights
+(`weights/<model>/<i>` with `paths/<model>/<i>`, in each model's `variables` order), the batch (`images`,
+`labels`, `z`, `fake_labels`, made with numpy), and optional overrides written into the step's state:
+`d_learning_rate`, `scale/<d|g|q>` (pinned loss scales), `steps`. OUT.npz holds what the mode measured.
+
+TensorFlow is blocked here (sys.modules["tensorflow"] = None), so a run also shows the JAX step never
+needs it.
+"""
+import os
+import sys
+
+sys.modules["tensorflow"] = None  # `import tensorflow` now raises ImportError
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from acgan.model import networks, precision  # noqa: E402
+from acgan.step import jax_step  # noqa: E402
+
+NAMES = ("d", "g", "q")
+
+
+def main(in_path, out_path):
+    assert keras.backend.backend() == "jax", os.environ.get("KERAS_BACKEND")
+    job = dict(np.load(in_path))
+    policy = str(job["policy"])
+    precision.set_policy(policy)
+    models = networks.build_models((28, 28, 1), 10, width=float(job["width"]))
+    for model in models:
+        for i, variable in enumerate(model.variables):
+            assert variable.path == str(job[f"paths/{model.name}/{i}"]), variable.path
+            variable.assign(job[f"weights/{model.name}/{i}"])
+    gan = jax_step.JaxACGAN(models, 10, policy, jit=bool(job["jit"]))
+    state = gan.state()
+    if "d_learning_rate" in job:
+        state["optimizers/d_optimizer_adam/learning_rate"] = np.float32(job["d_learning_rate"])
+    for name in NAMES:
+        if f"scale/{name}" in job:
+            # Through the state only: the Keras variables keep 2^15, so a scale read from them (the
+            # keras#19244 trap) would show as gradients off by 2^15 / the pinned scale.
+            state[f"optimizers/{name}_optimizer/dynamic_scale"] = np.float32(job[f"scale/{name}"])
+    gan.load_state(state)
+    batch = tuple(job[k] for k in ("images", "labels", "z", "fake_labels"))
+    out = {"fingerprint": np.array(gan.weights_fingerprint()), "compile_mode": np.array(gan.compile_mode)}
+    if str(job["mode"]) == "steps":
+        out.update(_steps(gan, batch, int(job.get("steps", 1))))
+    else:
+        out.update(_overflow(gan, batch))
+    np.savez(out_path, **out)
+
+
+def _first_moments(state, name):
+    """Optimizer `name`'s Adam first moments, in the order of the variables it trains."""
+    prefix = f"optimizers/{name}_optimizer_adam/"
+    return [value for key, value in state.items() if key.startswith(prefix) and key.endswith("_momentum")]
+
+
+def _steps(gan, batch, steps):
+    metrics = []
+    out = {}
+    for i in range(steps):
+        metrics.append(np.asarray(gan.train_step(*batch).vector))
+        if i == 0:
+            state = gan.state()
+            for name in NAMES:
+                for j, m in enumerate(_first_moments(state, name)):
+                    out[f"moments/{name}/{j}"] = m
+    out["metrics"] = np.stack(metrics)
+    out.update({f"state/{key}": value for key, value in gan.state().items()})
+    out["step"] = np.array(int(gan.step))
+    return out
+
+
+def _overflow(gan, batch):
+    """For each optimizer in turn, from one settled state: a step whose loss for that optimizer is
+    scaled to inf. Saves the state before and after each injected step, and its metrics."""
+    for _ in range(3):  # pinned scales of 256 leave no natural overflow; settle anyway
+        gan.train_step(*batch).read()
+    honest_scale_loss = precision.scale_loss
+    out = {"settled_metrics": np.asarray(gan.train_step(*batch).vector)}
+    settled = gan.state()
+    for victim in NAMES:
+        victim_optimizer = getattr(gan, f"{victim}_optimizer")
+
+        def overflowing_scale_loss(optimizer, loss, victim_optimizer=victim_optimizer):
+            scaled = honest_scale_loss(optimizer, loss)
+            return scaled * np.float32("inf") if optimizer is victim_optimizer else scaled
+
+        gan.load_state(settled)
+        jax_step.precision.scale_loss = overflowing_scale_loss
+        gan.retrace()
+        try:
+            out[f"{victim}/metrics"] = np.asarray(gan.train_step(*batch).vector)
+        finally:
+            jax_step.precision.scale_loss = honest_scale_loss
+            gan.retrace()
+        out.update({f"{victim}/after/{key}": value for key, value in gan.state().items()})
+        # The streak: one more honest step resets the victim's skipped_in_a_row.
+        out[f"{victim}/next_metrics"] = np.asarray(gan.train_step(*batch).vector)
+    out.update({f"settled/{key}": value for key, value in settled.items()})
+    return out
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
