@@ -150,6 +150,7 @@ def test_conditional_accuracy_of_real_images_is_the_judges_and_of_noise_is_chanc
     assert metrics.classifier_score(probs) > 9.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_small_acgan_really_learns_the_classes(policy, judge, data_dir, tmp_path, set_policy):
     """~1 minute per policy: width 0.5, batch 32, 500 steps; the judge must recognise most samples'

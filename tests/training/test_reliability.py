@@ -142,7 +142,13 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, set_policy,
     assert report["status"] == "diverged" and report["message"] == result.message
 
 
-def test_endless_float16_skips_stop_the_run(tmp_path, set_policy, monkeypatch):
+@pytest.mark.parametrize("log_every,checkpoint_every,expected,last_checkpoint", [
+    (1, 2, "q_optimizer skipped 4 steps in a row at step 4", 2),
+    # Reads 5 steps apart: the device counts the skips in a row between them.
+    (5, 100, "q_optimizer skipped 5 steps in a row at step 5", None),
+])
+def test_endless_float16_skips_stop_the_run(tmp_path, set_policy, monkeypatch, log_every, checkpoint_every, expected,
+                                            last_checkpoint):
     set_policy("mixed_float16")
     honest = precision.scale_loss
 
@@ -151,10 +157,11 @@ def test_endless_float16_skips_stop_the_run(tmp_path, set_policy, monkeypatch):
         return scaled * np.float32("inf") if "q_optimizer" in optimizer.name else scaled
 
     monkeypatch.setattr(tf_step.precision, "scale_loss", overflowing)
-    result = loop.run(_config(tmp_path, policy="mixed_float16", steps=50, max_skipped_in_a_row=3, log_every=1))
+    result = loop.run(_config(tmp_path, policy="mixed_float16", steps=50, max_skipped_in_a_row=3,
+                              log_every=log_every, checkpoint_every=checkpoint_every))
     assert result.status == "diverged"
-    assert result.message.startswith("q_optimizer skipped 4 steps in a row at step 4")
-    assert _latest_step(result.run_dir) == 2
+    assert result.message.startswith(expected)
+    assert _latest_step(result.run_dir) == last_checkpoint
 
 
 def test_reads_far_apart_still_never_checkpoint_a_non_finite_step(tmp_path, set_policy, monkeypatch):
@@ -171,21 +178,6 @@ def test_reads_far_apart_still_never_checkpoint_a_non_finite_step(tmp_path, set_
     assert result.status == "diverged"
     assert "d loss is nan at step 6" in result.message
     assert _latest_step(result.run_dir) == 4
-
-
-def test_endless_skips_are_counted_on_the_device_between_reads(tmp_path, set_policy, monkeypatch):
-    set_policy("mixed_float16")
-    honest = precision.scale_loss
-
-    def overflowing(optimizer, loss):
-        scaled = honest(optimizer, loss)
-        return scaled * np.float32("inf") if "q_optimizer" in optimizer.name else scaled
-
-    monkeypatch.setattr(tf_step.precision, "scale_loss", overflowing)
-    result = loop.run(_config(tmp_path, policy="mixed_float16", steps=50, max_skipped_in_a_row=3, log_every=5,
-                              checkpoint_every=100))
-    assert result.status == "diverged"
-    assert result.message.startswith("q_optimizer skipped 5 steps in a row at step 5")
 
 
 def test_monitor_reads_scale_below_one_as_divergence():
