@@ -1,12 +1,16 @@
 """The AC-GAN train step, behind one small interface that the training loop, sampling and the
-benchmark use, so a second backend's step can sit beside the TensorFlow one (tf_step.ACGAN):
+benchmark use, so a second backend's step sits beside the TensorFlow one:
 
-    step = ACGAN(models, num_classes, policy, jit=..., strategy=..., sync_bn=...)
-    step.train_step(images, labels, z, fake_labels) -> {metric name: scalar tensor}
-        one iteration: the D update, then G and Q from one forward pass
+    step = ACGAN(models, num_classes, policy, jit=..., strategy=..., sync_bn=...)   # tf_step
+    step = JaxACGAN(models, num_classes, policy, jit=...)                          # jax_step, one device
+    step.train_step(images, labels, z, fake_labels) -> StepMetrics
+        one iteration: the D update, then G and Q from the same single G forward; the metrics are one
+        vector in METRIC_NAMES order, left on the device until StepMetrics.read() copies it once
     step.generate(z, labels) -> images in [0, 1], inference mode
     step.noise_dim, step.step (the step counter), step.compile_mode, step.compile_reason
     step.skipped_steps(), step.loss_scales(), step.weights_fingerprint()
 
+common.py holds what both backends share (names, learning rates, StepMetrics; no TensorFlow or JAX).
 distribute.py holds the tf.distribute side: strategies, the cross-replica loss-scale guard, the XLA plan.
+The training loop runs the TensorFlow step; the JAX step is not wired into it yet.
 """
