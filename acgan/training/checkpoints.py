@@ -90,7 +90,8 @@ def restore_newest_intact(checkpoint, directory, move_damaged=True):
         reason = damage(prefix)
         if reason is None:
             try:
-                checkpoint.restore(prefix).assert_existing_objects_matched()
+                # expect_partial: the caller may restore a part (the models) and the rest on its own.
+                checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
             except Exception as e:  # noqa: BLE001 - restoring is the last check
                 reason = f"{Path(prefix).name} does not restore: {_first_line(e)}"
         if reason is None:
