@@ -23,11 +23,6 @@ def _injected(batch):
     return next((kind for kind, _, b in (w.partition(":") for w in wanted) if b == str(batch)), None)
 
 
-def _sync(metrics):
-    """Device sync: the step's metric vector to the host (waits for the whole step)."""
-    return metrics.read()
-
-
 def run_bare(job):
     """Times the bare compiled step on device-resident tensors; returns the measurement."""
     import keras
@@ -67,18 +62,18 @@ def run_bare(job):
         os.kill(os.getpid(), signal.SIGKILL)
 
     tick = time.perf_counter()
-    _sync(gan.train_step(*inputs))
+    gan.train_step(*inputs).read()  # .read(): the device sync
     compile_seconds = time.perf_counter() - tick
     for _ in range(job["warmup"]):
         metrics = gan.train_step(*inputs)
     if job["warmup"]:
-        _sync(metrics)
+        metrics.read()
     per_batch, loads = [], []
     for _ in range(job["repeats"]):
         tick = time.perf_counter()
         for _ in range(job["steps"]):
             metrics = gan.train_step(*inputs)
-        values = _sync(metrics)
+        values = metrics.read()
         per_batch.append((time.perf_counter() - tick) / job["steps"])
         loads.append(_load_average())
     return {

@@ -258,7 +258,6 @@ def train_loop(setup, config, started):
     deadline = None if config.minutes is None else started + config.minutes * 60.0
     clock = SessionClock()
     earlier = s.history.sessions()
-    replicas = s.strategy.num_replicas_in_sync
     last = {"step": None, "values": {}}
 
     def read(step, metrics):
@@ -273,7 +272,7 @@ def train_loop(setup, config, started):
 
     def save_checkpoint(step):
         s.history.store(earlier + [session_record(clock, len(earlier), s.start_step, step, config, s.machine,
-                                                  s.layout, replicas)])
+                                                  s.layout)])
         checkpoint_files.save(s.checkpoints, step)  # a full disk: DiskFull, the previous checkpoint intact
 
     def due(every, step):

@@ -69,14 +69,10 @@ def grid_inputs(num_classes, noise_dim, seed):
 class TrainingGrids:
     """Saves grids at fixed noise to samples/ and to the default TensorBoard writer."""
 
-    def __init__(self, gan, run_dir, num_classes, seed, class_names=None, labels=None):
-        """class_names and labels (label the rows?) default to the run folder's dataset.json and config.json."""
+    def __init__(self, gan, run_dir, num_classes, seed, class_names, labels):
+        """labels: write the class names beside the rows (--labels)."""
         self.gan, self.dir, self.rows = gan, run_dir / "samples", num_classes
         self.z, self.labels = grid_inputs(num_classes, gan.noise_dim, seed)
-        if class_names is None or labels is None:
-            config, info = read_run(run_dir)
-            class_names = info["class_names"] if class_names is None else class_names
-            labels = config.labels if labels is None else labels
         self.class_names = list(class_names) if labels else None
 
     def save(self, step, name=None):

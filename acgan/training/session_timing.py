@@ -53,7 +53,7 @@ class SessionClock:
         return figures
 
 
-def session_record(clock, index, start_step, end_step, config, machine, layout, replicas):
+def session_record(clock, index, start_step, end_step, config, machine, layout):
     """What the checkpoint keeps of a session, so a resumed run lists it apart from its own figures."""
     return {
         "session": index,
@@ -66,6 +66,6 @@ def session_record(clock, index, start_step, end_step, config, machine, layout, 
         "workers": layout["workers"],
         "xla": layout["xla"],
         "compile_seconds": clock.compile_seconds,
-        "timing": clock.summary(config.batch, replicas),
+        "timing": clock.summary(config.batch, layout["replicas"]),
         "maintenance_seconds": dict(clock.maintenance),
     }
