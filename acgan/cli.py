@@ -23,6 +23,19 @@ def define_model_flags(jit=True):
         flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
 
 
+def define_backend_flag(of_run=False):
+    """--backend tensorflow|jax; main() calls backend.use() before Keras loads. Default: KERAS_BACKEND,
+    else tensorflow, or (of_run: commands that read a run) None, meaning the run's own backend."""
+    from acgan import backend
+
+    if of_run:
+        flags.DEFINE_string("backend", os.environ.get("KERAS_BACKEND"), "Keras backend: tensorflow or jax "
+                            "(default: the KERAS_BACKEND environment variable, else the run's own).")
+    else:
+        flags.DEFINE_string("backend", backend.default(), "Keras backend: tensorflow or jax (default: the "
+                            "KERAS_BACKEND environment variable, else tensorflow).")
+
+
 def define_seed_flag(help_text="Random seed for weights, noise, data order and grids."):
     flags.DEFINE_integer("seed", 0, help_text)
 

@@ -9,6 +9,7 @@ flags.DEFINE_float("minutes", None, "Train every policy this long (equal wall-cl
 flags.DEFINE_integer("batch", 64, "Global batch size.")
 cli.define_data_flags()
 cli.define_model_flags()
+cli.define_backend_flag()
 cli.define_seed_flag("Seed shared by every policy's run and by the evaluation.")
 cli.define_price_flag()
 cli.define_labels_flag()
@@ -35,6 +36,7 @@ def main(argv):
         width=FLAGS.width,
         jit=FLAGS.jit,
         seed=FLAGS.seed,
+        backend=FLAGS.backend,
         price_per_hour=FLAGS.price_per_hour,
         num_samples=FLAGS.num_samples,
         labels=FLAGS.labels,

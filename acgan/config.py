@@ -6,6 +6,7 @@ from typing import Optional
 from acgan.errors import UserError
 
 DEFAULT_STEPS = 1000
+BACKENDS = ("tensorflow", "jax")
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
 
@@ -13,6 +14,13 @@ STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
 def validate_policy(name):
     if name not in POLICIES:
         raise UserError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}")
+
+
+def validate_backend(name, strategy="auto"):
+    if name not in BACKENDS:
+        raise UserError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    if name == "jax" and strategy not in ("auto", "default"):
+        raise UserError(f"--strategy {strategy} needs --backend tensorflow: the JAX backend trains on one device")
 
 
 def validate_strategy(name, devices=None):
@@ -32,6 +40,8 @@ class Config:
     data_dir: str = "data"
     # Cap on images per class (None: all); bounds memory on Quick-Draw.
     max_per_class: Optional[int] = None
+    # Keras backend: tensorflow or jax (the JAX step runs on one device, no tf.distribute strategy).
+    backend: str = "tensorflow"
     # Keras dtype policy: float32, mixed_float16 or mixed_bfloat16.
     policy: str = "float32"
     # Global batch size (samples per D/G/Q update).
@@ -83,6 +93,7 @@ class Config:
         """Raises UserError on the first bad setting; cheap (loads no data, builds nothing)."""
         validate_policy(self.policy)
         validate_strategy(self.strategy, self.devices)
+        validate_backend(self.backend, self.strategy)
         positive_int("batch", self.batch)
         positive_number("width", self.width)
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]

@@ -7,6 +7,7 @@ flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
 flags.DEFINE_integer("num_samples", 10_000, "Generated samples to judge; real test images: as many, or all if fewer.")
 flags.DEFINE_integer("seed", 0, "Seed for the noise and the real test subset.")
 flags.DEFINE_string("data_dir", None, "Folder of datasets and cached judges (default: the run's --data_dir).")
+cli.define_backend_flag(of_run=True)
 FLAGS = flags.FLAGS
 
 
@@ -23,7 +24,10 @@ def main(argv):
         raise UserError(f"--seed must be non-negative, got {FLAGS.seed}")
     if not Path(FLAGS.run).is_dir():
         raise UserError(f"--run {FLAGS.run} is not a folder")
-    from acgan.quality import evaluation  # TensorFlow loads here, after the flags are known good.
+    from acgan import backend
+
+    backend.use_for_run(FLAGS.backend, Path(FLAGS.run))
+    from acgan.quality import evaluation  # Keras loads here, after the flags are known good.
 
     run_dir = Path(FLAGS.run)
     result = evaluation.evaluate_run(run_dir, FLAGS.num_samples, FLAGS.seed, data_dir=FLAGS.data_dir,

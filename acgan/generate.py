@@ -8,6 +8,7 @@ flags.DEFINE_integer("per_class", 10, "Samples per class.")
 flags.DEFINE_string("out", None, "Output file: .png (a grid, one row per class) or .npz (images, labels).")
 flags.DEFINE_integer("seed", 0, "Seed for the noise.")
 cli.define_labels_flag()
+cli.define_backend_flag(of_run=True)
 FLAGS = flags.FLAGS
 
 
@@ -22,6 +23,9 @@ def main(argv):
         raise UserError("--out must name a .png or .npz file")
     if FLAGS.per_class <= 0:
         raise UserError(f"--per_class must be a positive integer, got {FLAGS.per_class}")
+    from acgan import backend
+
+    backend.use_for_run(FLAGS.backend, Path(FLAGS.run))
     from acgan.training import sampling
 
     path = sampling.generate_to_file(Path(FLAGS.run), FLAGS.per_class, Path(FLAGS.out), FLAGS.seed,

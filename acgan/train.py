@@ -4,7 +4,7 @@ from pathlib import Path
 
 from absl import flags
 
-from acgan import cli
+from acgan import backend, cli
 from acgan.errors import DIVERGED_STATUS
 
 cli.define_data_flags()
@@ -15,6 +15,7 @@ flags.DEFINE_integer("epochs", None, "Train this many passes over the data.")
 flags.DEFINE_float("minutes", None, "Train for this much wall-clock time.")
 cli.define_model_flags()
 cli.define_strategy_flags()
+cli.define_backend_flag()
 flags.DEFINE_boolean("sync_bn", True, "With several replicas, batch-norm statistics over the global batch.")
 cli.define_seed_flag()
 flags.DEFINE_integer("sample_every", 250, "Save a sample grid every N steps (and at the end).")
@@ -41,6 +42,7 @@ def config_from_flags():
         classes=tuple(FLAGS.classes) if FLAGS.classes else None,
         data_dir=FLAGS.data_dir,
         max_per_class=FLAGS.max_per_class,
+        backend=FLAGS.backend,
         policy=FLAGS.policy,
         batch=FLAGS.batch,
         width=FLAGS.width,
@@ -84,6 +86,7 @@ def main(argv):
     from acgan import data
 
     data.validate_dataset_name(config.dataset, classes=config.classes)
+    backend.use(config.backend)  # before Keras loads; a resumed run keeps the backend it was trained on
     from acgan.model import precision  # TensorFlow loads here, after the flags are known good.
     from acgan.training import loop
     from acgan.util import disk

@@ -5,7 +5,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "acgan"
 COMMANDS = {"train", "generate", "evaluate", "compare", "benchmark", "benchmark_merge"}
-SHARED = {"__init__", "cli", "config", "errors"}
+SHARED = {"backend", "__init__", "cli", "config", "errors"}
 
 
 def module_name(path):

@@ -1,11 +1,11 @@
-"""What machine this is: accelerator name and compute capability, or the CPU model and its flags."""
+"""What machine this is: accelerator name and compute capability, or the CPU model and its flags,
+as the backend Keras runs on sees it (TensorFlow or JAX; each is imported only when it is that one)."""
 import os
 import platform
 import re
 import resource
 
 import keras
-import tensorflow as tf
 
 CPU_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "amx_fp16")
 
@@ -43,12 +43,16 @@ def tpu_version(text):
 
 def _tpu_devices():
     """TensorFlow's TPU devices: logical ones once the TPU system is initialised, else physical ones."""
+    import tensorflow as tf
+
     return tf.config.list_logical_devices("TPU") or tf.config.list_physical_devices("TPU")
 
 
 def _tpu_kind(devices):
     """The chip type as the runtime names it ("TPU v4"), from the device details or the TPU VM's
     environment (TPU_ACCELERATOR_TYPE, e.g. "v4-8"); "TPU" when neither says."""
+    import tensorflow as tf
+
     for physical in tf.config.list_physical_devices("TPU")[:1]:
         try:
             details = tf.config.experimental.get_device_details(physical) or {}
@@ -80,20 +84,32 @@ def _tpu_chips(version, cores):
     return cores if version in ("v4", "v5p", "v5e", "v6e") else max(1, -(-cores // per_chip))
 
 
+def _on_jax():
+    return keras.backend.backend() == "jax"
+
+
 def describe_device():
-    """A dict naming the device the train step runs on: a TPU, else the first GPU, else the CPU.
+    """A dict naming the device the train step runs on: a TPU, else the first GPU, else the CPU, and
+    the backend that runs it.
 
     kind "TPU": name is the chip type ("TPU v4"), count the chips, tpu_cores the TPU devices TensorFlow
     shows (the replicas of --strategy tpu) and replicas_per_chip how many of them share a chip's price.
+    On JAX, which trains on one device, count is 1, and jax_matmul_precision says whether float32
+    matrix products may use TF32 on a GPU ("default" lets them).
     """
     cpu_model, cpu_flags = cpu_model_and_flags()
     info = {
         "cpu_model": cpu_model,
         "cpu_flags": cpu_flags,
         "cpu_cores": os.cpu_count(),
-        "tensorflow": tf.__version__,
+        "backend": keras.backend.backend(),
         "keras": keras.__version__,
     }
+    if _on_jax():
+        return _describe_jax(info)
+    import tensorflow as tf
+
+    info["tensorflow"] = tf.__version__
     tpus = _tpu_devices()
     gpus = [] if tpus else tf.config.list_physical_devices("GPU")
     if tpus:
@@ -122,22 +138,59 @@ def describe_device():
     return info
 
 
+def _describe_jax(info):
+    import jax
+
+    first = jax.devices()[0]
+    info.update(jax=jax.__version__, jax_matmul_precision=str(jax.config.jax_default_matmul_precision or "default"))
+    if first.platform == "gpu":
+        capability = getattr(first, "compute_capability", None)
+        info.update(kind="GPU", name=first.device_kind, compute_capability=str(capability) if capability else None,
+                    count=1)
+    elif first.platform == "tpu":
+        info.update(kind="TPU", name=first.device_kind if tpu_version(first.device_kind) else "TPU",
+                    compute_capability=None, count=1, tpu_cores=1, replicas_per_chip=1)
+    else:
+        info.update(kind="CPU", name=info["cpu_model"], compute_capability=None, count=1)
+    return info
+
+
 def _gpu_names():
+    import tensorflow as tf
+
     return [f"GPU:{i}" for i in range(len(tf.config.list_physical_devices("GPU")))]
 
 
 def reset_peak_memory():
-    """Restarts every GPU's peak counter from its current use (no-op on the CPU, whose peak cannot be reset)."""
+    """Restarts every GPU's peak counter from its current use (no-op on the CPU, whose peak cannot be
+    reset, and on JAX, which has no such call: there the peak includes what ran before)."""
+    if _on_jax():
+        return
+    import tensorflow as tf
+
     for name in _gpu_names():
         tf.config.experimental.reset_memory_stats(name)
 
 
+def _jax_peak_bytes():
+    """The accelerator's peak_bytes_in_use (JAX's allocator statistics), or None on the CPU."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    return int(stats["peak_bytes_in_use"]) if "peak_bytes_in_use" in stats else None
+
+
 def peak_memory_bytes():
-    """GPU: TensorFlow's peak allocator counters of every GPU, summed (each replica's device counts);
-    CPU: this process's peak resident memory."""
-    names = _gpu_names()
-    if names:
-        return int(sum(tf.config.experimental.get_memory_info(name)["peak"] for name in names))
+    """GPU: the peak allocator counters (TensorFlow: every GPU's, summed, as each replica's device
+    counts; JAX: the one device's); CPU: this process's peak resident memory."""
+    if _on_jax():
+        peak = _jax_peak_bytes()
+        if peak is not None:
+            return peak
+    elif _gpu_names():
+        import tensorflow as tf
+
+        return int(sum(tf.config.experimental.get_memory_info(name)["peak"] for name in _gpu_names()))
     # ru_maxrss is in kilobytes on Linux (bytes on macOS).
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if platform.system() == "Darwin" else rss * 1024)

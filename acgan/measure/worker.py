@@ -29,7 +29,7 @@ def run_bare(job):
     import numpy as np
     import tensorflow as tf
 
-    from acgan.data.pipeline import sample_noise
+    from acgan.data.batches import sample_noise
     from acgan.measure import device
     from acgan.model import precision
     from acgan.model.networks import build_models
@@ -129,14 +129,16 @@ def run_trainer(job):
     )
     config.validate()
     delay = float(os.environ.get(LOG_DELAY_VARIABLE) or 0)
-    if delay:
-        honest = loop.log_metrics
+    if delay:  # every metrics read of the loop ends in SummaryWriter.scalars
+        from acgan.training.tensorboard import SummaryWriter
 
-        def slow_log_metrics(step, values):
+        honest = SummaryWriter.scalars
+
+        def slow_scalars(self, values, step):
             time.sleep(delay)
-            honest(step, values)
+            honest(self, values, step)
 
-        loop.log_metrics = slow_log_metrics
+        SummaryWriter.scalars = slow_scalars
     precision.set_policy(job["policy"])
     outcome = loop.run(config, command=job.get("command"))
     if outcome.status != "completed":

@@ -48,6 +48,7 @@ class CompareSettings:
     width: float = 1.0
     jit: bool = True
     seed: int = 0
+    backend: str = "tensorflow"       # every run trains, and is judged, on this Keras backend
     price_per_hour: Optional[float] = None
     num_samples: int = 10_000         # generated samples judged per run (real test images: as many, or all)
     labels: bool = True               # class names beside the grids' rows (acgan.train --no-labels otherwise)
@@ -75,7 +76,7 @@ class CompareSettings:
     def train_config(self, policy, output_dir=None):
         return Config(dataset=self.dataset, classes=self.classes, data_dir=self.data_dir,
                       max_per_class=self.max_per_class, policy=policy, batch=self.batch, width=self.width,
-                      steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed,
+                      steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed, backend=self.backend,
                       price_per_hour=self.price_per_hour, output_dir=output_dir, labels=self.labels)
 
     def budget(self):
@@ -108,7 +109,7 @@ def train_command(settings, policy, run_dir):
     s = settings
     args = [sys.executable, "-m", "acgan.train", "--policy", policy, "--output_dir", str(run_dir),
             "--dataset", s.dataset, "--data_dir", s.data_dir, "--batch", str(s.batch), "--width", repr(s.width),
-            "--seed", str(s.seed), "--jit" if s.jit else "--nojit"]
+            "--seed", str(s.seed), "--jit" if s.jit else "--nojit", "--backend", s.backend]
     args += ["--steps", str(s.steps)] if s.steps is not None else ["--minutes", repr(s.minutes)]
     if s.classes:
         args += ["--classes", ",".join(s.classes)]
@@ -171,8 +172,11 @@ def run_compare(settings, command=None, echo=print):
         echo(f"[{i}/{n}] training {policy} for {settings.budget()} (log: {out / policy / 'train.log'})")
         train_policy(settings, policy, out / policy, echo)
 
+    from acgan import backend
+
+    backend.use(settings.backend)  # Keras loads here, after every timed run has finished
     from acgan.quality import evaluation
-    from acgan.quality import judge as judge_lib  # TensorFlow loads here, after every timed run has finished.
+    from acgan.quality import judge as judge_lib
 
     judge = judge_lib.load_or_train(settings.dataset, data_dir=settings.data_dir, classes=settings.classes,
                                     max_per_class=settings.max_per_class, echo=echo)

@@ -101,13 +101,11 @@ class TrainingEvaluator:
 
         device.reset_peak_memory()
 
-    def evaluate(self, gan, step):
-        """Scores `gan`, logs the scalars to the default TensorBoard writer; the result is kept in `last`."""
-        import tensorflow as tf
-
+    def evaluate(self, gan, step, writer):
+        """Scores `gan`, logs the scalars to `writer` (a tensorboard.SummaryWriter); the result is kept in `last`."""
+        gan.sync_variables()  # Q is called as a Keras model here; on JAX the step's state is elsewhere
         self.last = dict(evaluate_gan(gan, self.test_set, self.judge, self.samples), step=step)
-        for name, value in scalars(self.last).items():
-            tf.summary.scalar(name, value, step=step)
+        writer.scalars(scalars(self.last), step)
 
 
 # ---- Inception FID (only where the Keras InceptionV3 ImageNet weights already sit on the machine) ----
@@ -132,7 +130,6 @@ def inception_weights_path():
 def inception_features(images, weights_path, batch=100):
     """uint8 RGB images [N, H, W, 3] -> 2048-d pool features of Keras' ImageNet InceptionV3 at 299x299."""
     import keras
-    import tensorflow as tf
 
     from acgan.model.precision import float32_policy
 
@@ -141,7 +138,7 @@ def inception_features(images, weights_path, batch=100):
                                                input_shape=(299, 299, 3))
     out = []
     for i in range(0, len(images), batch):
-        x = tf.image.resize(tf.cast(images[i : i + batch], tf.float32), (299, 299), method="bilinear")
+        x = keras.ops.image.resize(images[i : i + batch].astype(np.float32), (299, 299), interpolation="bilinear")
         out.append(np.asarray(model(x / 127.5 - 1.0, training=False), np.float64))
     return np.concatenate(out)
 
@@ -230,9 +227,8 @@ def record(run_dir, result):
     """Writes quality.json, merges "quality" into report.json and a section into report.md, logs scalars."""
     import json
 
-    import tensorflow as tf
-
     from acgan.training import report as run_report
+    from acgan.training.tensorboard import SummaryWriter
     from acgan.util.files import write_atomically, write_json
 
     write_json(run_dir / "quality.json", result)
@@ -245,12 +241,8 @@ def record(run_dir, result):
         if SECTION_TITLE not in markdown:  # unless the report renderer already shows it
             markdown = markdown.rstrip("\n") + "\n\n" + render_markdown(result)
         write_atomically(run_dir / "report.md", markdown)
-    writer = tf.summary.create_file_writer(str(run_dir / "tensorboard"))
-    with writer.as_default():
-        for name, value in scalars(result).items():
-            tf.summary.scalar(name, value, step=result["step"])
-    writer.flush()
-    writer.close()
+    with SummaryWriter(run_dir / "tensorboard") as writer:
+        writer.scalars(scalars(result), result["step"])
 
 
 def scalars(result):

@@ -184,6 +184,10 @@ class ACGAN(tf.Module):
         return (tf.cast(g_loss, tf.float32), tf.cast(q_loss, tf.float32), _accuracy(labels, q_real) / self.replicas,
                 _accuracy(fake_labels, q_fake) / self.replicas, q_grads[:-1], g_cotangent, q_grads[-1])
 
+    def sync_variables(self):
+        """Nothing to copy: on TensorFlow the Keras variables are the step's state (jax_step's counterpart
+        writes its state back into them)."""
+
     def skipped_steps(self):
         """{optimizer name: steps it skipped so far}."""
         return {name: int(self.step.numpy()) - int(optimizer.iterations.numpy())

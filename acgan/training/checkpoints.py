@@ -6,12 +6,13 @@ noise. A resume takes the newest checkpoint that reads whole and restores; newer
 moved to checkpoints/damaged/ (never deleted) with one line each, and the state file is rewritten so
 that neither TensorFlow nor a later resume points at them. A save that fails for lack of space
 removes its own partial files and raises DiskFull: the previous checkpoint stays the newest.
+
+TensorFlow is imported inside the functions that need it: move_aside and the messages serve the JAX
+backend's checkpoints too (jax_checkpoints.py).
 """
 import re
 import sys
 from pathlib import Path
-
-import tensorflow as tf
 
 from acgan.errors import DiskFull, UserError
 from acgan.util import disk
@@ -27,6 +28,8 @@ def step_of(prefix):
 
 def candidates(directory):
     """Every checkpoint prefix in `directory`, newest first: those in the state file and those on disk."""
+    import tensorflow as tf
+
     directory = Path(directory)
     prefixes = {str(p.with_suffix("")) for p in directory.glob("ckpt-*.index")}
     prefixes |= {str(p).split(".data-")[0] for p in directory.glob("ckpt-*.data-*-of-*")}
@@ -45,7 +48,7 @@ def _data_files(prefix):
     return sorted(Path(prefix).parent.glob(Path(prefix).name + ".data-*-of-*"))
 
 
-def _first_line(exc):
+def first_line(exc):
     text = str(exc).strip().splitlines()
     text = re.sub(r"^\{\{[^}]*\}\}\s*", "", text[0]) if text else exc.__class__.__name__
     return text[:160]
@@ -54,6 +57,8 @@ def _first_line(exc):
 def damage(prefix):
     """None when the checkpoint at `prefix` has all its files and every tensor reads back with a
     matching checksum; else a short reason naming the damaged file."""
+    import tensorflow as tf
+
     name = Path(prefix).name
     if not Path(prefix + ".index").is_file():
         return f"{name}.index is missing"
@@ -64,7 +69,7 @@ def damage(prefix):
         reader = tf.train.load_checkpoint(prefix)
     except Exception as e:  # noqa: BLE001 - TensorFlow raises OpError, IndexError, ValueError...
         culprit = data[0].name if ".data-" in str(e) else f"{name}.index"
-        return f"{culprit}: {_first_line(e)}"
+        return f"{culprit}: {first_line(e)}"
     shards = {int(p.name.rsplit("-of-", 1)[1]) for p in data}
     expected = {f"{name}.data-{i:05d}-of-{n:05d}" for n in shards for i in range(n)}
     missing = sorted(expected - {p.name for p in data})
@@ -75,7 +80,7 @@ def damage(prefix):
             reader.get_tensor(tensor)
     except Exception as e:  # noqa: BLE001
         culprit = data[0].name if len(data) == 1 else f"{name}.data-*"
-        return f"{culprit}: {_first_line(e)}"
+        return f"{culprit}: {first_line(e)}"
     return None
 
 
@@ -93,7 +98,7 @@ def restore_newest_intact(checkpoint, directory, move_damaged=True):
                 # expect_partial: the caller may restore a part (the models) and the rest on its own.
                 checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
             except Exception as e:  # noqa: BLE001 - restoring is the last check
-                reason = f"{Path(prefix).name} does not restore: {_first_line(e)}"
+                reason = f"{Path(prefix).name} does not restore: {first_line(e)}"
         if reason is None:
             good = prefix
             break
@@ -145,6 +150,8 @@ def move_aside(prefix):
 def rewrite_state(directory, remaining):
     """The `checkpoint` state file listing `remaining` (any order), newest last, with their times, so
     that the CheckpointManager keeps sweeping them past --keep_checkpoints."""
+    import tensorflow as tf
+
     remaining = sorted((p for p in remaining if Path(p + ".index").is_file()), key=step_of)
     if remaining:
         times = [Path(p + ".index").stat().st_mtime for p in remaining]
@@ -156,6 +163,8 @@ def rewrite_state(directory, remaining):
 def save(manager, step):
     """manager.save(checkpoint_number=step); a full disk removes this save's partial files and raises
     DiskFull, so the state file and the newest checkpoint stay the previous, whole one."""
+    import tensorflow as tf
+
     directory = Path(manager.directory)
     prefix = directory / f"ckpt-{step}"
     before = set(directory.glob(f"ckpt-{step}*")) if directory.is_dir() else set()

@@ -3,11 +3,12 @@ stop signals), and the run report.
 
 A run resumes from its folder: the checkpoint holds the models, the three optimizers (loss-scale
 state included), the step and the timing history; the data stream and G's noise are rebuilt at the
-restored step and the grid noise is a function of the seed. It runs on any tf.distribute strategy;
-under multi_worker only the chief keeps files.
+restored step and the grid noise is a function of the seed. The backend's differences (strategy,
+step, input stream, checkpoint files) sit behind a runtime: tf_runtime.py (any tf.distribute strategy;
+under multi_worker only the chief keeps files) or jax_runtime.py (one device). This module imports
+neither TensorFlow nor JAX.
 """
 import dataclasses
-import json
 import shutil
 import signal
 import sys
@@ -18,25 +19,36 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 import keras
-import tensorflow as tf
 
+from acgan import backend
 from acgan import data as data_lib
 from acgan.config import DEFAULT_STEPS
-from acgan.data.pipeline import training_batches
 from acgan.errors import UserError
 from acgan.measure import advice, device
 from acgan.model.networks import build_models, check_image_shape
 from acgan.model.precision import needs_loss_scaling
-from acgan.step import distribute
-from acgan.step.tf_step import ACGAN
-from acgan.training import checkpoints as checkpoint_files
 from acgan.training import report as run_report
 from acgan.training import run_lock
 from acgan.training.health import DivergenceMonitor
 from acgan.training.run_dir import prepare_run_dir, write_run_files
 from acgan.training.sampling import TrainingGrids
 from acgan.training.session_timing import SessionClock, session_record
+from acgan.training.tensorboard import SummaryWriter
 from acgan.util import disk
+
+
+def make_runtime(config):
+    """The backend's runtime for this run: Keras must already run on config.backend."""
+    running = keras.backend.backend()
+    if running != config.backend:
+        raise RuntimeError(f"Keras runs on {running}, the run asks for {config.backend} (acgan.backend.use first)")
+    if config.backend == "jax":
+        from acgan.training.jax_runtime import JaxRuntime
+
+        return JaxRuntime(config)
+    from acgan.training.tf_runtime import TensorFlowRuntime
+
+    return TensorFlowRuntime(config)
 
 
 class RunResult(NamedTuple):
@@ -56,9 +68,8 @@ def run(config, command=None):
     if policy != config.policy:
         raise RuntimeError(f"set the dtype policy {config.policy!r} before run() (it is {policy!r})")
     started = time.perf_counter()
-    strategy = distribute.make_strategy(config.strategy, config.devices)  # before anything touches a device
-    distribute.check_global_batch(config.batch, strategy.num_replicas_in_sync)
-    chief = distribute.is_chief(strategy)
+    runtime = make_runtime(config)  # before anything touches a device
+    chief = runtime.chief
     data = load_data(config)
     run_dir, resume = prepare_run_dir(config, chief)
     lock = run_lock.take(run_dir, chief)  # one writer per run folder (the chief); the kernel frees it if we die
@@ -67,7 +78,7 @@ def run(config, command=None):
     files_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="acgan-worker-"))
     try:
         with disk.full_disk_stops_clearly(files_dir):  # a full disk: DiskFull, one line, exit status 4
-            setup = set_up(config, strategy, data, run_dir, files_dir, resume)
+            setup = set_up(config, runtime, data, run_dir, files_dir, resume)
             outcome = train_loop(setup, config, started)
             report = assemble_report(setup, outcome, config, command, started)
             run_report.write_report(files_dir, report)
@@ -75,7 +86,7 @@ def run(config, command=None):
         if not chief:
             shutil.rmtree(files_dir, ignore_errors=True)
         run_lock.release(lock)
-    distribute.wait_for_all_workers(strategy)
+    runtime.wait_for_all_workers()
     return RunResult(run_dir, outcome.status, outcome.message, outcome.signal, chief, report["weights_fingerprint"],
                      outcome.clock.intervals)
 
@@ -94,24 +105,6 @@ def load_data(config):
     return data
 
 
-def distributed_batches(strategy, data, config, noise_dim, start_step):
-    """The run's (images, labels, z, fake_labels) global batches, split across the replicas.
-
-    Every worker builds the same global stream and keeps its replicas' slices (DATA sharding: the
-    images are in memory, there are no files to shard), so each step's global batch, noise included,
-    is exactly the one a single device would train on.
-    """
-    batches = training_batches(data, config.batch, config.seed, noise_dim, start_step=start_step)
-    if strategy.num_replicas_in_sync == 1 and distribute.strategy_name(strategy) == "default":
-        gpus = tf.config.list_logical_devices("GPU")
-        if gpus:  # the next batches wait on the device already (a distributed dataset does this itself)
-            return batches.apply(tf.data.experimental.prefetch_to_device(gpus[0].name, buffer_size=2))
-        return batches
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return strategy.experimental_distribute_dataset(batches.with_options(options))
-
-
 def total_steps(config, num_images):
     """The step to stop at, or None when the run is bounded by --minutes."""
     if config.minutes is not None:
@@ -120,20 +113,6 @@ def total_steps(config, num_images):
         # Batches straddle epochs (data.pipeline), so E passes over n images take ceil(E*n/b) steps.
         return -(-config.epochs * num_images // config.batch)
     return config.steps or DEFAULT_STEPS
-
-
-class TimingHistory(tf.Module):
-    """The timing of every session so far (JSON list of session_record dicts), kept in the checkpoint."""
-
-    def __init__(self):
-        super().__init__(name="history")
-        self.sessions_json = tf.Variable("[]", dtype=tf.string, trainable=False)
-
-    def sessions(self):
-        return json.loads(self.sessions_json.numpy().decode())
-
-    def store(self, sessions):
-        self.sessions_json.assign(json.dumps(sessions))
 
 
 class StopSignals:
@@ -162,39 +141,39 @@ class StopSignals:
 @dataclasses.dataclass
 class Setup:
     """Everything the loop and the report need, built once before the first step."""
-    strategy: object
+    runtime: object               # tf_runtime.TensorFlowRuntime or jax_runtime.JaxRuntime
     data: object
     run_dir: Path
     files_dir: Path               # run_dir on the chief; a scratch folder on other workers
     chief: bool
-    gan: ACGAN
+    gan: object                   # the backend's step (tf_step.ACGAN or jax_step.JaxACGAN)
     machine: dict                 # device.describe_device()
     layout: dict                  # run_report.distribution_summary()
     notes: list                   # hardware advice, printed and reported
-    history: TimingHistory
-    checkpoints: tf.train.CheckpointManager
+    earlier_sessions: list        # session_record dicts of the sessions before this one
+    checkpoints: object           # the runtime's: restore(), save(step, sessions), latest_checkpoint
     resumed_from: Optional[dict]  # step, checkpoint and loss scales of a resumed run
     start_step: int
     steps: Optional[int]          # the step to stop at; None under --minutes
     evaluator: object             # quality.evaluation.TrainingEvaluator, or None
 
 
-def set_up(config, strategy, data, run_dir, files_dir, resume):
-    replicas = strategy.num_replicas_in_sync
+def set_up(config, runtime, data, run_dir, files_dir, resume):
+    replicas = runtime.replicas
     chief = files_dir == run_dir
     evaluator = None
     if config.eval_every:  # may train the judge: before seeding
         from acgan.quality.evaluation import TrainingEvaluator
 
         evaluator = TrainingEvaluator(config)
-    keras.utils.set_random_seed(config.seed)
-    with strategy.scope():
+    backend.set_random_seed(config.seed)
+    with runtime.scope():
         models = build_models(data.image_shape, data.num_classes, width=config.width)
-    gan = ACGAN(models, data.num_classes, config.policy, jit=config.jit, strategy=strategy,
-                sync_bn=config.sync_bn)
+    gan = runtime.make_step(models, data.num_classes, config)
     machine = device.describe_device()
-    layout = run_report.distribution_summary(strategy, gan)
-    notes = advice.hardware_advice(config.policy, machine, advice.layer_widths(list(models)), config.batch)
+    layout = runtime.layout(gan)
+    notes = runtime.notes + advice.hardware_advice(config.policy, machine, advice.layer_widths(list(models)),
+                                                   config.batch)
     if gan.compile_mode == "off" and config.jit:
         notes.append(f"XLA is off: {gan.compile_reason}")
     for line in notes:
@@ -202,20 +181,14 @@ def set_up(config, strategy, data, run_dir, files_dir, resume):
     if replicas > 1 or layout["workers"] > 1:
         print(f"strategy {layout['strategy']}: {replicas} replicas on {layout['workers']} worker(s), "
               f"{config.batch // replicas} samples each; XLA: {gan.compile_mode}")
-    history = TimingHistory()
-    checkpoint = tf.train.Checkpoint(gan=gan, history=history)
-    resumed_from = None
-    # Non-chief workers restore from the chief's folder (it must be on a file system they share).
-    # The newest intact checkpoint; damaged newer ones are moved aside (by the chief) before the
-    # manager reads the state file.
-    latest = checkpoint_files.restore_newest_intact(tf.train.Checkpoint(gan=gan), run_dir / "checkpoints",
-                                                    chief) if resume else None
-    checkpoints = tf.train.CheckpointManager(checkpoint, files_dir / "checkpoints",
-                                             max_to_keep=config.keep_checkpoints)
-    if latest:
-        # Leniently: checkpoints from before per-session timing hold another layout (then no history).
-        tf.train.Checkpoint(history=history).restore(latest).expect_partial()
-        resumed_from = {"step": int(gan.step.numpy()), "checkpoint": latest, "loss_scales": gan.loss_scales()}
+    checkpoints = runtime.checkpoints(gan, files_dir / "checkpoints", config.keep_checkpoints)
+    resumed_from, earlier = None, []
+    if resume:
+        # Non-chief workers restore from the chief's folder (it must be on a file system they share).
+        # The newest intact checkpoint; damaged newer ones are moved aside (by the chief).
+        latest, earlier = checkpoints.restore(run_dir / "checkpoints", move_damaged=chief)
+        if latest:
+            resumed_from = {"step": int(gan.step.numpy()), "checkpoint": latest, "loss_scales": gan.loss_scales()}
     start_step = int(gan.step.numpy())
     steps = total_steps(config, len(data.images))
     if steps is not None and start_step >= steps:
@@ -223,7 +196,7 @@ def set_up(config, strategy, data, run_dir, files_dir, resume):
     write_run_files(files_dir, config, data)
     if resumed_from:
         print(f"resuming {run_dir} from step {start_step}")
-    return Setup(strategy, data, run_dir, files_dir, chief, gan, machine, layout, notes, history, checkpoints,
+    return Setup(runtime, data, run_dir, files_dir, chief, gan, machine, layout, notes, earlier, checkpoints,
                  resumed_from, start_step, steps, evaluator)
 
 
@@ -249,15 +222,16 @@ def train_loop(setup, config, started):
     step they follow; a checkpoint is never written after a non-finite step.
     """
     s, gan = setup, setup.gan
-    batches = iter(distributed_batches(s.strategy, s.data, config, gan.noise_dim, s.start_step))
-    writer = tf.summary.create_file_writer(str(s.files_dir / "tensorboard"))
-    grids = TrainingGrids(gan, s.files_dir, s.data.num_classes, config.seed, s.data.class_names, config.labels)
+    batches = s.runtime.batches(s.data, config, gan.noise_dim, s.start_step)
+    writer = SummaryWriter(s.files_dir / "tensorboard")
+    grids = TrainingGrids(gan, s.files_dir, s.data.num_classes, config.seed, s.data.class_names, config.labels,
+                          writer)
     progress = keras.utils.Progbar(s.steps, stateful_metrics=_STATEFUL, unit_name="step",
                                    verbose=1 if s.chief else 0)
     monitor = DivergenceMonitor(needs_loss_scaling(config.policy), config.max_skipped_in_a_row)
     deadline = None if config.minutes is None else started + config.minutes * 60.0
     clock = SessionClock()
-    earlier = s.history.sessions()
+    earlier = s.earlier_sessions
     last = {"step": None, "values": {}}
 
     def read(step, metrics):
@@ -266,14 +240,13 @@ def train_loop(setup, config, started):
             return None
         values = metrics.read()
         last.update(step=step, values=values)
-        log_metrics(step, values)
+        writer.scalars(values, step)
         progress.update(step, [(k, values[k]) for k in _SHOWN])
         return monitor.check(step, values)
 
     def save_checkpoint(step):
-        s.history.store(earlier + [session_record(clock, len(earlier), s.start_step, step, config, s.machine,
-                                                  s.layout)])
-        checkpoint_files.save(s.checkpoints, step)  # a full disk: DiskFull, the previous checkpoint intact
+        record = session_record(clock, len(earlier), s.start_step, step, config, s.machine, s.layout)
+        s.checkpoints.save(step, earlier + [record])  # a full disk: DiskFull, the previous checkpoint intact
 
     def due(every, step):
         return bool(every) and step % every == 0
@@ -281,7 +254,7 @@ def train_loop(setup, config, started):
     status, message, step, stop_signal, pending, metrics = "completed", None, s.start_step, None, None, None
     # compile (one step) -> warmup (--warmup_steps ordinary steps) -> bare (as many, back to back) -> timed
     phase, warmup_left = "compile", config.warmup_steps
-    with writer.as_default(), StopSignals() as signals:
+    with writer, StopSignals() as signals:
         loop_started = time.perf_counter()
         while True:
             if phase == "timed":
@@ -324,15 +297,14 @@ def train_loop(setup, config, started):
                     grids.save(step)
             if evaluate:
                 with clock.maintenance_of("evaluation"):
-                    s.evaluator.evaluate(gan, step)
+                    s.evaluator.evaluate(gan, step, writer)
             if checkpoint:
                 with clock.maintenance_of("checkpoints"):
                     save_checkpoint(step)
 
             # -- stop? --
-            stop_signal, out_of_time = signals.received, bool(deadline and time.perf_counter() >= deadline)
-            if s.layout["workers"] > 1:  # all stop at the same step, or the others wait on a collective forever
-                stop_signal, out_of_time = distribute.agree_on_stop(s.strategy, stop_signal, out_of_time)
+            stop_signal, out_of_time = s.runtime.agree_on_stop(
+                signals.received, bool(deadline and time.perf_counter() >= deadline))
             if stop_signal:
                 status, message = "interrupted", f"stopped by {signal.Signals(stop_signal).name} at step {step}"
                 break
@@ -349,7 +321,6 @@ def train_loop(setup, config, started):
             grids.save(step, name="final")
             if step % config.checkpoint_every:
                 save_checkpoint(step)
-    writer.flush()
     sys.stdout.write("\n")
     return LoopOutcome(status, message if status != "completed" else None, stop_signal, step, last["values"],
                        clock, earlier, loop_seconds)
@@ -372,6 +343,8 @@ def bare_window(gan, batches, step, metrics, config, last_step, clock, read):
     if count <= 0:
         return step, metrics, None, 0
     inputs = [next(batches) for _ in range(count)]
+    if metrics is not None:
+        metrics.read()  # the sync: the steps enqueued before (asynchronous on JAX and GPUs) are done
     started = time.perf_counter()
     results = [gan.train_step(*batch) for batch in inputs]
     results[-1].read()  # the sync: every enqueued step has finished
@@ -383,12 +356,6 @@ def bare_window(gan, batches, step, metrics, config, last_step, clock, read):
     return step + count, results[-1], message, count
 
 
-def log_metrics(step, values):
-    """TensorBoard scalars of one metrics read (to the default writer)."""
-    for name, value in values.items():
-        tf.summary.scalar(name, value, step=step)
-
-
 # ---- The report ----
 
 def assemble_report(setup, outcome, config, command, started):
@@ -398,7 +365,7 @@ def assemble_report(setup, outcome, config, command, started):
     have run on another device, replica count or XLA setting), never blended in.
     """
     s, clock = setup, outcome.clock
-    times = clock.summary(config.batch, s.strategy.num_replicas_in_sync)
+    times = clock.summary(config.batch, s.runtime.replicas)
     earlier = outcome.earlier_sessions
     return {
         "run_dir": str(s.run_dir),
@@ -408,6 +375,7 @@ def assemble_report(setup, outcome, config, command, started):
         "config": dataclasses.asdict(config),
         "device": s.machine,
         "advice": s.notes,
+        "backend": config.backend,
         "policy": config.policy,
         "jit": config.jit,
         "batch": config.batch,

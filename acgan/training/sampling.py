@@ -2,28 +2,55 @@
 samples from a run folder's latest checkpoint (acgan.generate: a PNG grid or an npz)."""
 import io
 
+import keras
 import numpy as np
-import tensorflow as tf
 
 from acgan.errors import UserError
 from acgan.model import precision
 from acgan.model.networks import build_models
-from acgan.step.tf_step import ACGAN
-from acgan.training import checkpoints, grids
+from acgan.training import grids
 from acgan.training.run_dir import read_run
 from acgan.util.files import write_atomically
 
 
 def load_run(run_dir):
-    """(config, dataset info, ACGAN with the latest checkpoint restored) of a run folder."""
+    """(config, dataset info, the step of the backend Keras runs on, with the run's newest intact
+    checkpoint's weights) of a run folder.
+
+    A JAX run's checkpoints (.npz) read on either backend; a TensorFlow run's need TensorFlow.
+    """
     config, info = read_run(run_dir)
-    latest = checkpoints.newest_intact(run_dir / "checkpoints")
-    if latest is None:
-        raise UserError(f"{run_dir} has no checkpoint yet")
+    running = keras.backend.backend()
+    if config.backend == "tensorflow" and running != "tensorflow":
+        raise UserError(f"{run_dir} was trained with --backend tensorflow and its checkpoints need TensorFlow: "
+                        "read it with --backend tensorflow")
     precision.set_policy(config.policy)
     models = build_models(info["image_shape"], len(info["class_names"]), width=config.width)
-    gan = ACGAN(models, len(info["class_names"]), config.policy, jit=False)
-    tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()
+    num_classes = len(info["class_names"])
+    if config.backend == "jax":
+        from acgan.step.jax_step import MODEL_NAMES
+        from acgan.training import jax_checkpoints
+
+        latest = jax_checkpoints.newest_intact(run_dir / "checkpoints")
+        if latest is not None:
+            jax_checkpoints.read_models(latest, models, MODEL_NAMES)  # before the step copies the weights
+    if running == "jax":
+        from acgan.step.jax_step import JaxACGAN
+
+        gan = JaxACGAN(models, num_classes, config.policy, jit=True)  # jit: generate() compiles once
+    else:
+        import tensorflow as tf
+
+        from acgan.step.tf_step import ACGAN
+        from acgan.training import checkpoints
+
+        gan = ACGAN(models, num_classes, config.policy, jit=False)
+        if config.backend == "tensorflow":
+            latest = checkpoints.newest_intact(run_dir / "checkpoints")
+            if latest is not None:
+                tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()
+    if latest is None:
+        raise UserError(f"{run_dir} has no checkpoint yet")
     return config, info, gan
 
 
@@ -37,7 +64,7 @@ def generate(gan, num_classes, per_class, seed):
 
 def generate_images(gan, z, labels, batch=500):
     """uint8 images for noise z [N, noise_dim] and int labels [N], in inference mode."""
-    parts = [gan.generate(z[i : i + batch], labels[i : i + batch]).numpy() for i in range(0, len(z), batch)]
+    parts = [np.asarray(gan.generate(z[i : i + batch], labels[i : i + batch])) for i in range(0, len(z), batch)]
     return grids.to_uint8(np.concatenate(parts))
 
 
@@ -67,11 +94,11 @@ def grid_inputs(num_classes, noise_dim, seed):
 
 
 class TrainingGrids:
-    """Saves grids at fixed noise to samples/ and to the default TensorBoard writer."""
+    """Saves grids at fixed noise to samples/ and to the run's TensorBoard writer."""
 
-    def __init__(self, gan, run_dir, num_classes, seed, class_names, labels):
-        """labels: write the class names beside the rows (--labels)."""
-        self.gan, self.dir, self.rows = gan, run_dir / "samples", num_classes
+    def __init__(self, gan, run_dir, num_classes, seed, class_names, labels, writer):
+        """labels: write the class names beside the rows (--labels); writer: a tensorboard.SummaryWriter."""
+        self.gan, self.dir, self.rows, self.writer = gan, run_dir / "samples", num_classes, writer
         self.z, self.labels = grid_inputs(num_classes, gan.noise_dim, seed)
         self.class_names = list(class_names) if labels else None
 
@@ -79,4 +106,4 @@ class TrainingGrids:
         samples = generate_images(self.gan, self.z, self.labels)
         grid = grids.save_grid(samples, self.rows, self.dir / f"{name or f'step_{step:07d}'}.png",
                                class_names=self.class_names)
-        tf.summary.image("samples", grid[None], step=step)
+        self.writer.image("samples", grid, step)

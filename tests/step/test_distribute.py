@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 from conftest import CPU_REPLICAS, POLICIES
 
-from acgan.data.pipeline import sample_noise
+from acgan.data.batches import sample_noise
 from acgan.model.networks import build_models
 from acgan.step import distribute, tf_step
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from acgan.data.pipeline import sample_noise
+from acgan.data.batches import sample_noise
 from acgan.model import networks, precision
 from acgan.step import tf_step
 

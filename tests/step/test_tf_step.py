@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from acgan.data.pipeline import sample_noise
+from acgan.data.batches import sample_noise
 from acgan.model.blocks import BN_MOMENTUM
 from acgan.model.networks import build_models
 from acgan.step.tf_step import METRIC_NAMES, ACGAN

@@ -1,0 +1,69 @@
+"""Which Keras backend runs the models: TensorFlow (the default) or JAX.
+
+Keras reads KERAS_BACKEND once, when it is first imported, so a command chooses before anything
+imports Keras: the commands import Keras inside main(), after `use(FLAGS.backend)`. The flag's default
+is KERAS_BACKEND when that names a backend acgan supports, so the environment variable is honoured.
+"""
+import importlib.util
+import os
+import sys
+
+from acgan.config import validate_backend
+from acgan.errors import UserError
+
+INSTALL = {"tensorflow": "pip install 'acgan[tensorflow]'", "jax": "pip install 'acgan[jax]'"}
+
+
+def default():
+    """KERAS_BACKEND when it names a supported backend, else tensorflow (use() rejects the others)."""
+    return os.environ.get("KERAS_BACKEND") or "tensorflow"
+
+
+def use(name):
+    """Makes Keras run on `name`; call before Keras is imported. UserError (one line) when the backend is
+    unknown, not installed, or another backend already runs in this process."""
+    validate_backend(name)
+    if "keras" in sys.modules:
+        running = sys.modules["keras"].backend.backend()
+        if running != name:
+            raise UserError(f"Keras already runs on {running} in this process; --backend {name} needs a new one")
+        return name
+    if importlib.util.find_spec(name) is None:
+        raise UserError(f"--backend {name} needs {name}, which is not installed: {INSTALL[name]}")
+    os.environ["KERAS_BACKEND"] = name
+    return name
+
+
+def use_for_run(name, run_dir):
+    """use(name), or when name is None the backend `run_dir` was trained on (tensorflow if unreadable)."""
+    if name is None:
+        from acgan.training.run_dir import saved_config
+
+        try:
+            saved = saved_config(run_dir)
+        except (UserError, OSError):
+            saved = None  # the reader reports the folder's real problem itself
+        name = saved.backend if saved else "tensorflow"
+    return use(name)
+
+
+def current():
+    """The backend Keras runs on (imports Keras)."""
+    import keras
+
+    return keras.backend.backend()
+
+
+def set_random_seed(seed):
+    """keras.utils.set_random_seed, without loading TensorFlow on the JAX backend: Keras seeds TensorFlow
+    too whenever it is installed, and importing it there would cost seconds and a gigabyte for nothing."""
+    import keras
+
+    if keras.backend.backend() == "tensorflow" or "tensorflow" in sys.modules:
+        keras.utils.set_random_seed(seed)
+        return
+    sys.modules["tensorflow"] = None  # `import tensorflow` raises ImportError: Keras skips it
+    try:
+        keras.utils.set_random_seed(seed)
+    finally:
+        del sys.modules["tensorflow"]

@@ -1,0 +1,130 @@
+"""Checkpoints of the JAX backend: one `ckpt-N.npz` per save, no TensorFlow.
+
+A checkpoint holds JaxACGAN.state() (every model and optimizer variable, loss-scale state included,
+and the step, keyed by variable path) and the timing history as JSON. It is written under a temporary
+name, synced and renamed, so it is whole or absent; a full disk removes the partial file and raises
+DiskFull, leaving the previous checkpoint the newest. npz is a zip archive with a crc32 per array, so
+reading every array finds truncation and noise: a resume takes the newest checkpoint that reads whole
+and loads, and moves newer damaged ones to checkpoints/damaged/ with a line each (as checkpoints.py
+does for TensorFlow's). Only model weights are needed to sample, so `read_models` serves any backend.
+"""
+import io
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from acgan.errors import DiskFull, UserError
+from acgan.training.checkpoints import first_line, move_aside
+from acgan.util import disk
+from acgan.util.files import write_atomically
+
+HISTORY_KEY = "history/sessions_json"
+_NAME = re.compile(r"^ckpt-(\d+)\.npz$")
+
+
+def candidates(directory):
+    """Every ckpt-N.npz in `directory`, newest (highest N) first."""
+    found = [p for p in Path(directory).glob("ckpt-*.npz") if _NAME.match(p.name)]
+    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)), reverse=True)
+
+
+def read(path):
+    """{key: array} of a checkpoint; raises on any damage (a missing file, truncation, a bad crc)."""
+    with np.load(path, allow_pickle=False) as archive:
+        return {key: archive[key] for key in archive.files}
+
+
+def damage(path):
+    """None when every array of the checkpoint reads back with its crc; else a short reason."""
+    try:
+        arrays = read(path)
+    except Exception as e:  # noqa: BLE001 - zipfile and numpy raise many kinds
+        return f"{Path(path).name}: {first_line(e)}"
+    if "step" not in arrays:
+        return f"{Path(path).name}: no step in it"
+    return None
+
+
+def _intact(directory, load, move_damaged):
+    """The newest checkpoint whose arrays read whole and `load` accepts, or None when there is none;
+    newer damaged ones are moved aside (when move_damaged) or skipped, with a line each. UserError
+    when checkpoints exist and none is intact (then nothing is moved)."""
+    found, damaged, good = candidates(directory), [], None
+    for path in found:
+        reason = damage(path)
+        if reason is None:
+            try:
+                load(read(path))
+            except Exception as e:  # noqa: BLE001 - loading is the last check
+                reason = f"{path.name} does not load: {first_line(e)}"
+        if reason is None:
+            good = path
+            break
+        damaged.append((path, reason))
+    if good is None and damaged:
+        listed = "; ".join(reason for _, reason in damaged)
+        raise UserError(f"no intact checkpoint in {directory} ({listed}); the files are left as they are")
+    for path, reason in damaged:
+        if move_damaged:
+            where = move_aside(str(path.with_suffix("")))
+            sys.stderr.write(f"warning: checkpoint {path.name} is damaged ({reason}); moved to {where}, "
+                             f"resuming from {good.name}\n")
+        else:
+            sys.stderr.write(f"warning: checkpoint {path.name} is damaged ({reason}); skipping it\n")
+    sys.stderr.flush()
+    return good
+
+
+def newest_intact(directory):
+    """The newest checkpoint that reads whole, for readers (acgan.generate, evaluate): damaged ones are
+    skipped with a line each and left where they are."""
+    return _intact(directory, lambda arrays: None, move_damaged=False)
+
+
+def read_models(path, models, model_names):
+    """Assigns the model weights of checkpoint `path` to the Keras models (any backend)."""
+    arrays = read(path)
+    for name, model in zip(model_names, models):
+        for variable in model.variables:
+            variable.assign(arrays[f"models/{name}/{variable.path}"])
+
+
+class JaxCheckpoints:
+    """The run's checkpoints on the JAX backend: restore the newest intact one, save, keep the last few."""
+
+    def __init__(self, gan, directory, keep):
+        self.gan, self.directory, self.keep = gan, Path(directory), keep
+        self.latest_checkpoint = None
+
+    def restore(self, resume_from, move_damaged=True):
+        """Loads the newest intact checkpoint in `resume_from` into the step; returns (its path as a
+        string, or None when there is none, and the timing history saved with it)."""
+        history = []
+
+        def load(arrays):
+            self.gan.load_state({k: v for k, v in arrays.items() if k != HISTORY_KEY})
+            if HISTORY_KEY in arrays:
+                history[:] = json.loads(str(arrays[HISTORY_KEY]))
+
+        good = _intact(resume_from, load, move_damaged)
+        self.latest_checkpoint = str(good) if good else None
+        return self.latest_checkpoint, history
+
+    def save(self, step, sessions):
+        """Writes ckpt-<step>.npz (the step's state and the timing history), then removes all but the
+        newest `keep`. A full disk raises DiskFull; the previous checkpoint stays whole."""
+        path = self.directory / f"ckpt-{step}.npz"
+        buffer = io.BytesIO()
+        np.savez(buffer, **self.gan.state(), **{HISTORY_KEY: np.array(json.dumps(sessions))})
+        try:
+            write_atomically(path, buffer.getvalue())
+        except DiskFull as e:
+            kept = f"; {Path(self.latest_checkpoint).name} is intact, resume from it" if self.latest_checkpoint else ""
+            raise DiskFull(f"{e}{kept}") from None
+        self.latest_checkpoint = str(path)
+        for old in candidates(self.directory)[self.keep:]:
+            disk.remove_quietly(old)
+        return self.latest_checkpoint

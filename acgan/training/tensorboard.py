@@ -1,0 +1,68 @@
+"""TensorBoard event files without TensorFlow: scalars and PNG images, on either backend.
+
+The format is TensorBoard's own (Event protocol buffers in TFRecord framing), written with the
+tensorboard package's protos and record writer, the way PyTorch's SummaryWriter does. Writes are
+synchronous and rare (every --log_every steps), so a full disk surfaces as an OSError at the write that
+failed, which the trainer turns into its one-line disk-full error (TensorFlow's asynchronous writer
+drops such errors).
+"""
+import io
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.record_writer import RecordWriter
+
+
+class SummaryWriter:
+    """One event file in `logdir` (created with the folder)."""
+
+    def __init__(self, logdir):
+        Path(logdir).mkdir(parents=True, exist_ok=True)
+        name = f"events.out.tfevents.{time.time():010.0f}.{socket.gethostname()}.{os.getpid()}.acgan"
+        self.path = Path(logdir) / name
+        self._file = open(self.path, "wb")
+        self._records = RecordWriter(self._file)
+        self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+        self.flush()
+
+    def _write(self, event):
+        self._records.write(event.SerializeToString())
+
+    def _value(self, step, value):
+        self._write(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value])))
+
+    def scalar(self, tag, value, step):
+        self._value(step, summary_pb2.Summary.Value(tag=tag, simple_value=float(value)))
+
+    def scalars(self, values, step):
+        for tag, value in values.items():
+            self.scalar(tag, value, step)
+        self.flush()  # readable now: a few records every --log_every steps
+
+    def image(self, tag, image, step):
+        """`image`: uint8 [H, W, C] with C 1 or 3, stored as a PNG."""
+        image = np.asarray(image)
+        buffer = io.BytesIO()
+        Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image).save(buffer, format="PNG")
+        self._value(step, summary_pb2.Summary.Value(tag=tag, image=summary_pb2.Summary.Image(
+            height=image.shape[0], width=image.shape[1], colorspace=image.shape[-1],
+            encoded_image_string=buffer.getvalue())))
+        self.flush()
+
+    def flush(self):
+        self._file.flush()
+
+    def close(self):
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

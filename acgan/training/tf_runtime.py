@@ -1,0 +1,109 @@
+"""What the training loop needs from TensorFlow: the tf.distribute strategy, the step (tf_step.ACGAN),
+the input stream (tf.data, split across the replicas) and the checkpoints (tf.train.Checkpoint).
+jax_runtime.py gives the same on JAX; the loop sees only this interface."""
+import json
+
+import tensorflow as tf
+
+from acgan.data.pipeline import training_batches
+from acgan.step import distribute
+from acgan.step.tf_step import ACGAN
+from acgan.training import checkpoints as checkpoint_files
+from acgan.training import report as run_report
+
+
+class TimingHistory(tf.Module):
+    """The timing of every session so far (JSON list of session_record dicts), kept in the checkpoint."""
+
+    def __init__(self):
+        super().__init__(name="history")
+        self.sessions_json = tf.Variable("[]", dtype=tf.string, trainable=False)
+
+    def sessions(self):
+        return json.loads(self.sessions_json.numpy().decode())
+
+    def store(self, sessions):
+        self.sessions_json.assign(json.dumps(sessions))
+
+
+class TensorFlowCheckpoints:
+    """ckpt-N.index/.data files through a tf.train.CheckpointManager, the timing history with them."""
+
+    def __init__(self, gan, directory, keep):
+        self.gan, self.directory, self.keep = gan, directory, keep
+        self.history = TimingHistory()
+        self._manager = None
+
+    @property
+    def manager(self):
+        # Made after restore(): it reads the state file, which a restore may rewrite (damaged ones moved).
+        if self._manager is None:
+            self._manager = tf.train.CheckpointManager(tf.train.Checkpoint(gan=self.gan, history=self.history),
+                                                       self.directory, max_to_keep=self.keep)
+        return self._manager
+
+    @property
+    def latest_checkpoint(self):
+        return self.manager.latest_checkpoint
+
+    def restore(self, resume_from, move_damaged=True):
+        """Restores the newest intact checkpoint in `resume_from` (checkpoints.restore_newest_intact);
+        returns (its prefix or None, the timing history saved with it)."""
+        latest = checkpoint_files.restore_newest_intact(tf.train.Checkpoint(gan=self.gan), resume_from, move_damaged)
+        if latest:
+            # Leniently: checkpoints from before per-session timing hold another layout (then no history).
+            tf.train.Checkpoint(history=self.history).restore(latest).expect_partial()
+        return latest, self.history.sessions()
+
+    def save(self, step, sessions):
+        self.history.store(sessions)
+        checkpoint_files.save(self.manager, step)  # a full disk: DiskFull, the previous checkpoint intact
+
+
+class TensorFlowRuntime:
+    name = "tensorflow"
+
+    def __init__(self, config):
+        self.strategy = distribute.make_strategy(config.strategy, config.devices)  # before anything touches a device
+        self.replicas = self.strategy.num_replicas_in_sync
+        distribute.check_global_batch(config.batch, self.replicas)
+        self.chief = distribute.is_chief(self.strategy)
+        self.notes = []
+
+    def scope(self):
+        return self.strategy.scope()
+
+    def make_step(self, models, num_classes, config):
+        return ACGAN(models, num_classes, config.policy, jit=config.jit, strategy=self.strategy, sync_bn=config.sync_bn)
+
+    def layout(self, gan):
+        return run_report.distribution_summary(self.strategy, gan)
+
+    def checkpoints(self, gan, directory, keep):
+        return TensorFlowCheckpoints(gan, directory, keep)
+
+    def batches(self, data, config, noise_dim, start_step):
+        """The run's (images, labels, z, fake_labels) global batches, split across the replicas.
+
+        Every worker builds the same global stream and keeps its replicas' slices (DATA sharding: the
+        images are in memory, there are no files to shard), so each step's global batch, noise included,
+        is exactly the one a single device would train on.
+        """
+        batches = training_batches(data, config.batch, config.seed, noise_dim, start_step=start_step)
+        if self.replicas == 1 and distribute.strategy_name(self.strategy) == "default":
+            gpus = tf.config.list_logical_devices("GPU")
+            if gpus:  # the next batches wait on the device already (a distributed dataset does this itself)
+                batches = batches.apply(tf.data.experimental.prefetch_to_device(gpus[0].name, buffer_size=2))
+            return iter(batches)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        return iter(self.strategy.experimental_distribute_dataset(batches.with_options(options)))
+
+    def agree_on_stop(self, stop_signal, out_of_time):
+        """All workers stop at the same step, or the others wait on a collective forever."""
+        if distribute.worker_count(self.strategy) > 1:
+            return distribute.agree_on_stop(self.strategy, stop_signal, out_of_time)
+        return stop_signal, out_of_time
+
+    def wait_for_all_workers(self):
+        distribute.wait_for_all_workers(self.strategy)
