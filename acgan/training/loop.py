@@ -263,7 +263,11 @@ def train_loop(setup, config, started):
             if phase == "bare":
                 # -- steps back to back on batches fetched first: the bare device step, for comparison --
                 phase = "timed"
-                step, metrics, message, ran = bare_window(gan, batches, step, metrics, config, s.steps, clock, read)
+                if pending is not None:  # logged in step order; the sync the window starts with anyway
+                    message, pending = read(*pending), None
+                step, metrics, window_message, ran = bare_window(gan, batches, step, metrics, config, s.steps,
+                                                                 clock, read)
+                message = message or window_message
             if not ran:
                 # -- one step: enqueue it, then read the metrics of the logged step before it --
                 metrics = gan.train_step(*next(batches))

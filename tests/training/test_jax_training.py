@@ -1,0 +1,155 @@
+"""The trainer on the JAX backend, run where TensorFlow cannot be imported (jax_train_runner.py): it
+trains, reports, writes TensorBoard events and grids, checkpoints, resumes (after SIGKILL too) and stops
+on divergence; its batches are the TensorFlow pipeline's; its runs read back on TensorFlow."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from acgan.data.batches import BatchPlan, prefetched, training_batch
+from acgan.data.image_set import ImageSet
+from acgan.errors import DIVERGED_STATUS, USER_ERROR_STATUS
+
+RUNNER = Path(__file__).with_name("jax_train_runner.py")
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--batch", "16", "--width", "0.125", "--warmup_steps", "1", "--log_every", "2"]
+
+
+def _train_jax(*args, nan=False):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("KERAS_BACKEND", None)
+    return subprocess.Popen([sys.executable, str(RUNNER), *(["--nan"] if nan else []), *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc, timeout=300):
+    out, err = proc.communicate(timeout=timeout)
+    assert "tensorflow imports attempted: []" in err, err[-3000:]
+    return proc.returncode, out, err
+
+
+def _steps_saved(run_dir):
+    return sorted(int(p.stem.split("-")[1]) for p in (run_dir / "checkpoints").glob("ckpt-*.npz"))
+
+
+def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path):
+    run_dir = tmp_path / "run"
+    common = ["--output_dir", str(run_dir), "--checkpoint_every", "4", "--sample_every", "4", *TINY]
+    code, _, err = _finish(_train_jax("--policy", "mixed_float16", "--steps", "8", "--price_per_hour", "3.6",
+                                      *common))
+    assert code == 0, err[-3000:]
+    first = json.loads((run_dir / "report.json").read_text())
+    assert first["backend"] == "jax" and first["device"]["backend"] == "jax" and first["device"]["kind"] == "CPU"
+    assert first["status"] == "completed" and first["steps"] == 8
+    assert first["timing"]["measured_steps"] > 0 and first["timing"]["bare_step_ms"] > 0
+    # 3.6 USD an hour is 0.001 USD a second: 10^6 batches of t ms cost t USD.
+    assert first["cost"]["cost_per_million_batches"] == pytest.approx(first["timing"]["time_per_batch_ms"])
+    assert first["peak_memory_bytes"] > 0
+    assert first["distribution"]["xla"] == "step" and first["distribution"]["replicas"] == 1
+    assert _steps_saved(run_dir) == [4, 8]
+    assert sorted(p.name for p in (run_dir / "samples").glob("*.png")) == ["final.png", "step_0000004.png",
+                                                                           "step_0000008.png"]
+    saved = np.load(run_dir / "checkpoints" / "ckpt-8.npz")
+    assert int(saved["step"]) == 8 and json.loads(str(saved["history/sessions_json"]))[0]["end_step"] == 8
+
+    code, out, err = _finish(_train_jax("--steps", "12", *common))  # the run's settings come from its folder
+    assert code == 0, err[-3000:]
+    assert "resuming" in out
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["config"]["policy"] == "mixed_float16" and report["steps"] == 12
+    assert report["resumed_from"]["step"] == 8 and len(report["earlier_sessions"]) == 1
+    assert report["resumed_from"]["loss_scales"] == {n: first["final_metrics"][f"{n}_loss_scale"] for n in "dgq"}
+    assert _steps_saved(run_dir) == [4, 8, 12]
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
+    events.Reload()
+    # Each session reads its compile step (1, 9) and its bare window's last step (3, 11), then every 2nd.
+    assert [e.step for e in events.Scalars("d_loss")] == [1, 2, 3, 4, 6, 8, 9, 10, 11, 12]
+    assert [e.step for e in events.Images("samples")] == [4, 8, 8, 12, 12]  # step grids and the two finals
+
+    # A JAX run's checkpoints read on TensorFlow too (this process), for acgan.generate and evaluate.
+    from acgan.training import sampling
+
+    _, info, gan = sampling.load_run(run_dir)
+    images, labels = sampling.generate(gan, len(info["class_names"]), 2, seed=0)
+    assert images.shape == (20, 28, 28, 1) and images.dtype == np.uint8 and images.std() > 0
+
+
+def test_jax_resumes_after_sigkill(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _train_jax("--policy", "mixed_float16", "--steps", "100000", "--output_dir", str(run_dir),
+                      "--checkpoint_every", "3", "--sample_every", "1000", *TINY)
+    deadline = time.time() + 240
+    while not any(step >= 6 for step in _steps_saved(run_dir)):
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = _steps_saved(run_dir)[-1]
+    saved = np.load(run_dir / "checkpoints" / f"ckpt-{killed_at}.npz")
+    scales = {n: float(saved[f"optimizers/{n}_optimizer/dynamic_scale"]) for n in "dgq"}
+
+    code, _, err = _finish(_train_jax("--steps", str(killed_at + 2), "--resume", "--output_dir", str(run_dir)))
+    assert code == 0, err[-3000:]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "completed" and report["steps"] == killed_at + 2
+    assert report["resumed_from"] == {"step": killed_at, "checkpoint": str(run_dir / "checkpoints" /
+                                                                          f"ckpt-{killed_at}.npz"),
+                                      "loss_scales": scales}
+    assert report["earlier_sessions"][0]["end_step"] == killed_at
+    assert _steps_saved(run_dir)[-1] == killed_at + 2
+
+
+def test_jax_divergence_stops_without_a_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    code, _, err = _finish(_train_jax("--steps", "10", "--output_dir", str(run_dir), "--checkpoint_every", "4",
+                                      *TINY, nan=True))
+    assert code == DIVERGED_STATUS, err[-3000:]
+    assert "non-finite" in err or "diverged" in err.lower()
+    assert _steps_saved(run_dir) == []
+    assert json.loads((run_dir / "report.json").read_text())["status"] == "diverged"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--strategy", "mirrored"], "--strategy mirrored needs --backend tensorflow"),
+    (["--backend", "torch"], "unknown backend 'torch'"),
+])
+def test_backend_errors_are_one_line(args, message, tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run([sys.executable, "-m", "acgan.train", "--backend", "jax", *args, "--steps", "1",
+                             "--output_dir", str(tmp_path / "run")], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == USER_ERROR_STATUS
+    assert result.stderr.strip().splitlines() == [f"error: {result.stderr.strip()[7:]}"] and message in result.stderr
+
+
+def test_both_backends_feed_the_same_batches():
+    """The TensorFlow pipeline (tf.data, parallel map) and JAX's host thread give every step the same
+    images, labels and noise, resumed mid-stream too, batches straddling epochs included."""
+    from acgan.data.pipeline import training_batches
+
+    rng = np.random.default_rng(0)
+    data = ImageSet(rng.integers(0, 256, (23, 8, 8, 1), dtype=np.uint8), rng.integers(0, 3, 23).astype(np.int32),
+                    ["a", "b", "c"])
+    plan = BatchPlan(len(data), 5, 7, noise_dim=4, num_classes=3)
+    for start in (0, 3):
+        tf_stream = iter(training_batches(data, 5, 7, 4, start_step=start))
+        jax_like = prefetched(data, plan, start, put=lambda batch: batch)
+        for step in range(start, start + 12):
+            expected = training_batch(data, plan, step)
+            for got in (next(tf_stream), next(jax_like)):
+                for a, b in zip(got, expected):
+                    np.testing.assert_array_equal(np.asarray(a), b)
+        jax_like.close()
+        del tf_stream
+    # Every epoch is a permutation: 23 items, batches of 5, so step 4 straddles epochs 0 and 1.
+    assert sorted(np.concatenate([plan.indices(s) for s in range(4)]).tolist() + plan.indices(4)[:3].tolist()) \
+        == list(range(23))
