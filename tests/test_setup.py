@@ -14,7 +14,7 @@ def test_every_dependency_is_pinned_and_within_its_lower_bound():
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = project["dependencies"] + project["optional-dependencies"]["test"]
+    wanted = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
     pins = {}
     for line in (ROOT / "constraints.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
@@ -33,4 +33,5 @@ def test_every_dependency_is_pinned_and_within_its_lower_bound():
 def test_make_and_ci_install_with_the_constraints():
     makefile = (ROOT / "Makefile").read_text()
     assert "-c constraints.txt" in makefile and "$(STAMP): pyproject.toml constraints.txt" in makefile
+    assert '-e ".[tensorflow,jax,test]"' in makefile  # both backends: the suite compares them
     assert "make test" in (ROOT / ".ci" / "run").read_text()

@@ -27,18 +27,11 @@ import keras
 import numpy as np
 
 from acgan.model import precision
+from acgan.step import losses
 from acgan.step.common import (
     BETA_1, D_LEARNING_RATE, G_LEARNING_RATE, OPTIMIZER_NAMES, Q_LEARNING_RATE, StepMetrics)
 
 MODEL_NAMES = ("generator", "trunk", "d_head", "q_head")  # the order of networks.ACGANModels
-
-
-def _bce(target, logits):
-    return keras.ops.mean(keras.losses.binary_crossentropy(target, logits, from_logits=True))
-
-
-def _ce(labels, logits):
-    return keras.ops.mean(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
 
 
 def _accuracy(labels, logits):
@@ -242,7 +235,7 @@ class JaxACGAN:
             features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, fake_constant,
                                                            training=True)
             d_fake, head_state = m.d_head.stateless_call(head_trainable, head_state, features, training=True)
-            d_loss = _bce(ones, d_real) + _bce(zeros, d_fake)
+            d_loss = losses.bce(ones, d_real) + losses.bce(zeros, d_fake)
             return self._scaled("d", optimizer_values["d"], d_loss), (d_loss, trunk_state, head_state)
 
         d_grads, (d_loss, t_non_trainable, dh_non_trainable) = jax.grad(d_loss_fn, has_aux=True)(
@@ -259,7 +252,7 @@ class JaxACGAN:
         def g_loss_fn(fake_images):
             features, _ = m.trunk.stateless_call(t_trainable, t_non_trainable, fake_images, training=True)
             d_fake, _ = m.d_head.stateless_call(dh_trainable, dh_non_trainable, features, training=True)
-            g_loss = _bce(ones, d_fake)
+            g_loss = losses.bce(ones, d_fake)
             return self._scaled("g", optimizer_values["g"], g_loss), g_loss
 
         def q_loss_fn(trunk_trainable, q_head_trainable, fake_images):
@@ -268,7 +261,7 @@ class JaxACGAN:
             q_state = qh["non_trainable"]
             q_real, q_state = m.q_head.stateless_call(q_head_trainable, q_state, real_features, training=True)
             q_fake, q_state = m.q_head.stateless_call(q_head_trainable, q_state, fake_features, training=True)
-            q_loss = _ce(labels, q_real) + _ce(fake_labels, q_fake)
+            q_loss = losses.ce(labels, q_real) + losses.ce(fake_labels, q_fake)
             return (self._scaled("q", optimizer_values["q"], q_loss),
                     (q_loss, _accuracy(labels, q_real), _accuracy(fake_labels, q_fake), q_state))
 
@@ -305,9 +298,9 @@ class JaxACGAN:
             "step": step,
             "skip_streak": streak,
         }
-        losses = jnp.stack([jnp.asarray(x, jnp.float32)
+        loss_values = jnp.stack([jnp.asarray(x, jnp.float32)
                             for x in (d_loss, g_loss, q_loss, q_accuracy_real, q_accuracy_fake)])
-        vector = jnp.concatenate([losses, self._scales(optimizer_values), (step - iterations).astype(jnp.float32),
+        vector = jnp.concatenate([loss_values, self._scales(optimizer_values), (step - iterations).astype(jnp.float32),
                                   streak.astype(jnp.float32)])
         return new_state, vector
 

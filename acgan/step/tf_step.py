@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from acgan.model import precision
-from acgan.step import distribute
+from acgan.step import distribute, losses
 # The backend-neutral names live in common.py; re-exported so `from acgan.step.tf_step import ...` keeps working.
 from acgan.step.common import (  # noqa: F401
     BETA_1, D_LEARNING_RATE, G_LEARNING_RATE, LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, Q_LEARNING_RATE, StepMetrics)
@@ -20,16 +20,6 @@ from acgan.step.common import (  # noqa: F401
 
 class _Untracked:
     """Holds state that the checkpoint must not contain (tf.Module tracks only trackable attributes)."""
-
-
-def _bce(target, logits):
-    return keras.ops.mean(keras.losses.binary_crossentropy(target, logits, from_logits=True))
-
-
-def _ce(labels, logits):
-    return keras.ops.mean(
-        keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-    )
 
 
 def _accuracy(labels, logits):
@@ -108,7 +98,7 @@ class ACGAN(tf.Module):
         iterations_before = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
         per_replica = self.strategy.run(self._replica_step, args=(images, labels, z, fake_labels))
         # Each replica returns its share (local mean / replicas), so the sum is the global-batch mean.
-        losses = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        loss_values = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         self.step.assign_add(1)
         iterations = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
         # A loss-scale optimizer skips a non-finite step without advancing `iterations`.
@@ -117,7 +107,7 @@ class ACGAN(tf.Module):
         streak.assign(tf.where(skipped_now, streak + 1, tf.zeros_like(streak)))
         scales = tf.stack([tf.cast(precision.current_loss_scale(o), tf.float32) for o in optimizers])
         skipped = tf.cast(self.step - iterations, tf.float32)
-        return tf.concat([losses, scales, skipped, tf.cast(streak, tf.float32)], axis=0)
+        return tf.concat([loss_values, scales, skipped, tf.cast(streak, tf.float32)], axis=0)
 
     def _replica_step(self, images, labels, z, fake_labels):
         real = tf.cast(images, tf.float32) / 255.0
@@ -153,7 +143,7 @@ class ACGAN(tf.Module):
         with tf.GradientTape() as tape:
             d_real = m.d_head(m.trunk(real, training=True), training=True)
             d_fake = m.d_head(m.trunk(fake, training=True), training=True)
-            d_loss = (_bce(tf.ones((batch, 1)), d_real) + _bce(tf.zeros((batch, 1)), d_fake)) / self.replicas
+            d_loss = (losses.bce(tf.ones((batch, 1)), d_real) + losses.bce(tf.zeros((batch, 1)), d_fake)) / self.replicas
             scaled = precision.scale_loss(self.d_optimizer, d_loss)
         return tf.cast(d_loss, tf.float32), tape.gradient(scaled, self.d_variables)
 
@@ -172,10 +162,10 @@ class ACGAN(tf.Module):
             with keras.StatelessScope():
                 fake_features = m.trunk(fake, training=True)
                 real_features = m.trunk(real, training=True)
-            g_loss = _bce(tf.ones((batch, 1)), m.d_head(fake_features, training=True)) / self.replicas
+            g_loss = losses.bce(tf.ones((batch, 1)), m.d_head(fake_features, training=True)) / self.replicas
             q_real = m.q_head(real_features, training=True)
             q_fake = m.q_head(fake_features, training=True)
-            q_loss = (_ce(labels, q_real) + _ce(fake_labels, q_fake)) / self.replicas
+            q_loss = (losses.ce(labels, q_real) + losses.ce(fake_labels, q_fake)) / self.replicas
             g_scaled = precision.scale_loss(self.g_optimizer, g_loss)
             q_scaled = precision.scale_loss(self.q_optimizer, q_loss)
         g_cotangent = tape.gradient(g_scaled, fake)

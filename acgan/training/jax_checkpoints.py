@@ -6,7 +6,7 @@ name, synced and renamed, so it is whole or absent; a full disk removes the part
 DiskFull, leaving the previous checkpoint the newest. npz is a zip archive with a crc32 per array, so
 reading every array finds truncation and noise: a resume takes the newest checkpoint that reads whole
 and loads, and moves newer damaged ones to checkpoints/damaged/ with a line each (as checkpoints.py
-does for TensorFlow's). Only model weights are needed to sample, so `read_models` serves any backend.
+does for TensorFlow's). Only model weights are needed to sample, so `assign_models` serves any backend.
 """
 import io
 import json
@@ -84,9 +84,13 @@ def newest_intact(directory):
     return _intact(directory, lambda arrays: None, move_damaged=False)
 
 
-def read_models(path, models, model_names):
-    """Assigns the model weights of checkpoint `path` to the Keras models (any backend)."""
-    arrays = read(path)
+def read_state(path):
+    """The step's state saved in checkpoint `path` (JaxACGAN.load_state's input): all but the history."""
+    return {key: value for key, value in read(path).items() if key != HISTORY_KEY}
+
+
+def assign_models(arrays, models, model_names):
+    """Assigns the model weights of a checkpoint's arrays to the Keras models (on any backend)."""
     for name, model in zip(model_names, models):
         for variable in model.variables:
             variable.assign(arrays[f"models/{name}/{variable.path}"])

@@ -27,17 +27,21 @@ def load_run(run_dir):
     precision.set_policy(config.policy)
     models = build_models(info["image_shape"], len(info["class_names"]), width=config.width)
     num_classes = len(info["class_names"])
+    arrays = None
     if config.backend == "jax":
         from acgan.step.jax_step import MODEL_NAMES
         from acgan.training import jax_checkpoints
 
         latest = jax_checkpoints.newest_intact(run_dir / "checkpoints")
         if latest is not None:
-            jax_checkpoints.read_models(latest, models, MODEL_NAMES)  # before the step copies the weights
+            arrays = jax_checkpoints.read_state(latest)
+            jax_checkpoints.assign_models(arrays, models, MODEL_NAMES)
     if running == "jax":
         from acgan.step.jax_step import JaxACGAN
 
         gan = JaxACGAN(models, num_classes, config.policy, jit=True)  # jit: generate() compiles once
+        if arrays is not None:
+            gan.load_state(arrays)
     else:
         import tensorflow as tf
 
@@ -45,7 +49,9 @@ def load_run(run_dir):
         from acgan.training import checkpoints
 
         gan = ACGAN(models, num_classes, config.policy, jit=False)
-        if config.backend == "tensorflow":
+        if arrays is not None:
+            gan.step.assign(int(arrays["step"]))
+        else:
             latest = checkpoints.newest_intact(run_dir / "checkpoints")
             if latest is not None:
                 tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()

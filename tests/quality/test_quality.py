@@ -179,6 +179,27 @@ def test_a_small_acgan_really_learns_the_classes(policy, judge, data_dir, tmp_pa
     assert len(list((run_dir / "tensorboard").iterdir())) >= 2  # the trainer's events and the evaluation's
 
 
+@pytest.mark.slow
+def test_a_small_acgan_learns_the_classes_on_jax_too(judge, data_dir, tmp_path, set_policy):
+    """The learning run above under mixed_float16 on the JAX backend, in a process where TensorFlow
+    cannot be imported; judged here, on TensorFlow, from its .npz checkpoint."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(root), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, str(root / "tests" / "training" / "jax_train_runner.py"),
+                           "--dataset", "doodles", "--data_dir", str(data_dir), "--max_per_class", str(PER_CLASS),
+                           "--width", "0.5", "--batch", "32", "--steps", "500", "--sample_every", "500",
+                           "--checkpoint_every", "500", "--policy", "mixed_float16", "--output_dir", str(run_dir)],
+                          env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "tensorflow imports attempted: []" in proc.stderr
+    result = evaluation.evaluate_run(run_dir, num_samples=1000, judge=judge, command="pytest", echo=lambda s: None)
+    assert result["step"] == 500 and result["conditional_accuracy"] >= 0.6, result  # chance is 0.1
+    assert result["q_accuracy_real"] > 0.9
+
+
 # ---- the CLIs ----
 
 def _run(module, *args, cwd=None):

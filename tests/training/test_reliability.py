@@ -14,7 +14,7 @@ import tensorflow as tf
 from acgan.config import Config
 from acgan.errors import UserError
 from acgan.model import precision
-from acgan.step import tf_step
+from acgan.step import losses, tf_step
 from acgan.training import loop
 from acgan.training.health import DivergenceMonitor
 
@@ -132,8 +132,8 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, set_policy,
     set_policy("float32")
     config = _config(tmp_path, steps=4)
     loop.run(config)
-    honest_bce = tf_step._bce
-    monkeypatch.setattr(tf_step, "_bce", lambda target, logits: honest_bce(target, logits) * np.float32("nan"))
+    honest_bce = losses.bce
+    monkeypatch.setattr(losses, "bce", lambda target, logits: honest_bce(target, logits) * np.float32("nan"))
     result = loop.run(dataclasses.replace(config, steps=10, resume=True, log_every=1))
     assert result.status == "diverged"
     assert "d loss is nan at step 5" in result.message
@@ -167,13 +167,13 @@ def test_endless_float16_skips_stop_the_run(tmp_path, set_policy, monkeypatch, l
 def test_reads_far_apart_still_never_checkpoint_a_non_finite_step(tmp_path, set_policy, monkeypatch):
     """Metrics read every 7 steps: the NaN from step 5 is caught by the read before step 6's checkpoint."""
     set_policy("float32")
-    honest_bce, calls = tf_step._bce, tf.Variable(0)
+    honest_bce, calls = losses.bce, tf.Variable(0)
 
     def nan_from_step_5(target, logits):  # three BCE terms per step: D's two, G's one
         calls.assign_add(1)
         return honest_bce(target, logits) * tf.where(calls > 12, np.float32("nan"), np.float32(1))
 
-    monkeypatch.setattr(tf_step, "_bce", nan_from_step_5)
+    monkeypatch.setattr(losses, "bce", nan_from_step_5)
     result = loop.run(_config(tmp_path, steps=20, log_every=7))
     assert result.status == "diverged"
     assert "d loss is nan at step 6" in result.message
