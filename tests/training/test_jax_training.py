@@ -153,3 +153,43 @@ def test_both_backends_feed_the_same_batches():
     # Every epoch is a permutation: 23 items, batches of 5, so step 4 straddles epochs 0 and 1.
     assert sorted(np.concatenate([plan.indices(s) for s in range(4)]).tolist() + plan.indices(4)[:3].tolist()) \
         == list(range(23))
+
+
+class _State:
+    """Stands in for JaxACGAN: state() / load_state() of a few arrays."""
+
+    def __init__(self, step=0):
+        self.values = {"step": np.array(step), "models/generator/w": np.full(3, float(step))}
+
+    def state(self):
+        return dict(self.values)
+
+    def load_state(self, values):
+        if set(values) != set(self.values):
+            raise ValueError("state keys differ")
+        self.values = dict(values)
+
+
+def test_jax_checkpoints_keep_the_newest_and_set_damaged_ones_aside(tmp_path, capsys):
+    from acgan.errors import UserError
+    from acgan.training.jax_checkpoints import JaxCheckpoints
+
+    directory = tmp_path / "checkpoints"
+    for step in (2, 4, 6):
+        JaxCheckpoints(_State(step), directory, keep=2).save(step, [{"session": 0, "end_step": step}])
+    assert _steps_saved(tmp_path) == [4, 6]
+    newest = directory / "ckpt-6.npz"
+    newest.write_bytes(newest.read_bytes()[:-40])  # truncated: its zip directory is gone
+
+    restored = _State()
+    store = JaxCheckpoints(restored, directory, keep=2)
+    latest, history = store.restore(directory)
+    assert latest == str(directory / "ckpt-4.npz") and history == [{"session": 0, "end_step": 4}]
+    assert int(restored.values["step"]) == 4 and restored.values["models/generator/w"].tolist() == [4.0] * 3
+    assert "ckpt-6.npz is damaged" in capsys.readouterr().err
+    assert (directory / "damaged" / "ckpt-6.npz").is_file() and _steps_saved(tmp_path) == [4]
+
+    (directory / "ckpt-4.npz").write_bytes(b"not a zip")
+    with pytest.raises(UserError, match="no intact checkpoint"):
+        JaxCheckpoints(_State(), directory, keep=2).restore(directory)
+    assert (directory / "ckpt-4.npz").is_file()  # left as it is
