@@ -9,20 +9,25 @@ def cost_per_million_batches(seconds_per_batch, price_per_hour):
     return seconds_per_batch * 1e6 / SECONDS_PER_HOUR * price_per_hour
 
 
-def timing_summary(step_seconds, batch, replicas=1):
-    """Figures from per-step wall times (each ending on a device sync), warm-up already removed.
+def timing_summary(step_seconds, batch, replicas=1, window_means=None):
+    """Figures from per-step wall times, warm-up already removed.
 
     `batch` is the global batch; each of the `replicas` processes batch / replicas samples per step.
+    The median, min and max are over `window_means` when given (per-step means of the windows between
+    device syncs: one step's own time is only meaningful when every step ends on a sync), else over
+    the steps; "spread_windows" says how many values they summarise.
     """
     if not step_seconds:
         return {"measured_steps": 0}
     mean = statistics.fmean(step_seconds)
+    spread = window_means or step_seconds
     return {
         "measured_steps": len(step_seconds),
         "time_per_batch_ms": mean * 1e3,
-        "time_per_batch_median_ms": statistics.median(step_seconds) * 1e3,
-        "time_per_batch_min_ms": min(step_seconds) * 1e3,
-        "time_per_batch_max_ms": max(step_seconds) * 1e3,
+        "time_per_batch_median_ms": statistics.median(spread) * 1e3,
+        "time_per_batch_min_ms": min(spread) * 1e3,
+        "time_per_batch_max_ms": max(spread) * 1e3,
+        "spread_windows": len(spread),
         "time_per_1000_samples_ms": mean * 1e3 * 1000.0 / batch,
         "samples_per_second": batch / mean,
         "replicas": replicas,

@@ -10,7 +10,11 @@ benchmark use, so a second backend's step sits beside the TensorFlow one:
     step.noise_dim, step.step (the step counter), step.compile_mode, step.compile_reason
     step.skipped_steps(), step.loss_scales(), step.weights_fingerprint()
 
-common.py holds what both backends share (names, learning rates, StepMetrics; no TensorFlow or JAX).
-distribute.py holds the tf.distribute side: strategies, the cross-replica loss-scale guard, the XLA plan.
-The training loop runs the TensorFlow step; the JAX step is not wired into it yet.
+    step.sync_variables()   (JAX: the step's state written back into the Keras variables; TF: nothing)
+    JaxACGAN also has state() / load_state(): every variable and the step counter as numpy arrays.
+
+common.py holds what both backends share (names, learning rates, StepMetrics; no TensorFlow or JAX),
+losses.py the losses in backend-neutral Keras ops. distribute.py holds the tf.distribute side:
+strategies, the cross-replica loss-scale guard, the XLA plan. The training loop picks the step through
+its backend's runtime (training/tf_runtime.py, training/jax_runtime.py).
 """

@@ -239,6 +239,7 @@ def train_loop(setup, config, started):
         if last["step"] == step:
             return None
         values = metrics.read()
+        clock.synced()
         last.update(step=step, values=values)
         writer.scalars(values, step)
         progress.update(step, [(k, values[k]) for k in _SHOWN])

@@ -64,6 +64,20 @@ def _bare(timing):
     return text
 
 
+def _median(timing):
+    text = _fmt(timing.get("time_per_batch_median_ms"), " ms", 2)
+    if timing.get("spread_windows"):
+        text += f" (of {timing['spread_windows']} read-to-read windows)"
+    return text
+
+
+def _backend(report, device):
+    if report.get("backend", "tensorflow") == "jax":
+        return (f"JAX {device.get('jax')}, Keras {device.get('keras')}; float32 matmul precision "
+                f"{device.get('jax_matmul_precision')}")
+    return f"TensorFlow {device.get('tensorflow')}, Keras {device.get('keras')}"
+
+
 def _maintenance(seconds):
     if not seconds:
         return "none"
@@ -93,6 +107,7 @@ def render_markdown(report):
         ("status", status),
         ("resumed from", f"step {resumed['step']}" if resumed else "no (a fresh run)"),
         ("device", f"{device['kind']}: {accelerator}"),
+        ("backend", _backend(report, device)),
         ("policy", report["policy"]),
         ("XLA", _xla(report)),
         ("strategy", _strategy(report.get("distribution"))),
@@ -100,7 +115,7 @@ def render_markdown(report):
         ("steps", report["steps"]),
         ("compile time", _fmt(report["compile_seconds"], " s", 2)),
         ("time per batch (wall, mean)", _fmt(timing.get("time_per_batch_ms"), " ms", 2)),
-        ("time per batch (wall, median)", _fmt(timing.get("time_per_batch_median_ms"), " ms", 2)),
+        ("time per batch (wall, median)", _median(timing)),
         ("bare device step (back to back)", _bare(timing)),
         ("time per 1000 samples", _fmt(timing.get("time_per_1000_samples_ms"), " ms", 1)),
         ("samples per second", _fmt(timing.get("samples_per_second"), "", 1)),

@@ -4,6 +4,12 @@ What a user waits for and pays for is wall time per iteration, loop top to loop 
 input pipeline, metric reads, TensorBoard, the progress bar. Only grids, evaluations and checkpoints
 are taken out (and reported on their own). The warm-up steps, run back to back on batches fetched
 beforehand, time the bare device step for comparison.
+
+The host waits for the device only when it reads metrics (every --log_every steps, and before grids,
+evaluations and checkpoints); between reads it only enqueues steps, where the backend lets it (JAX, or
+TensorFlow on a GPU). A single iteration's time then says where the host waited, not how long a step
+took, so the spread (median, min, max) is taken over read-to-read windows: each window's wall time
+divided by its steps. The mean is the same either way.
 """
 import collections
 import contextlib
@@ -17,6 +23,9 @@ class SessionClock:
         self.compile_seconds = None
         self.bare_step_seconds = None         # mean of the warm-up steps run back to back
         self.intervals = []                   # one per timed step, seconds
+        self.windows = []                     # (seconds, steps) from one metrics read to the next
+        self._window = [0.0, 0]
+        self._synced = False
         self.maintenance = collections.defaultdict(float)  # "grids" / "evaluation" / "checkpoints": seconds
         self._top = None
         self._taken_out = 0.0
@@ -25,8 +34,19 @@ class SessionClock:
         """At the top of each timed iteration (and once after the last): closes the previous interval."""
         now = time.perf_counter()
         if self._top is not None:
-            self.intervals.append(now - self._top - self._taken_out)
+            interval = now - self._top - self._taken_out
+            self.intervals.append(interval)
+            self._window[0] += interval
+            self._window[1] += 1
+            if self._synced:  # the interval that held a read closes its window
+                self.windows.append(tuple(self._window))
+                self._window = [0.0, 0]
+        self._synced = False
         self._top, self._taken_out = now, 0.0
+
+    def synced(self):
+        """The host has just waited for the device (a metrics read): the current interval ends a window."""
+        self._synced = True
 
     def stop(self):
         """Ends the timed region without opening a new interval."""
@@ -44,8 +64,11 @@ class SessionClock:
             self._taken_out += spent
 
     def summary(self, batch, replicas):
-        """The session's figures: timing_summary of the wall intervals, plus the bare step and the ratio."""
-        figures = timing.timing_summary(self.intervals, batch, replicas)
+        """The session's figures: timing_summary of the wall intervals (its spread over the read-to-read
+        windows), plus the bare step and the ratio."""
+        windows = self.windows + ([tuple(self._window)] if self._window[1] else [])
+        figures = timing.timing_summary(self.intervals, batch, replicas,
+                                        window_means=[seconds / steps for seconds, steps in windows])
         bare_ms = None if self.bare_step_seconds is None else self.bare_step_seconds * 1e3
         figures["bare_step_ms"] = bare_ms
         wall_ms = figures.get("time_per_batch_ms")
