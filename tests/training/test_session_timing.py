@@ -8,13 +8,12 @@ def test_spread_is_over_read_to_read_windows(monkeypatch):
     now = [0.0]
     monkeypatch.setattr(session_timing.time, "perf_counter", lambda: now[0])
     clock = session_timing.SessionClock()
-    clock.lap()
     # An asynchronous backend: steps return at once and the read waits for all of them.
     for seconds, read in [(0.001, False), (0.001, False), (0.001, False), (7.997, True), (0.5, False), (1.5, True)]:
+        clock.lap()  # the loop's top
         now[0] += seconds
         if read:
             clock.synced()
-        clock.lap()
     clock.stop()
     figures = clock.summary(batch=10, replicas=1)
     assert figures["measured_steps"] == 6 and figures["spread_windows"] == 2
