@@ -6,6 +6,7 @@ synchronous and rare (every --log_every steps), so a full disk surfaces as an OS
 failed, which the trainer turns into its one-line disk-full error (TensorFlow's asynchronous writer
 drops such errors).
 """
+import contextlib
 import io
 import os
 import socket
@@ -16,6 +17,8 @@ import numpy as np
 from PIL import Image
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
+
+from acgan.util import disk
 
 
 class SummaryWriter:
@@ -30,8 +33,18 @@ class SummaryWriter:
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
         self.flush()
 
+    @contextlib.contextmanager
+    def _reported(self):
+        """A full disk or file-size limit as DiskFull naming the events file (one line, exit status 4)."""
+        try:
+            yield
+        except OSError as e:
+            disk.raise_if_full(e, None, self.path)
+            raise
+
     def _write(self, event):
-        self._records.write(event.SerializeToString())
+        with self._reported():
+            self._records.write(event.SerializeToString())
 
     def _value(self, step, value):
         self._write(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value])))
@@ -55,14 +68,20 @@ class SummaryWriter:
         self.flush()
 
     def flush(self):
-        self._file.flush()
+        with self._reported():
+            self._file.flush()
 
     def close(self):
         if not self._file.closed:
-            self._file.close()
+            with self._reported():
+                self._file.close()
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, kind, error, traceback):
+        if kind is None:
+            self.close()
+        else:  # already failing: close without a second error hiding the first
+            with contextlib.suppress(Exception):
+                self._file.close()

@@ -209,32 +209,47 @@ def test_a_failed_save_leaves_no_partial_checkpoint(tmp_path):
     assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-1")
 
 
-def test_a_full_disk_under_tensorboard_is_one_clear_line(tmp_path):
-    """TensorBoard's writer reports only a really full disk (past a file-size limit it truncates its
-    file without a word), so this one needs a tmpfs."""
+def _fill_tensorboard(directory):
+    """Writes as the loop does (scalars at every read, grid images) until something fails."""
     import numpy as np
 
+    from acgan.training.tensorboard import SummaryWriter
+
+    with SummaryWriter(directory) as writer:
+        for step in range(200):
+            writer.scalars({"d_loss": 1.0, "g_loss": 0.7}, step)
+            writer.image("samples", np.random.default_rng(step).integers(0, 256, (64, 64, 3), dtype=np.uint8), step)
+
+
+def test_a_full_disk_under_tensorboard_is_one_clear_line(tmp_path):
+    """The event writer (acgan.training.tensorboard) writes synchronously, so a full disk is an error at
+    the write that failed; needs a tmpfs."""
     from acgan.errors import DiskFull
     from acgan.util import disk
 
     mount = tmp_path / "disk"
     if not _mount_tmpfs(mount, "128k"):
         pytest.skip("cannot mount a tmpfs here (not root?)")
-    writer = None
     try:
         with pytest.raises(DiskFull, match=r"could not write TensorBoard events .*tfevents\S*: no space left "
                                            r"on device; .* free on "):
             with disk.full_disk_stops_clearly(mount):
-                writer = tf.summary.create_file_writer(str(mount / "tensorboard"))
-                with writer.as_default():
-                    for step in range(200):  # as the loop writes: scalars every step, and images
-                        tf.summary.scalar("d_loss", 1.0, step=step)
-                        tf.summary.image("samples", np.random.rand(1, 64, 64, 3), step=step)
-                writer.flush()
+                _fill_tensorboard(mount / "tensorboard")
     finally:
-        if writer is not None:
-            try:
-                writer.close()  # it holds its events file open, which would keep the tmpfs busy
-            except tf.errors.OpError:
-                pass  # the disk is still full
         _unmount(mount)
+
+
+def test_a_file_size_limit_under_tensorboard_is_one_clear_line(tmp_path):
+    """TensorFlow's writer truncated its events file silently past a file-size limit; ours reports it."""
+    from acgan.errors import DiskFull
+    from acgan.util import disk
+
+    disk.ignore_file_size_signal()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, hard))
+    try:
+        with pytest.raises(DiskFull, match=r"could not write TensorBoard events .*tfevents\S*: file too large"):
+            with disk.full_disk_stops_clearly(tmp_path):
+                _fill_tensorboard(tmp_path / "tensorboard")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
