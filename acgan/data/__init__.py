@@ -1,5 +1,6 @@
 """Image datasets: `load_dataset` picks a source module (one per source) by name; every source returns an
-ImageSet (image_set.py); pipeline.py turns one into the trainer's batch stream."""
+ImageSet (image_set.py); batches.py defines the trainer's batches from one (pipeline.py feeds them to
+TensorFlow through tf.data)."""
 
 from __future__ import annotations
 
