@@ -76,15 +76,23 @@ def hardware_advice(policy, device_info, layer_widths=None, batch=None):
     elif kind == "CPU":
         cpu = device_info.get("cpu_model") or name
         flags = [f for f in CPU_BF16_FLAGS if f in (device_info.get("cpu_flags") or [])]
+        on_jax = device_info.get("backend") == "jax"  # XLA compiles every op there; no oneDNN kernels
+        xla_note = "" if on_jax else f"; {XLA_NOTE}"
         if policy == "mixed_float16":
+            kernels = "XLA's CPU code has" if on_jax else "TensorFlow's CPU kernels have"
             lines.append(
-                f"mixed_float16 on the CPU ({cpu}) is expected to be slower than float32: TensorFlow's "
-                f"CPU kernels have no fast float16 path, so the casts cost more than they save; {XLA_NOTE}."
+                f"mixed_float16 on the CPU ({cpu}) is expected to be slower than float32: {kernels} no fast "
+                f"float16 path, so the casts cost more than they save{xla_note}."
             )
         elif policy == "mixed_bfloat16" and not flags:
             lines.append(
                 f"mixed_bfloat16 on the CPU ({cpu}) without bfloat16 hardware (no AMX or avx512_bf16 "
-                f"flag) is expected to be slower than float32; {XLA_NOTE}."
+                f"flag) is expected to be slower than float32{xla_note}."
+            )
+        elif policy == "mixed_bfloat16" and on_jax:
+            lines.append(
+                f"this CPU ({cpu}) has bfloat16 instructions ({', '.join(flags)}), which XLA's CPU code may "
+                "not use: measure mixed_bfloat16 against float32 (python -m acgan.benchmark --backends jax)."
             )
         elif policy == "mixed_bfloat16":
             lines.append(
