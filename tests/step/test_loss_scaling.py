@@ -138,8 +138,10 @@ def test_losses_are_scaled_by_their_own_optimizer(set_policy, monkeypatch):
     for name in "dgq":
         ratio = handed_2[name] / handed_1[name]
         change = np.linalg.norm(applied_2[name] - applied_1[name]) / np.linalg.norm(applied_1[name])
-        # Measured: ratio off its expected value by 3e-6 (d), 0 (g, q); applied gradients change by
-        # 5e-5 (d), 6e-9 (g), 3e-11 (q) relative. G scaled by Q's optimizer: G's ratio 0.5 and its applied
-        # gradient off by 94%; D's loss unscaled: D's ratio 1.0 and its applied gradient off by 75%.
+        # Measured (with data.batches' numpy noise): ratio off its expected value by 7e-5 (d), 0 (g, q);
+        # applied gradients change by 1.1e-3 (d: its smallest float16 gradients underflow at the lower
+        # scale; 5e-5 with the earlier TF-drawn noise), 1e-9 (g), 2e-11 (q) relative. G scaled by Q's
+        # optimizer: G's ratio 0.5 and its applied gradient off by 94%; D's loss unscaled: D's ratio 1.0
+        # and its applied gradient off by 75%.
         assert ratio == pytest.approx(second[name] / first[name], rel=1e-3), name
-        assert change < 1e-3, name
+        assert change < 5e-3, name
