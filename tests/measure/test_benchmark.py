@@ -429,7 +429,7 @@ def test_jax_sweep_never_imports_tensorflow_and_reports_jax_out_of_memory(tmp_pa
     out = tmp_path / "out"
     proc = run_parent_probe("--backends", "jax", "--synthetic", "--policies", "float32", "--batches", "8,16",
                             "--steps", "2", "--warmup", "0", "--repeats", "1", "--width", "0.125", "--jit", "off",
-                            "--overhead_batch", "8", "--output_dir", str(out),
+                            "--no-overhead", "--output_dir", str(out),
                             env={"PYTHONPATH": str(blocker.parent), "JAX_PLATFORMS": "cpu",
                                  worker.INJECT_VARIABLE: "oom:16"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -440,13 +440,29 @@ def test_jax_sweep_never_imports_tensorflow_and_reports_jax_out_of_memory(tmp_pa
     assert rows[8]["xla"] == "off" and rows[8]["replicas"] == 1
     # The JAX out-of-memory error (XLA's RESOURCE_EXHAUSTED), classified without TensorFlow.
     assert rows[16]["status"] == "oom" and "RESOURCE_EXHAUSTED: injected out-of-memory" in rows[16]["reason"]
-    overhead = doc["runs"][0]["overhead"]
-    assert overhead["status"] == "ok" and overhead["backend"] == "jax", overhead["reason"]
-    assert (out / sweep.OVERHEAD_DIR / "report.json").exists()
     for log in (out / "logs").iterdir():
         text = log.read_text()
         assert "worker: " in text and "on Keras backend jax" in text, log.name
         assert "tensorflow" not in text.lower(), (log.name, text[-2000:])
+
+
+@pytest.mark.slow
+def test_trainer_overhead_is_measured_per_backend(tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("acgan.benchmark", "--backends", "tensorflow,jax", "--synthetic", "--policies", "float32",
+                   "--batches", "8", *TINY, "--overhead_batch", "8", "--output_dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((out / "benchmark.json").read_text())
+    md = (out / "benchmark.md").read_text()
+    for run in doc["runs"]:
+        backend, overhead = run["backend"], run["overhead"]
+        assert overhead["status"] == "ok" and overhead["backend"] == backend, overhead["reason"]
+        bare = next(r for r in doc["results"] if r["backend"] == backend)
+        assert overhead["bare_time_per_batch_ms"] == bare["time_per_batch_ms"]
+        assert len(overhead["trainer_window_ms"]) == 2 and overhead["trainer_measured_steps"] == 4
+        report = json.loads((out / f"{sweep.OVERHEAD_DIR}-{backend}" / "report.json").read_text())
+        assert report["config"]["backend"] == backend
+        assert f"| {run['device']} | {tables.backend_label(run)} | float32 | 8 | off |" in md
 
 
 def _fake_run(device, backend, precision=None):
