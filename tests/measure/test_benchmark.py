@@ -507,3 +507,11 @@ def test_gpu_script_refuses_an_unknown_mode_and_missing_wheels(tmp_path):
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, ACGAN_GPU_WHEELS=str(tmp_path / "none"), OUT=str(tmp_path / "out")))
     assert proc.returncode == 2 and proc.stderr.startswith("error: no keras wheel in ") and proc.stderr.count("\n") == 1
+
+
+def test_advice_on_jax_speaks_of_xla_kernels():
+    jax_cpu = dict(CPU_BF16, backend="jax")
+    (line,) = advice.hardware_advice("mixed_float16", jax_cpu, {}, 64)
+    assert "slower than float32" in line and "XLA's CPU kernels" in line and "TensorFlow" not in line
+    (line,) = advice.hardware_advice("mixed_bfloat16", jax_cpu, {}, 64)
+    assert "XLA's CPU code" in line and "oneDNN" not in line
