@@ -26,7 +26,8 @@ flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/benchma
 cli.define_strategy_flags(exclude=("multi_worker",))  # each configuration is one process
 flags.DEFINE_boolean("overhead", True, "Also time the full training loop at one configuration (--no-overhead to skip).")
 flags.DEFINE_integer("overhead_batch", 256, "Batch size of the trainer-overhead measurement.")
-flags.DEFINE_integer("log_every", None, "--log_every of the trainer-overhead run (default: the trainer's).")
+flags.DEFINE_integer("log_every", None, "--log_every of the trainer-overhead run (default: --steps, one metrics "
+                     "read, a device sync, per timed window; otherwise windows are --steps rounded up to a multiple).")
 
 FLAGS = flags.FLAGS
 

@@ -62,7 +62,7 @@ class SweepSettings:
     price_per_hour: Optional[float] = None
     overhead: bool = True           # also time the full training loop at one configuration
     overhead_batch: int = 256
-    log_every: Optional[int] = None  # the trainer-overhead run's --log_every (None: the trainer's default)
+    log_every: Optional[int] = None  # the trainer-overhead run's --log_every (None: steps, a read per window)
     strategy: str = "auto"          # as acgan.train's --strategy; multi_worker is not swept
     devices: Optional[tuple] = None  # as acgan.train's --devices
 
@@ -479,6 +479,7 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
         "trainer_time_per_batch_ms": loop.get("time_per_batch_ms"),
         "trainer_window_ms": loop.get("window_ms"),
         "trainer_log_every": loop.get("log_every"),
+        "trainer_window_steps": loop.get("window_steps"),
         "trainer_measured_steps": loop.get("measured_steps"),
         "trainer_loop_seconds": loop.get("loop_seconds"),
         "trainer_steps": loop.get("steps"),

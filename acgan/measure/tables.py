@@ -315,12 +315,14 @@ def render_markdown(doc):
                   "The full training loop (input pipeline: tf.data on TensorFlow, numpy batches prefetched to the "
                   "device on JAX; metric reads, TensorBoard, progress bar) against the bare compiled step at the "
                   "same configuration on the same backend: the median over the same number of windows of the "
-                  "same number of steps on both sides.", "",
-                  "| device | backend | policy | batch | XLA | full loop ms per batch | bare step ms per batch | ratio |",
-                  "|---|---|---|---:|---|---:|---:|---:|"]
+                  "same number of steps on both sides. The loop reads the metrics (a device sync) every "
+                  "`log_every` steps, so every window holds as many reads.", "",
+                  "| device | backend | policy | batch | XLA | log_every | full loop ms per batch | bare step ms per batch | ratio |",
+                  "|---|---|---|---:|---|---:|---:|---:|---:|"]
         for device, backend, o in overheads:
             ratio = f"{o['ratio']:.2f}" if o["ratio"] else f"{o['status']}: {o['reason']}"
             lines.append(f"| {device} | {backend} | {o['policy']} | {o['batch']} | {'on' if o['jit'] else 'off'} "
+                         f"| {o.get('trainer_log_every') or 'n/a'} "
                          f"| {_f(o['trainer_time_per_batch_ms'])} | {_f(o['bare_time_per_batch_ms'])} | {ratio} |")
         lines.append("")
     return "\n".join(lines)

@@ -200,18 +200,26 @@ LOG_DELAY_VARIABLE = "ACGAN_INJECT_LOG_DELAY"
 
 def run_trainer(job):
     """The full training loop through acgan.training.loop.run, timed like the bare step: the median
-    over `repeats` windows of `steps` consecutive steps of the loop's wall time per step."""
+    over `repeats` windows of consecutive steps of the loop's wall time per step.
+
+    Every window must hold a device sync: on JAX, and on TensorFlow on a GPU, a step only enqueues work,
+    and the loop waits for the device only when it reads the metrics (every --log_every steps), so a
+    window without a read times the enqueueing alone. The loop reads once per window of `steps` steps
+    (log_every = steps) unless the job sets log_every; then a window is `steps` rounded up to a multiple
+    of it, so every window holds the same number of reads."""
     from acgan.config import Config
     from acgan.model import precision
     from acgan.training import loop
 
+    log_every = job.get("log_every") or job["steps"]
+    window = -(-job["steps"] // log_every) * log_every
     # The compile step, the warm-up, the loop's own bare-step window (as long as the warm-up), the windows.
-    steps = 1 + 2 * job["warmup"] + job["repeats"] * job["steps"]
+    steps = 1 + 2 * job["warmup"] + job["repeats"] * window
     config = Config(
         dataset=job["dataset"], data_dir=job["data_dir"], max_per_class=job["max_per_class"],
         policy=job["policy"], batch=job["batch"], width=job["width"], steps=steps, jit=job["jit"],
         seed=job["seed"], sample_every=None, checkpoint_every=steps, keep_checkpoints=1,
-        warmup_steps=job["warmup"], log_every=job.get("log_every") or Config.log_every,
+        warmup_steps=job["warmup"], log_every=log_every,
         output_dir=job["output_dir"], price_per_hour=job["price_per_hour"],
         backend=job.get("backend", "tensorflow"),
         strategy="default" if job.get("backend") == "jax" else job.get("strategy", "default"),
@@ -236,12 +244,12 @@ def run_trainer(job):
                 "reason": one_line(f"training loop {outcome.status}: {outcome.message}")}
     report = json.loads((outcome.run_dir / "report.json").read_text())
     intervals = list(outcome.step_seconds)
-    windows = [statistics.fmean(intervals[i:i + job["steps"]])
-               for i in range(0, len(intervals) - job["steps"] + 1, job["steps"])]
+    windows = [statistics.fmean(intervals[i:i + window]) for i in range(0, len(intervals) - window + 1, window)]
     return {
         "status": "ok",
         "run_dir": str(outcome.run_dir),
         "window_ms": [w * 1e3 for w in windows],
+        "window_steps": window,
         "time_per_batch_ms": statistics.median(windows) * 1e3 if windows else None,
         "time_per_batch_mean_ms": report["timing"].get("time_per_batch_ms"),
         "bare_step_ms": report["timing"].get("bare_step_ms"),

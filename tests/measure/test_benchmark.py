@@ -460,6 +460,9 @@ def test_trainer_overhead_is_measured_per_backend(tmp_path):
         bare = next(r for r in doc["results"] if r["backend"] == backend)
         assert overhead["bare_time_per_batch_ms"] == bare["time_per_batch_ms"]
         assert len(overhead["trainer_window_ms"]) == 2 and overhead["trainer_measured_steps"] == 4
+        # One metrics read, a device sync, per window: JAX's asynchronous steps are timed, not just enqueued.
+        assert overhead["trainer_log_every"] == overhead["trainer_window_steps"] == 2
+        assert overhead["ratio"] > 0.5, overhead
         report = json.loads((out / f"{sweep.OVERHEAD_DIR}-{backend}" / "report.json").read_text())
         assert report["config"]["backend"] == backend
         assert f"| {run['device']} | {tables.backend_label(run)} | float32 | 8 | off |" in md
