@@ -12,10 +12,11 @@
 # .git/info/exclude unless git ignores it already.
 #
 # The default mode times, on JAX with XLA, one process per configuration (python -m acgan.benchmark
-# --backends jax), in phases, each started only while the time budget (ACGAN_GPU_BUDGET_S) allows it:
-#   1. float32, mixed_float16, mixed_bfloat16 at batches 256 and 2048 (float32 at JAX's default matmul
-#      precision: TF32 on a GPU that has it), and the trainer's own loop against the bare step (float32,
-#      batch 256: the benchmark's trainer overhead)
+# --backends jax), in small phases (a phase cut short by the budget loses only its own rows), each
+# started only while its estimated time fits the budget (ACGAN_GPU_BUDGET_S):
+#   1. float32, mixed_float16, mixed_bfloat16 at each of ACGAN_GPU_BATCHES (256, 2048), a phase per
+#      batch (float32 at JAX's default matmul precision: TF32 on a GPU that has it); the first also
+#      times the trainer's own loop against the bare step (float32: the benchmark's trainer overhead)
 #   2. float32 at the same batches with JAX_DEFAULT_MATMUL_PRECISION=highest (full float32 matmuls)
 #   3. the three policies at batch 4096 (an out-of-memory configuration is a row saying "oom")
 # then merges the phases that finished into one benchmark.json / .md / .csv and figures
@@ -26,7 +27,7 @@
 #   ACGAN_GPU_BATCHES [256,2048]  ACGAN_GPU_BIG_BATCH [4096; empty: no phase 3]  ACGAN_GPU_STEPS [100]
 #   ACGAN_GPU_REPEATS [3]  ACGAN_GPU_WARMUP [5]  ACGAN_GPU_WIDTH [1.0]  ACGAN_GPU_OVERHEAD [1]
 #   ACGAN_GPU_BUDGET_S [420: seconds from start after which no phase starts or runs on]
-#   ACGAN_GPU_CONFIG_S [40: seconds one configuration is assumed to take until phase 1 has measured it]
+#   ACGAN_GPU_CONFIG_S [40: seconds a configuration is assumed to take until finished phases measure it]
 #   ACGAN_GPU_PRICE [none: USD per hour, as --price_per_hour; the shipped table has no H200]
 #   ACGAN_GPU_PYTHON [python3]  ACGAN_GPU_WHEELS [.whl]  ACGAN_GPU_SITE [/tmp/site]
 #   ACGAN_GPU_PYTHON_VERSION [3.12: download mode only, the Python the wheels are for]
@@ -105,6 +106,7 @@ COMMON=(--backends jax --synthetic --jit on --steps "${ACGAN_GPU_STEPS:-100}" --
         --warmup "${ACGAN_GPU_WARMUP:-5}" --width "${ACGAN_GPU_WIDTH:-1.0}")
 [ -n "${ACGAN_GPU_PRICE:-}" ] && COMMON+=(--price_per_hour "$ACGAN_GPU_PRICE")
 DONE=()
+SPENT=0 CONFIGS=0   # seconds and configurations (probe workers included) of the finished phases
 
 count() { local IFS=,; set -- $1; echo $#; }
 
@@ -132,9 +134,8 @@ phase() {  # phase NAME CONFIGURATIONS [VAR=VALUE ...] -- BENCHMARK FLAGS...
         for report in "$WORK/$name"/overhead-trainer*/report.*; do
             [ -f "$report" ] && cp "$report" "$DEST/phases/$name/"
         done
-        if [ "$name" = "1-policies" ]; then   # measured: seconds per configuration, probe included
-            PER_CONFIG=$(( (SECONDS - tick + configurations) / (configurations + 1) ))
-        fi
+        SPENT=$((SPENT + SECONDS - tick)) CONFIGS=$((CONFIGS + configurations + 1))
+        PER_CONFIG=$(( (SPENT + CONFIGS - 1) / CONFIGS ))   # measured: seconds per configuration
         echo "phase $name done in $((SECONDS - tick)) s"
     else
         echo "phase $name did not finish (status $status): see $DEST/phases/$name.out"
@@ -146,8 +147,11 @@ if [ "${ACGAN_GPU_OVERHEAD:-1}" = 1 ]; then   # one more process: the loop (the 
 else
     OVERHEAD=(--no-overhead) EXTRA=0
 fi
-phase 1-policies $((3 * $(count "$BATCHES") + EXTRA)) -- --policies float32,mixed_float16,mixed_bfloat16 \
-    --batches "$BATCHES" "${OVERHEAD[@]}"
+for batch in ${BATCHES//,/ }; do
+    phase 1-policies-b"$batch" $((3 + EXTRA)) -- --policies float32,mixed_float16,mixed_bfloat16 \
+        --batches "$batch" "${OVERHEAD[@]}"
+    OVERHEAD=(--no-overhead) EXTRA=0
+done
 phase 2-float32-highest "$(count "$BATCHES")" JAX_DEFAULT_MATMUL_PRECISION=highest -- --policies float32 \
     --batches "$BATCHES" --no-overhead
 if [ -n "$BIG_BATCH" ]; then
