@@ -84,6 +84,7 @@ done
 STAMP=$(date +%Y%m%d-%H%M%S)
 DEST=${OUT:-outputs/gpu-benchmark-$STAMP}
 WORK=$(mktemp -d /tmp/acgan-gpu-XXXXXX)   # the phases' full folders (the trainer's checkpoints are big)
+trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$DEST/phases"
 
 # -- install ------------------------------------------------------------------------------------------
@@ -166,6 +167,5 @@ fi
 "$PY" -m acgan.benchmark_merge "${DONE[@]}" --output_dir "$WORK/merged" > "$DEST/merge.out" 2>&1 \
     || { cat "$DEST/merge.out" >&2; exit 1; }
 cp "$WORK/merged"/benchmark.* "$WORK/merged"/*.png "$DEST/"
-rm -rf "$WORK"
 cat "$DEST/benchmark.md"
 echo "gpu benchmark: ${#DONE[@]} phase(s) merged into $DEST in $((SECONDS - STARTED)) s"
