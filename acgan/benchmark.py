@@ -1,8 +1,15 @@
-"""CLI: python -m acgan.benchmark [--policies ...] [--batches 64,256,1024,2048] [--jit on,off] [--synthetic] ..."""
+"""CLI: python -m acgan.benchmark [--backends tensorflow,jax] [--policies ...] [--batches 64,256,1024,2048]
+[--jit on,off] [--synthetic] ...
+
+This process never imports Keras: each configuration runs in a worker process on its own backend.
+"""
 from absl import flags
 
-from acgan import cli
+from acgan import backend, cli
 
+flags.DEFINE_list("backends", [backend.default()], "Keras backends to time: tensorflow, jax or tensorflow,jax "
+                  "(default: the KERAS_BACKEND environment variable, else tensorflow).")
+flags.DEFINE_alias("backend", "backends")
 flags.DEFINE_list("policies", ["float32", "mixed_float16", "mixed_bfloat16"], "Dtype policies to time.")
 flags.DEFINE_list("batches", ["64", "256", "1024", "2048"], "Batch sizes to time.")
 flags.DEFINE_list("jit", ["on"], "XLA settings to time: on, off or on,off.")
@@ -19,15 +26,17 @@ flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/benchma
 cli.define_strategy_flags(exclude=("multi_worker",))  # each configuration is one process
 flags.DEFINE_boolean("overhead", True, "Also time the full training loop at one configuration (--no-overhead to skip).")
 flags.DEFINE_integer("overhead_batch", 256, "Batch size of the trainer-overhead measurement.")
-flags.DEFINE_integer("log_every", None, "--log_every of the trainer-overhead run (default: the trainer's).")
+flags.DEFINE_integer("log_every", None, "--log_every of the trainer-overhead run (default: --steps, one metrics "
+                     "read, a device sync, per timed window; otherwise windows are --steps rounded up to a multiple).")
 
 FLAGS = flags.FLAGS
 
 
 def settings_from_flags():
-    from acgan.measure.sweep import SweepSettings, parse_batches, parse_jit
+    from acgan.measure.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
 
     return SweepSettings(
+        backends=parse_backends(FLAGS.backends),
         policies=tuple(dict.fromkeys(FLAGS.policies)),
         batches=parse_batches(FLAGS.batches),
         jits=parse_jit(FLAGS.jit),
@@ -56,10 +65,7 @@ def main(argv):
         from acgan import data
 
         data.validate_dataset_name(settings.dataset)
-    from acgan.measure import (  # TensorFlow loads inside run_sweep, after the flags are known good.
-        sweep,
-        tables,
-    )
+    from acgan.measure import sweep, tables  # no backend loads here: the workers load theirs
 
     output_dir, doc = sweep.run_sweep(settings, FLAGS.output_dir, command=cli.command_line())
     tables.write_outputs(doc, output_dir)

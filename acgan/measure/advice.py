@@ -46,7 +46,8 @@ def hardware_advice(policy, device_info, layer_widths=None, batch=None):
     """Lines of advice for training under `policy` on the device `device_info` describes.
 
     device_info: a dict like acgan.device.describe_device() returns (kind, name, compute_capability,
-    cpu_model, cpu_flags). layer_widths: {layer: width} (see layer_widths()). Empty under float32.
+    cpu_model, cpu_flags, backend). layer_widths: {layer: width} (see layer_widths()). Empty under float32.
+    On the JAX backend every step is XLA's code, so the CPU advice speaks of XLA's kernels, not TensorFlow's.
     """
     if policy == "float32":
         return []
@@ -76,23 +77,23 @@ def hardware_advice(policy, device_info, layer_widths=None, batch=None):
     elif kind == "CPU":
         cpu = device_info.get("cpu_model") or name
         flags = [f for f in CPU_BF16_FLAGS if f in (device_info.get("cpu_flags") or [])]
-        on_jax = device_info.get("backend") == "jax"  # XLA compiles every op there; no oneDNN kernels
-        xla_note = "" if on_jax else f"; {XLA_NOTE}"
+        on_jax = device_info.get("backend") == "jax"
+        note = "" if on_jax else f"; {XLA_NOTE}"
         if policy == "mixed_float16":
-            kernels = "XLA's CPU code has" if on_jax else "TensorFlow's CPU kernels have"
             lines.append(
-                f"mixed_float16 on the CPU ({cpu}) is expected to be slower than float32: {kernels} no fast "
-                f"float16 path, so the casts cost more than they save{xla_note}."
+                f"mixed_float16 on the CPU ({cpu}) is expected to be slower than float32: "
+                f"{'XLA' if on_jax else 'TensorFlow'}'s CPU kernels have no fast float16 path, so the casts "
+                f"cost more than they save{note}."
             )
         elif policy == "mixed_bfloat16" and not flags:
             lines.append(
                 f"mixed_bfloat16 on the CPU ({cpu}) without bfloat16 hardware (no AMX or avx512_bf16 "
-                f"flag) is expected to be slower than float32{xla_note}."
+                f"flag) is expected to be slower than float32{note}."
             )
         elif policy == "mixed_bfloat16" and on_jax:
             lines.append(
-                f"this CPU ({cpu}) has bfloat16 instructions ({', '.join(flags)}), which XLA's CPU code may "
-                "not use: measure mixed_bfloat16 against float32 (python -m acgan.benchmark --backends jax)."
+                f"this CPU ({cpu}) has bfloat16 instructions ({', '.join(flags)}), but the JAX backend runs "
+                "XLA's CPU code, which may not use them: measure against float32."
             )
         elif policy == "mixed_bfloat16":
             lines.append(

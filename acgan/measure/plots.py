@@ -9,6 +9,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from acgan.measure.tables import BACKEND_NAMES, backend_label, backend_of
 from acgan.util.files import write_atomically
 
 POLICY_COLORS = {"float32": "#1f77b4", "mixed_float16": "#ff7f0e", "mixed_bfloat16": "#2ca02c"}
@@ -23,24 +24,30 @@ FIGURES = {
 
 
 def series(rows):
-    """{(device, policy, jit): ok rows sorted by batch}, devices and policies in first-seen order."""
+    """{(device, backend label, policy, jit): ok rows sorted by batch}, in first-seen order. The backend
+    label names the Keras backend (and on JAX the float32 matmul precision): tables.backend_label."""
     out = {}
     for r in rows:
         if r["status"] == "ok":
-            out.setdefault((r["device"], r["policy"], r["jit"]), []).append(r)
+            out.setdefault((r["device"], backend_label(r), r["policy"], r["jit"]), []).append(r)
     return {k: sorted(v, key=lambda r: r["batch"]) for k, v in out.items()}
 
 
-def series_label(key, many_devices, many_jits):
-    device, policy, jit = key
-    parts = ([device] if many_devices else []) + [policy] + ([f"XLA {'on' if jit else 'off'}"] if many_jits else [])
+def series_label(key, many_devices, many_jits, many_backends=False):
+    device, backend, policy, jit = key
+    parts = (([device] if many_devices else []) + ([backend] if many_backends else []) + [policy]
+             + ([f"XLA {'on' if jit else 'off'}"] if many_jits else []))
     return ", ".join(parts)
 
 
 def _styles(rows):
+    """The distinct devices, XLA settings and backend labels of `rows`; a marker (hatch) per
+    (device, backend label) pair."""
     devices = list(dict.fromkeys(r["device"] for r in rows))
     jits = list(dict.fromkeys(r["jit"] for r in rows))
-    return devices, jits
+    backends = list(dict.fromkeys(backend_label(r) for r in rows))
+    pairs = list(dict.fromkeys((r["device"], backend_label(r)) for r in rows))
+    return devices, jits, backends, pairs
 
 
 def _new_figure(width=8.0, height=5.0):
@@ -66,30 +73,32 @@ def _batch_axis(ax, batches):
 
 def _title(doc, what):
     devices = list(dict.fromkeys(run["device"] for run in doc["runs"]))
-    return f"{what}: {', '.join(devices)}" if len(devices) <= 2 else f"{what}: {len(devices)} devices"
+    title = f"{what}: {', '.join(devices)}" if len(devices) <= 2 else f"{what}: {len(devices)} devices"
+    backends = list(dict.fromkeys(BACKEND_NAMES.get(backend_of(run), backend_of(run)) for run in doc["runs"]))
+    return f"{title} ({' and '.join(backends)})"
 
 
 def plot_lines(doc, path, field, ylabel, what, log_y=False):
-    """One line per (device, policy, XLA setting) against the batch size; returns the labels drawn."""
+    """One line per (device, backend, policy, XLA setting) against the batch size; returns the labels drawn."""
     rows = doc["results"]
-    devices, jits = _styles(rows)
+    devices, jits, backends, pairs = _styles(rows)
     fig = _new_figure()
     ax = fig.add_subplot()
     labels, all_batches = [], set()
     drawn = series(rows)
     for i, (key, points) in enumerate(drawn.items()):
-        device, policy, jit = key
+        device, backend, policy, jit = key
         batches = [r["batch"] for r in points]
         dodge = 2 ** ((i - (len(drawn) - 1) / 2) * DODGE)   # side by side, so error bars do not hide each other
         values = [r[field] for r in points]
         scale = [v / r["time_per_batch_ms"] for v, r in zip(values, points)]  # min/max follow the median
         low = [v - s * r["time_per_batch_min_ms"] for v, s, r in zip(values, scale, points)]
         high = [s * r["time_per_batch_max_ms"] - v for v, s, r in zip(values, scale, points)]
-        label = series_label(key, len(devices) > 1, len(jits) > 1)
+        label = series_label(key, len(devices) > 1, len(jits) > 1, len(backends) > 1)
         ax.errorbar(
             [b * dodge for b in batches], values, yerr=[low, high], label=label, capsize=3,
             color=POLICY_COLORS.get(policy, "gray"),
-            marker=DEVICE_MARKERS[devices.index(device) % len(DEVICE_MARKERS)],
+            marker=DEVICE_MARKERS[pairs.index((device, backend)) % len(DEVICE_MARKERS)],
             linestyle="-" if jit else "--",
         )
         labels.append(label)
@@ -114,7 +123,7 @@ def plot_lines(doc, path, field, ylabel, what, log_y=False):
 def plot_cost(doc, path):
     """Grouped bars: per batch size, one bar per priced (device, policy, XLA setting); returns the labels."""
     rows = doc["results"]
-    devices, jits = _styles(rows)
+    devices, jits, backends, pairs = _styles(rows)
     priced = {k: v for k, v in series(rows).items() if v and v[0]["cost_per_million_batches"] is not None}
     fig = _new_figure(9.0, 5.0)
     ax = fig.add_subplot()
@@ -122,18 +131,18 @@ def plot_cost(doc, path):
     labels = []
     width = 0.8 / max(1, len(priced))
     for i, (key, points) in enumerate(priced.items()):
-        device, policy, jit = key
+        device, backend, policy, jit = key
         by_batch = {r["batch"]: r["cost_per_million_batches"] for r in points}
         xs = [j + (i - (len(priced) - 1) / 2) * width for j, b in enumerate(batches) if b in by_batch]
         ys = [by_batch[b] for b in batches if b in by_batch]
-        label = series_label(key, len(devices) > 1, len(jits) > 1)
+        label = series_label(key, len(devices) > 1, len(jits) > 1, len(backends) > 1)
         bars = ax.bar(xs, ys, width, label=label, color=POLICY_COLORS.get(policy, "gray"),
-                      hatch=DEVICE_HATCHES[devices.index(device) % len(DEVICE_HATCHES)],
+                      hatch=DEVICE_HATCHES[pairs.index((device, backend)) % len(DEVICE_HATCHES)],
                       alpha=1.0 if jit else 0.55, edgecolor="black", linewidth=0.5)
         ax.bar_label(bars, labels=[f"${y:,.0f}" if y >= 10 else f"${y:,.2f}" for y in ys], fontsize="x-small")
         labels.append(label)
     notes = []
-    for run in doc["runs"]:
+    for run in {r["device"]: r for r in doc["runs"]}.values():  # a price per device, not per backend
         price = run["price"]
         if price["usd_per_hour"] is None:
             notes.append(price["message"])

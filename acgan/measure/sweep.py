@@ -1,9 +1,15 @@
-"""The benchmark sweep: policies x batch sizes x XLA settings, each configuration in a fresh worker process.
+"""The benchmark sweep: Keras backends x policies x batch sizes x XLA settings, each configuration in a
+fresh worker process.
 
-A worker (`python -m acgan.measure.worker JOB.json RESULT.json`, started by `run_sweep`) times the bare compiled
-AC-GAN step on device-resident tensors: compile, `warmup` steps, then `repeats` timings of `steps`
-steps each, every timing between two device syncs (converting the step's scalars to Python floats).
-A fresh process per configuration isolates its peak memory, its global dtype policy and any crash.
+A worker (`python -m acgan.measure.worker JOB.json RESULT.json`, started by `run_sweep` with
+KERAS_BACKEND set to the configuration's backend) times the bare compiled AC-GAN step on
+device-resident tensors: compile, `warmup` steps, then `repeats` timings of `steps` steps each, every
+timing between two device syncs (converting the step's scalars to Python floats). A fresh process per
+configuration isolates its backend, its peak memory, its global dtype policy and any crash.
+
+This (parent) process never imports Keras, TensorFlow or JAX: a "probe" worker per backend describes
+the machine as that backend sees it and reports the models' layer widths, so the parent holds no
+accelerator memory and one sweep can time both backends.
 """
 import dataclasses
 import json
@@ -18,16 +24,18 @@ from pathlib import Path
 from typing import Optional
 
 from acgan.config import (
+    BACKENDS,
     POLICIES,
     non_negative_int,
     positive_int,
     positive_number,
+    validate_backend,
     validate_policy,
     validate_strategy,
 )
 from acgan.errors import UserError
 from acgan.measure import prices, timing
-from acgan.measure.tables import FORMAT, add_speedups, describe_machine
+from acgan.measure.tables import FORMAT, add_speedups, describe_backend, describe_machine
 from acgan.util.children import child_env, last_log_line
 
 SYNTHETIC_SHAPE = (28, 28, 1)   # the doodles / Quick-Draw shape, so synthetic timings compare
@@ -37,6 +45,7 @@ OVERHEAD_DIR = "overhead-trainer"
 
 @dataclasses.dataclass(frozen=True)
 class SweepSettings:
+    backends: tuple = ("tensorflow",)  # Keras backends, each configuration's worker runs on one
     policies: tuple = POLICIES
     batches: tuple = (64, 256, 1024, 2048)
     jits: tuple = (True,)
@@ -53,12 +62,20 @@ class SweepSettings:
     price_per_hour: Optional[float] = None
     overhead: bool = True           # also time the full training loop at one configuration
     overhead_batch: int = 256
-    log_every: Optional[int] = None  # the trainer-overhead run's --log_every (None: the trainer's default)
+    log_every: Optional[int] = None  # the trainer-overhead run's --log_every (None: steps, a read per window)
     strategy: str = "auto"          # as acgan.train's --strategy; multi_worker is not swept
     devices: Optional[tuple] = None  # as acgan.train's --devices
 
     def validate(self):
         """Raises UserError on the first bad setting; imports nothing heavy."""
+        if not self.backends:
+            raise UserError("--backends is empty: give one or more of " + ", ".join(BACKENDS))
+        for name in self.backends:
+            validate_backend(name)
+        if "jax" in self.backends and self.strategy not in ("auto", "default"):
+            raise UserError(f"--strategy {self.strategy} needs --backends tensorflow: the JAX backend runs on one device")
+        if "jax" in self.backends and self.devices:
+            raise UserError("--devices needs --backends tensorflow: the JAX backend runs on one device")
         if not self.policies:
             raise UserError("--policies is empty: give one or more of " + ", ".join(POLICIES))
         for policy in self.policies:
@@ -91,8 +108,10 @@ class SweepSettings:
             for batch in self.batches + ((self.overhead_batch,) if self.overhead else ()):
                 check_global_batch(batch, replicas, what="batch")
 
-    def expected_replicas(self, gpu_count):
+    def expected_replicas(self, gpu_count, backend="tensorflow"):
         """How many replicas each worker will run, where it is known before they start (None: a TPU)."""
+        if backend == "jax":
+            return 1
         if self.strategy == "tpu":
             return None
         if self.devices:
@@ -101,8 +120,24 @@ class SweepSettings:
         return gpu_count if many_gpus else 1
 
     def configurations(self):
-        """(policy, batch, jit) in the order they run: per XLA setting, per batch, per policy."""
-        return [(p, b, j) for j in self.jits for b in self.batches for p in self.policies]
+        """(backend, policy, batch, jit) in the order they run: per XLA setting, per batch, per policy, per
+        backend (the backends of one configuration back to back, so a drifting machine load skews their
+        comparison least)."""
+        return [(k, p, b, j) for j in self.jits for b in self.batches for p in self.policies for k in self.backends]
+
+
+def parse_backends(values):
+    """["tensorflow", "jax"] -> ("tensorflow", "jax"); UserError for an unknown or uninstalled one."""
+    import importlib.util
+
+    from acgan.backend import INSTALL
+
+    backends = tuple(dict.fromkeys(v.strip().lower() for v in values))
+    for name in backends:
+        validate_backend(name)
+        if importlib.util.find_spec(name) is None:
+            raise UserError(f"--backends {name} needs {name}, which is not installed: {INSTALL[name]}")
+    return backends
 
 
 
@@ -134,13 +169,19 @@ def default_output_dir(now=None):
     return Path("outputs") / f"benchmark-{(now or datetime.now()).strftime('%Y%m%d-%H%M%S')}"
 
 
-def prepare_output_dir(path):
-    """The output folder, created; refuses a file or a folder that already holds a benchmark."""
+def check_output_dir(path):
+    """UserError for a folder that cannot become the output folder (a file, or one holding a benchmark)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise UserError(f"--output_dir {path} is a file, not a folder")
     if (path / "benchmark.json").exists():
         raise UserError(f"{path} already holds a benchmark; choose another --output_dir")
+    return path
+
+
+def prepare_output_dir(path):
+    """The output folder, created; refuses a file or a folder that already holds a benchmark."""
+    path = check_output_dir(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -164,20 +205,22 @@ def load_inputs(settings, count):
         labels = rng.integers(0, SYNTHETIC_CLASSES, count).astype(np.int32)
         return images, labels, tuple(f"class{i}" for i in range(SYNTHETIC_CLASSES))
     from acgan import data as data_lib
-    from acgan.model.networks import check_image_shape
 
     data = data_lib.load_dataset(
         settings.dataset, split="train", data_dir=settings.data_dir,
         max_per_class=settings.max_per_class, seed=settings.seed,
     )
-    check_image_shape(data.image_shape)
+    # The image shape is checked by each backend's probe worker (the models' module loads Keras).
     # Fewer images than the batch: draw with replacement (the bare step's speed does not care).
     idx = rng.choice(len(data.images), size=count, replace=len(data.images) < count)
     return data.images[idx], data.labels[idx], tuple(data.class_names)
 
 
 def _hide_accelerators_here():
-    """Keeps this (parent) process off the GPU, so the workers get all of its memory."""
+    """Keeps this (parent) process off the GPU, so the workers get all of its memory. Needed only where
+    loading the dataset imported TensorFlow (tensorflow_datasets); otherwise no backend is loaded here."""
+    if sys.modules.get("tensorflow") is None:
+        return
     import tensorflow as tf
 
     try:
@@ -186,119 +229,144 @@ def _hide_accelerators_here():
         pass
 
 
-def widths_and_advice(settings, machine, image_shape, num_classes):
-    """Per policy: the low-precision layer widths of the models it builds, and the hardware advice."""
-    import keras
+def probe_backend(settings, backend, image_shape, num_classes, work_dir):
+    """(machine description, {policy: low-precision layer widths}) as a worker on `backend` sees them.
 
+    UserError when the backend cannot start here, or rejects the inputs (e.g. their image shape)."""
+    job = {"mode": "probe", "backend": backend, "policies": list(settings.policies), "width": settings.width,
+           "image_shape": list(image_shape), "num_classes": num_classes}
+    log_path = Path(work_dir) / f"probe-{backend}.log"
+    result = run_worker(job, Path(work_dir), log_path, name=f"probe-{backend}",
+                        extra_env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+    if result["status"] == "user_error":
+        raise UserError(result["reason"])
+    if result["status"] != "ok":
+        raise UserError(f"the {backend} backend did not start: {result['reason']}")
+    return result["machine"], result["layer_widths"]
+
+
+def advice_for(settings, machine, widths):
+    """Per policy: the hardware advice lines for this machine and backend (one copy of each line)."""
     from acgan.measure import advice
-    from acgan.model import precision
-    from acgan.model.networks import build_models
 
-    previous = keras.mixed_precision.global_policy().name
-    widths, lines = {}, {}
-    try:
-        for policy in settings.policies:
-            widths[policy] = {}
-            if policy != "float32":
-                precision.set_policy(policy)
-                widths[policy] = advice.layer_widths(list(build_models(image_shape, num_classes, settings.width)))
-                keras.backend.clear_session()
-            batches = [b for b in settings.batches if b % 8] or [None]
-            lines[policy] = []
-            for batch in batches:
-                for line in advice.hardware_advice(policy, machine, widths[policy], batch):
-                    if line not in lines[policy]:
-                        lines[policy].append(line)
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
-    return widths, lines
+    lines = {}
+    for policy in settings.policies:
+        lines[policy] = []
+        for batch in [b for b in settings.batches if b % 8] or [None]:
+            for line in advice.hardware_advice(policy, machine, widths.get(policy) or {}, batch):
+                if line not in lines[policy]:
+                    lines[policy].append(line)
+    return lines
 
 
-def run_sweep(settings, output_dir=None, command=None, echo=print):
-    """Runs the whole benchmark into `output_dir` and returns (output folder, the benchmark document)."""
-    settings.validate()
-    count = max(settings.batches + ((settings.overhead_batch,) if settings.overhead else ()))
-    # Synthetic inputs double as the trainer's npz dataset, whose train split is 90% of it.
-    images, labels, class_names = load_inputs(settings, 2 * count if settings.synthetic else count)
-
-    import keras
-    import numpy as np
-
-    from acgan.measure import device
-
-    machine = device.describe_device()
-    _hide_accelerators_here()
-    replicas = settings.expected_replicas(machine["count"] if machine["kind"] == "GPU" else 0)
+def make_run(settings, backend, machine, widths, image_shape, num_classes, command, created):
+    """The benchmark document's record of one backend's run on this machine (rows refer to it)."""
+    replicas = settings.expected_replicas(machine["count"] if machine["kind"] == "GPU" else 0, backend)
     settings.check_batches(replicas)
-    output_dir = prepare_output_dir(output_dir or default_output_dir())
     label = settings.device_name or machine["name"]
     price = prices.choose_price(label, None if settings.device_name else machine["kind"], settings.price_per_hour)
     if replicas and replicas > 1:
         label += f" x{replicas}"  # its own group: speed-ups compare policies on the same replicas
-    image_shape, num_classes = tuple(images.shape[1:]), len(class_names)
-    widths, advice_lines = widths_and_advice(settings, machine, image_shape, num_classes)
-    run = {
+    return {
         "device": label,
+        "backend": backend,
+        "matmul_precision": machine.get("jax_matmul_precision"),
         "machine": machine,
         "command": command,
-        "created": datetime.now().isoformat(timespec="seconds"),
+        "created": created,
         "settings": dataclasses.asdict(settings),
         "inputs": {"image_shape": list(image_shape), "num_classes": num_classes,
                    "source": "synthetic" if settings.synthetic else settings.dataset},
         "price": price,
-        "strategy": settings.strategy,
+        "strategy": "default" if backend == "jax" else settings.strategy,
         "replicas": replicas,
-        "advice": advice_lines,
+        "advice": advice_for(settings, machine, widths),
         "layer_widths": widths,
         "overhead": None,
     }
-    echo(f"device: {describe_machine(label, machine)}")
-    echo(f"price: {price['description']}")
-    for policy, lines in advice_lines.items():
-        for line in lines:
-            echo(f"advice ({policy}): {line}")
 
-    configurations = settings.configurations()
-    echo(f"{len(configurations)} configurations, each in a fresh process; logs in {output_dir / 'logs'}")
-    rows = []
+
+def run_sweep(settings, output_dir=None, command=None, echo=print):
+    """Runs the whole benchmark into `output_dir` and returns (output folder, the benchmark document)."""
+    import shutil
+
+    import numpy as np
+
+    settings.validate()
+    output_dir = check_output_dir(output_dir or default_output_dir())
+    count = max(settings.batches + ((settings.overhead_batch,) if settings.overhead else ()))
+    # Synthetic inputs double as the trainer's npz dataset, whose train split is 90% of it.
+    images, labels, class_names = load_inputs(settings, 2 * count if settings.synthetic else count)
+    _hide_accelerators_here()
+    image_shape, num_classes = tuple(images.shape[1:]), len(class_names)
+    created = datetime.now().isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="acgan-sweep-") as work:
-        inputs = Path(work) / "inputs.npz"
+        work = Path(work)
+        runs = {}
+        for backend in settings.backends:
+            machine, widths = probe_backend(settings, backend, image_shape, num_classes, work)
+            runs[backend] = make_run(settings, backend, machine, widths, image_shape, num_classes, command, created)
+        output_dir = prepare_output_dir(output_dir)
+        (output_dir / "logs").mkdir(exist_ok=True)
+        for backend, run in runs.items():
+            shutil.copyfile(work / f"probe-{backend}.log", output_dir / "logs" / f"probe-{backend}.log")
+            echo(f"device ({describe_backend(run)}): {describe_machine(run['device'], run['machine'])}")
+            echo(f"price: {run['price']['description']}")
+            for policy, lines in run["advice"].items():
+                for line in lines:
+                    echo(f"advice ({backend}, {policy}): {line}")
+
+        configurations = settings.configurations()
+        echo(f"{len(configurations)} configurations, each in a fresh process; logs in {output_dir / 'logs'}")
+        rows = []
+        inputs = work / "inputs.npz"
         np.savez(inputs, images=images, labels=labels, class_names=np.array(class_names))
-        progress = keras.utils.Progbar(len(configurations), unit_name="configuration",
-                                       stateful_metrics=["ms_per_batch"])
-        for i, (policy, batch, jit) in enumerate(configurations):
-            job = _job(settings, policy, batch, jit, inputs, num_classes)
-            result = run_worker(job, Path(work), output_dir / "logs" / f"{_config_name(policy, batch, jit)}.log")
-            rows.append(make_row(run, policy, batch, jit, result))
-            shown = [("ms_per_batch", result["time_per_batch_ms"])] if result["status"] == "ok" else []
-            progress.update(i + 1, shown)
+        for i, (backend, policy, batch, jit) in enumerate(configurations, 1):
+            job = _job(settings, backend, policy, batch, jit, inputs, num_classes)
+            name = _config_name(backend, policy, batch, jit)
+            result = run_worker(job, work, output_dir / "logs" / f"{name}.log")
+            rows.append(make_row(runs[backend], policy, batch, jit, result))
+            shown = (f"{result['time_per_batch_ms']:.1f} ms per batch" if result["status"] == "ok"
+                     else f"{result['status']}: {result['reason']}")
+            echo(f"[{i}/{len(configurations)}] {name}: {shown}")
         if settings.overhead:
-            run["overhead"] = measure_overhead(settings, run, rows, inputs, num_classes, Path(work), output_dir, echo)
+            for backend, run in runs.items():
+                run["overhead"] = measure_overhead(settings, run, rows, inputs, num_classes, work, output_dir, echo)
     add_speedups(rows)
-    doc = {"format": FORMAT, "command": command, "created": run["created"], "runs": [run], "results": rows}
+    doc = {"format": FORMAT, "command": command, "created": created, "runs": list(runs.values()), "results": rows}
     return output_dir, doc
 
 
-def _job(settings, policy, batch, jit, inputs, num_classes, mode="bare"):
+def _job(settings, backend, policy, batch, jit, inputs, num_classes, mode="bare"):
     return {
-        "mode": mode, "policy": policy, "batch": batch, "jit": jit, "width": settings.width,
+        "mode": mode, "backend": backend, "policy": policy, "batch": batch, "jit": jit, "width": settings.width,
         "steps": settings.steps, "warmup": settings.warmup, "repeats": settings.repeats,
         "seed": settings.seed, "inputs": str(inputs), "num_classes": num_classes,
-        "strategy": settings.strategy, "devices": list(settings.devices) if settings.devices else None,
+        "strategy": "default" if backend == "jax" else settings.strategy,
+        "devices": list(settings.devices) if settings.devices else None,
     }
 
 
-def _config_name(policy, batch, jit):
-    return f"{policy}-b{batch}-xla_{'on' if jit else 'off'}"
+def _config_name(backend, policy, batch, jit):
+    return f"{backend}-{policy}-b{batch}-xla_{'on' if jit else 'off'}"
 
 
-def run_worker(job, work_dir, log_path):
-    """Runs one job in a fresh Python process; a dead worker becomes status 'failed' with its reason."""
-    name = f"{job['mode']}-{_config_name(job['policy'], job['batch'], job['jit'])}"
+def worker_env(backend, extra=None):
+    """The worker's environment: this one's, with Keras set to `backend` (and acgan importable)."""
+    env = child_env()
+    env["KERAS_BACKEND"] = backend
+    env.update(extra or {})
+    return env
+
+
+def run_worker(job, work_dir, log_path, name=None, extra_env=None):
+    """Runs one job in a fresh Python process on the job's Keras backend; a dead worker becomes status
+    'failed' with its reason."""
+    name = name or f"{job['mode']}-{_config_name(job['backend'], job['policy'], job['batch'], job['jit'])}"
     job_path, result_path = work_dir / f"{name}.job.json", work_dir / f"{name}.result.json"
     job_path.write_text(json.dumps(job))
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = child_env()
+    env = worker_env(job["backend"], extra_env)
     started = time.perf_counter()
     with open(log_path, "w") as log:
         proc = subprocess.run(
@@ -328,8 +396,12 @@ def run_worker(job, work_dir, log_path):
 def make_row(run, policy, batch, jit, result):
     """One results row: the configuration, the machine, the measurement and what follows from it."""
     machine, price = run["machine"], run["price"]
+    backend = run.get("backend") or machine.get("backend") or "tensorflow"
     row = {
         "device": run["device"],
+        "backend": backend,
+        # float32 matrix products on JAX: "default" lets a GPU use TF32, "highest" keeps full float32.
+        "matmul_precision": result.get("matmul_precision") or run.get("matmul_precision"),
         "machine": machine,
         "command": run["command"],
         "policy": policy,
@@ -379,30 +451,35 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
     """The full training loop (loop.run: real input pipeline, metric reads, TensorBoard, progress bar)
     against the bare step at one configuration: the median of `repeats` windows of `steps` steps each,
     on both sides."""
+    backend = run["backend"]
     policy, batch = settings.policies[0], settings.overhead_batch
     jit = True if True in settings.jits else settings.jits[0]
-    echo(f"trainer overhead: {policy}, batch {batch}, XLA {'on' if jit else 'off'}")
-    bare = next((r for r in rows if (r["policy"], r["batch"], r["jit"]) == (policy, batch, jit)), None)
+    name = _config_name(backend, policy, batch, jit)
+    echo(f"trainer overhead: {backend}, {policy}, batch {batch}, XLA {'on' if jit else 'off'}")
+    bare = next((r for r in rows if (r["backend"], r["policy"], r["batch"], r["jit"]) == (backend, policy, batch, jit)),
+                None)
     if bare is None:
-        job = _job(settings, policy, batch, jit, inputs, num_classes)
-        bare = make_row(run, policy, batch, jit,
-                        run_worker(job, work_dir, output_dir / "logs" / f"overhead-bare-{_config_name(policy, batch, jit)}.log"))
-    job = _job(settings, policy, batch, jit, inputs, num_classes, mode="trainer")
+        job = _job(settings, backend, policy, batch, jit, inputs, num_classes)
+        bare = make_row(run, policy, batch, jit, run_worker(job, work_dir, output_dir / "logs" / f"overhead-bare-{name}.log"))
+    job = _job(settings, backend, policy, batch, jit, inputs, num_classes, mode="trainer")
+    # One trainer run folder per backend (overhead-trainer-jax, ...) when the sweep has several.
+    trainer_dir = OVERHEAD_DIR if len(settings.backends) == 1 else f"{OVERHEAD_DIR}-{backend}"
     job.update(
         dataset=f"npz:{inputs}" if settings.synthetic else settings.dataset,
         data_dir=settings.data_dir, max_per_class=settings.max_per_class,
-        output_dir=str(output_dir / OVERHEAD_DIR), price_per_hour=bare["price_per_hour"],
+        output_dir=str(output_dir / trainer_dir), price_per_hour=bare["price_per_hour"],
         command=run["command"], log_every=settings.log_every,
     )
-    loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{_config_name(policy, batch, jit)}.log")
+    loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{name}.log")
     out = {
-        "policy": policy, "batch": batch, "jit": jit,
+        "backend": backend, "policy": policy, "batch": batch, "jit": jit,
         "status": "ok" if loop["status"] == "ok" and bare["status"] == "ok" else "failed",
         "reason": None,
         # Median against median, over the same number of windows of the same number of steps.
         "trainer_time_per_batch_ms": loop.get("time_per_batch_ms"),
         "trainer_window_ms": loop.get("window_ms"),
         "trainer_log_every": loop.get("log_every"),
+        "trainer_window_steps": loop.get("window_steps"),
         "trainer_measured_steps": loop.get("measured_steps"),
         "trainer_loop_seconds": loop.get("loop_seconds"),
         "trainer_steps": loop.get("steps"),

@@ -12,14 +12,45 @@ FORMAT = "acgan-benchmark/1"
 BUSY_LOAD = 1.5   # load average per core above which the report warns that others shared the CPU
 
 
+BACKEND_NAMES = {"tensorflow": "TensorFlow", "jax": "JAX"}
+
+
+def backend_of(item):
+    """A row's or run's Keras backend; files written before backends were swept ran on TensorFlow."""
+    return item.get("backend") or (item.get("machine") or {}).get("backend") or "tensorflow"
+
+
+def precision_of(item):
+    """JAX's default matmul precision for a JAX row or run ("default": a GPU may run float32 matrix
+    products in TF32; "highest": full float32); None on TensorFlow."""
+    if backend_of(item) != "jax":
+        return None
+    return item.get("matmul_precision") or (item.get("machine") or {}).get("jax_matmul_precision") or "default"
+
+
+def backend_label(item):
+    """"TensorFlow", or "JAX, matmul precision default" (the float32 precision always named on JAX)."""
+    name = BACKEND_NAMES.get(backend_of(item), backend_of(item))
+    precision = precision_of(item)
+    return f"{name}, matmul precision {precision}" if precision else name
+
+
+def describe_backend(run):
+    """The backend and its versions, as a run's machine records them."""
+    m = run.get("machine") or {}
+    versions = f"JAX {m.get('jax')}" if backend_of(run) == "jax" else f"TensorFlow {m.get('tensorflow')}"
+    return f"{backend_label(run)}; {versions}, Keras {m.get('keras')}"
+
+
 def add_speedups(rows):
-    """speedup_vs_float32 = float32's time per batch / this policy's, same device, XLA setting and batch."""
+    """speedup_vs_float32 = float32's time per batch / this policy's, same device, backend (and JAX matmul
+    precision), XLA setting and batch."""
     float32 = {
-        (r["device"], r["jit"], r["batch"]): r["time_per_batch_ms"]
+        (r["device"], backend_label(r), r["jit"], r["batch"]): r["time_per_batch_ms"]
         for r in rows if r["policy"] == "float32" and r["status"] == "ok"
     }
     for r in rows:
-        base = float32.get((r["device"], r["jit"], r["batch"]))
+        base = float32.get((r["device"], backend_label(r), r["jit"], r["batch"]))
         ok = r["status"] == "ok" and r["policy"] != "float32" and base and r["time_per_batch_ms"]
         r["speedup_vs_float32"] = base / r["time_per_batch_ms"] if ok else None
     return rows
@@ -36,7 +67,11 @@ def describe_machine(label, machine):
         flags = ", ".join(machine.get("cpu_flags") or []) or "none of interest"
         what = f"CPU {machine.get('cpu_model')} ({machine.get('cpu_cores')} cores; flags: {flags})"
     named = f"{label}: " if label != machine.get("name") else ""
-    return f"{named}{what}; TensorFlow {machine.get('tensorflow')}, Keras {machine.get('keras')}"
+    if machine.get("backend") == "jax":
+        versions = f"JAX {machine.get('jax')} (matmul precision {machine.get('jax_matmul_precision') or 'default'})"
+    else:
+        versions = f"TensorFlow {machine.get('tensorflow')}"
+    return f"{named}{what}; {versions}, Keras {machine.get('keras')}"
 
 
 
@@ -63,19 +98,29 @@ def load_benchmark(path):
     return doc
 
 
+def _configuration(row):
+    return (row["device"], backend_label(row), row["jit"], row["policy"], row["batch"])
+
+
 def merge(docs, sources=None, command=None):
-    """One document holding the runs and rows of several; a device label seen in two files gets ' (2)'."""
-    runs, rows, seen = [], [], {}
+    """One document holding the runs and rows of several. Files whose rows are other configurations of the
+    same device (label), backend and matmul precision join its tables (e.g. one machine timed in two
+    sweeps); a file that repeats a configuration already merged gets its device label ' (2)', so both
+    stay apart."""
+    runs, rows, labels = [], [], set()
     for i, doc in enumerate(docs):
+        taken = {_configuration(r) for r in rows}
+        clash = {r["device"] for r in doc["results"] if _configuration(r) in taken}
         renamed = {}
-        for run in doc["runs"]:
-            label = run["device"]
-            if label in seen and seen[label] != i:
+        for label in dict.fromkeys(run["device"] for run in doc["runs"]):
+            if label in clash:
                 n = 2
-                while f"{label} ({n})" in seen:
+                while f"{label} ({n})" in labels:
                     n += 1
                 renamed[label] = f"{label} ({n})"
-            seen.setdefault(renamed.get(label, label), i)
+            labels.add(renamed.get(label, label))
+        for run in doc["runs"]:
+            label = run["device"]
             runs.append(dict(run, device=renamed.get(label, label),
                              source=str(sources[i]) if sources else run.get("source")))
         rows += [dict(r, device=renamed.get(r["device"], r["device"])) for r in doc["results"]]
@@ -90,7 +135,7 @@ def merge(docs, sources=None, command=None):
 
 CSV_COLUMNS = (
     "device", "kind", "accelerator", "compute_capability", "cpu_model", "cpu_flags", "cpu_cores",
-    "tensorflow", "keras", "policy", "jit", "batch", "status", "reason", "compile_seconds",
+    "backend", "matmul_precision", "tensorflow", "jax", "keras", "policy", "jit", "batch", "status", "reason", "compile_seconds",
     "time_per_batch_ms", "time_per_batch_min_ms", "time_per_batch_max_ms", "time_per_1000_samples_ms",
     "samples_per_second", "replicas", "samples_per_second_per_replica", "speedup_vs_float32", "peak_memory_bytes", "memory_counter", "load_average",
     "d_skipped", "g_skipped", "q_skipped", "price_per_hour", "price_entry", "cost_per_million_batches",
@@ -107,7 +152,8 @@ def csv_rows(doc):
         flat.update(
             kind=m.get("kind"), accelerator=m.get("name"), compute_capability=m.get("compute_capability"),
             cpu_model=m.get("cpu_model"), cpu_flags=" ".join(m.get("cpu_flags") or []),
-            cpu_cores=m.get("cpu_cores"), tensorflow=m.get("tensorflow"), keras=m.get("keras"),
+            cpu_cores=m.get("cpu_cores"), tensorflow=m.get("tensorflow"), jax=m.get("jax"), keras=m.get("keras"),
+            backend=backend_of(r), matmul_precision=precision_of(r),
             d_skipped=skipped.get("d"), g_skipped=skipped.get("g"), q_skipped=skipped.get("q"),
         )
         out.append({c: flat.get(c) for c in CSV_COLUMNS})
@@ -132,15 +178,26 @@ def _f(value, digits=1, suffix=""):
 
 
 def groups(rows):
-    """{(device, jit): rows}, in first-seen order."""
+    """{(device, backend label, jit): rows}, in first-seen order."""
     out = {}
     for r in rows:
-        out.setdefault((r["device"], r["jit"]), []).append(r)
+        out.setdefault((r["device"], backend_label(r), r["jit"]), []).append(r)
     return out
 
 
-def _group_title(device, jit):
-    return f"{device}, XLA {'on' if jit else 'off'}"
+def _group_title(device, backend, jit):
+    return f"{device}, {backend}, XLA {'on' if jit else 'off'}"
+
+
+def backend_comparison(rows):
+    """[(device, jit, policy, batch, {backend label: ms per batch})] where one configuration ran on more
+    than one backend (or JAX matmul precision), in first-seen order."""
+    out = {}
+    for r in rows:
+        if r["status"] == "ok" and r["time_per_batch_ms"]:
+            key = (r["device"], r["jit"], r["policy"], r["batch"])
+            out.setdefault(key, {})[backend_label(r)] = r["time_per_batch_ms"]
+    return [key + (times,) for key, times in out.items() if len(times) > 1]
 
 
 def render_markdown(doc):
@@ -153,9 +210,12 @@ def render_markdown(doc):
         s = run["settings"]
         source = "synthetic uint8 tensors" if s.get("synthetic") else f"dataset {s.get('dataset')}"
         lines += [
-            f"### {run['device']}",
+            f"### {run['device']}, {backend_label(run)}",
             "",
             f"- machine: {describe_machine(run['device'], run['machine'])}",
+            f"- backend: {describe_backend(run)}" + (
+                " (float32 matrix products may run in TF32 on a GPU that has it; JAX_DEFAULT_MATMUL_PRECISION=highest "
+                "keeps them float32)" if precision_of(run) == "default" else ""),
             f"- command: `{run.get('command')}`" + (f" (from {run['source']})" if run.get("source") else ""),
             f"- timing: bare compiled step on device-resident {source} "
             f"({'x'.join(map(str, run['inputs']['image_shape']))}, {run['inputs']['num_classes']} classes), "
@@ -163,7 +223,8 @@ def render_markdown(doc):
             f"and {s['warmup']} warm-up step{'' if s['warmup'] == 1 else 's'}, each timing ending on a device sync; median [min-max] shown",
             f"- price: {run['price']['description']}",
         ]
-        loads = [r["load_average"] for r in rows if r["device"] == run["device"] and r.get("load_average") is not None]
+        loads = [r["load_average"] for r in rows if r["device"] == run["device"] and backend_label(r) == backend_label(run)
+                 and r.get("load_average") is not None]
         cores = run["machine"].get("cpu_cores") or 1
         if loads:
             busy = max(loads) > BUSY_LOAD * cores
@@ -182,9 +243,11 @@ def render_markdown(doc):
         lines += ["## Speed-up over float32", "",
                   "Time per batch under float32 divided by time per batch under the mixed policy "
                   "(above 1: mixed precision is faster).", ""]
-        for (device, jit), group in groups(rows).items():
+        for (device, backend, jit), group in groups(rows).items():
+            if not any(r["policy"] in mixed for r in group):  # e.g. float32 alone at another matmul precision
+                continue
             batches = sorted({r["batch"] for r in group})
-            lines += [f"### {_group_title(device, jit)}", "", "| batch | " + " | ".join(mixed) + " |",
+            lines += [f"### {_group_title(device, backend, jit)}", "", "| batch | " + " | ".join(mixed) + " |",
                       "|---:|" + "---:|" * len(mixed)]
             for b in batches:
                 cells = []
@@ -195,10 +258,27 @@ def render_markdown(doc):
                 lines.append(f"| {b} | " + " | ".join(cells) + " |")
             lines.append("")
 
+    compared = backend_comparison(rows)
+    if compared:
+        names = list(dict.fromkeys(b for *_, times in compared for b in times))
+        lines += ["## Backends side by side", "",
+                  "Milliseconds per batch of the same configuration on each backend (bare compiled step). "
+                  f"Ratio: ms on {names[0]} / ms on the fastest other; below 1, {names[0]} is faster.", "",
+                  "| device | XLA | policy | batch | " + " | ".join(names) + " | fastest | ratio |",
+                  "|---|---|---|---:|" + "---:|" * len(names) + "---|---:|"]
+        for device, jit, policy, batch, times in compared:
+            fastest = min(times, key=times.get)
+            others = [t for b, t in times.items() if b != names[0]]
+            ratio = f"{times[names[0]] / min(others):.2f}" if names[0] in times and others else "—"
+            lines.append(f"| {device} | {'on' if jit else 'off'} | {policy} | {batch} | "
+                         + " | ".join(_f(times.get(b)) if b in times else "—" for b in names)
+                         + f" | {fastest} | {ratio} |")
+        lines.append("")
+
     lines += ["## Results", ""]
-    for (device, jit), group in groups(rows).items():
+    for (device, backend, jit), group in groups(rows).items():
         lines += [
-            f"### {_group_title(device, jit)}", "",
+            f"### {_group_title(device, backend, jit)}", "",
             "| batch | policy | ms per batch | ms per 1000 samples | samples/s | speed-up | compile s "
             "| peak memory MiB | skipped d/g/q | $ per 10^6 batches |",
             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -229,17 +309,20 @@ def render_markdown(doc):
             lines += ["", f"Peak memory: {'; '.join(sorted(counters))}."]
         lines.append("")
 
-    overheads = [(run["device"], run["overhead"]) for run in runs if run.get("overhead")]
+    overheads = [(run["device"], backend_label(run), run["overhead"]) for run in runs if run.get("overhead")]
     if overheads:
         lines += ["## Trainer overhead", "",
-                  "The full training loop (tf.data input pipeline, metric reads, TensorBoard, progress bar) "
-                  "against the bare compiled step at the same configuration: the median over the same number "
-                  "of windows of the same number of steps on both sides.", "",
-                  "| device | policy | batch | XLA | full loop ms per batch | bare step ms per batch | ratio |",
-                  "|---|---|---:|---|---:|---:|---:|"]
-        for device, o in overheads:
+                  "The full training loop (input pipeline: tf.data on TensorFlow, numpy batches prefetched to the "
+                  "device on JAX; metric reads, TensorBoard, progress bar) against the bare compiled step at the "
+                  "same configuration on the same backend: the median over the same number of windows of the "
+                  "same number of steps on both sides. The loop reads the metrics (a device sync) every "
+                  "`log_every` steps, so every window holds as many reads.", "",
+                  "| device | backend | policy | batch | XLA | log_every | full loop ms per batch | bare step ms per batch | ratio |",
+                  "|---|---|---|---:|---|---:|---:|---:|---:|"]
+        for device, backend, o in overheads:
             ratio = f"{o['ratio']:.2f}" if o["ratio"] else f"{o['status']}: {o['reason']}"
-            lines.append(f"| {device} | {o['policy']} | {o['batch']} | {'on' if o['jit'] else 'off'} "
+            lines.append(f"| {device} | {backend} | {o['policy']} | {o['batch']} | {'on' if o['jit'] else 'off'} "
+                         f"| {o.get('trainer_log_every') or 'n/a'} "
                          f"| {_f(o['trainer_time_per_batch_ms'])} | {_f(o['bare_time_per_batch_ms'])} | {ratio} |")
         lines.append("")
     return "\n".join(lines)

@@ -1,9 +1,12 @@
 """The benchmark worker: `python -m acgan.measure.worker JOB.json RESULT.json` times one configuration.
 
-Started by acgan.sweep.run_sweep, one fresh process per configuration. Fault injection, for tests
-only: ACGAN_SWEEP_INJECT="oom:16,kill:32" makes the worker for batch 16 raise
-tf.errors.ResourceExhaustedError once its models are built, and the one for batch 32 kill itself with
-SIGKILL (as the kernel's out-of-memory killer would).
+Started by acgan.sweep.run_sweep, one fresh process per configuration, with KERAS_BACKEND set to the
+configuration's backend (the parent never loads Keras). Modes: "bare" (the compiled step alone),
+"trainer" (the full training loop) and "probe" (the machine as this backend sees it, and the models'
+layer widths, for the parent). Fault injection, for tests only: ACGAN_SWEEP_INJECT="oom:16,kill:32"
+makes the worker for batch 16 raise its backend's out-of-memory error (tf.errors.ResourceExhaustedError;
+on JAX a JaxRuntimeError saying RESOURCE_EXHAUSTED, as XLA does) once its models are built, and the one
+for batch 32 kill itself with SIGKILL (as the kernel's out-of-memory killer would).
 """
 import json
 import os
@@ -27,19 +30,37 @@ def run_bare(job):
     """Times the bare compiled step on device-resident tensors; returns the measurement."""
     import keras
     import numpy as np
+
+    from acgan.model import precision
+
+    precision.set_policy(job["policy"])
+    with np.load(job["inputs"]) as f:
+        images, labels = f["images"][:job["batch"]], f["labels"][:job["batch"]]
+    if keras.backend.backend() == "jax":
+        return _run_bare_jax(job, images, labels)
+    return _run_bare_tensorflow(job, images, labels)
+
+
+def _inject(batch, out_of_memory):
+    """The test hook (ACGAN_SWEEP_INJECT): raise the backend's own out-of-memory error, or die by SIGKILL."""
+    injected = _injected(batch)
+    if injected == "oom":
+        raise out_of_memory(f"injected out-of-memory for batch {batch} ({INJECT_VARIABLE})")
+    if injected == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _run_bare_tensorflow(job, images, labels):
+    import keras
     import tensorflow as tf
 
     from acgan.data.batches import sample_noise
     from acgan.measure import device
-    from acgan.model import precision
     from acgan.model.networks import build_models
     from acgan.step import distribute
     from acgan.step.tf_step import ACGAN
 
-    precision.set_policy(job["policy"])
     batch = job["batch"]
-    with np.load(job["inputs"]) as f:
-        images, labels = f["images"][:batch], f["labels"][:batch]
     on_gpu = bool(tf.config.list_physical_devices("GPU"))
     device.reset_peak_memory()
     baseline = device.peak_memory_bytes()
@@ -55,12 +76,64 @@ def run_bare(job):
         inputs = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(inputs))))
     else:
         inputs = [tf.identity(t) for t in inputs]  # onto the device
-    injected = _injected(batch)
-    if injected == "oom":
-        raise tf.errors.ResourceExhaustedError(None, None, f"injected out-of-memory for batch {batch} ({INJECT_VARIABLE})")
-    if injected == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
+    _inject(batch, lambda message: tf.errors.ResourceExhaustedError(None, None, message))
+    result = _time_step(job, gan, inputs)
+    result.update(
+        peak_memory_bytes=device.peak_memory_bytes(),
+        baseline_memory_bytes=None if on_gpu else baseline,
+        memory_counter=GPU_COUNTER["tensorflow"] if on_gpu else CPU_COUNTER["tensorflow"],
+        replicas=strategy.num_replicas_in_sync,
+        replica_devices=distribute.replica_devices(strategy),
+    )
+    return result
 
+
+def _run_bare_jax(job, images, labels):
+    """As on TensorFlow, with JaxACGAN on the first device: the inputs put there once (jax.device_put),
+    each timing ending on the same sync (StepMetrics.read()). TensorFlow is never imported."""
+    import jax
+
+    from acgan import backend
+    from acgan.config import validate_backend
+    from acgan.data.batches import sample_noise
+    from acgan.measure import device
+    from acgan.model.networks import build_models
+    from acgan.step.jax_step import JaxACGAN
+
+    validate_backend("jax", job.get("strategy", "default"))
+    batch = job["batch"]
+    target = jax.devices()[0]
+    baseline = device.peak_memory_bytes()   # JAX cannot reset its peak: a fresh process starts low
+    backend.set_random_seed(job["seed"])
+    models = build_models(images.shape[1:], job["num_classes"], width=job["width"])
+    gan = JaxACGAN(models, job["num_classes"], job["policy"], jit=job["jit"])
+    z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
+    inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]
+    jax.block_until_ready(inputs)
+    _inject(batch, lambda message: jax.errors.JaxRuntimeError(f"RESOURCE_EXHAUSTED: {message}"))
+    result = _time_step(job, gan, inputs)
+    on_accelerator = target.platform != "cpu"
+    result.update(
+        peak_memory_bytes=device.peak_memory_bytes(),
+        baseline_memory_bytes=None if on_accelerator else baseline,
+        memory_counter=GPU_COUNTER["jax"] if on_accelerator else CPU_COUNTER["jax"],
+        replicas=1,
+        replica_devices=[f"{target.platform}:{target.id}"],
+        matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
+    )
+    return result
+
+
+# What peak_memory_bytes counts, per backend, as the rows name it.
+GPU_COUNTER = {"tensorflow": "GPU allocator peaks (TensorFlow), summed over every GPU",
+               "jax": "JAX device peak_bytes_in_use (one device; the worker's whole life, as JAX cannot reset it)"}
+CPU_COUNTER = {"tensorflow": "process peak resident memory (ru_maxrss), TensorFlow runtime included",
+               "jax": "process peak resident memory (ru_maxrss), JAX runtime included"}
+
+
+def _time_step(job, gan, inputs):
+    """The timing protocol both backends share: the compile step, `warmup` steps, then `repeats` timings
+    of `steps` steps each, every timing between two device syncs (StepMetrics.read())."""
     tick = time.perf_counter()
     gan.train_step(*inputs).read()  # .read(): the device sync
     compile_seconds = time.perf_counter() - tick
@@ -83,18 +156,34 @@ def run_bare(job):
         "time_per_batch_ms": statistics.median(per_batch) * 1e3,
         "time_per_batch_min_ms": min(per_batch) * 1e3,
         "time_per_batch_max_ms": max(per_batch) * 1e3,
-        "peak_memory_bytes": device.peak_memory_bytes(),
-        "baseline_memory_bytes": None if on_gpu else baseline,
-        "memory_counter": "GPU allocator peaks (TensorFlow), summed over every GPU" if on_gpu
-        else "process peak resident memory (ru_maxrss), TensorFlow runtime included",
         "skipped_steps": {k: int(values[f"{k}_skipped"]) for k in "dgq"},
         "loss_scale": {k: values[f"{k}_loss_scale"] for k in "dgq"},
         "steps_run": 1 + job["warmup"] + job["repeats"] * job["steps"],
-        "replicas": strategy.num_replicas_in_sync,
-        "replica_devices": distribute.replica_devices(strategy),
         "xla": gan.compile_mode,
         "load_average": max(loads) if None not in loads else None,
     }
+
+
+def run_probe(job):
+    """What the parent needs before the sweep, without loading a backend itself: this backend's
+    description of the machine, and per policy the low-precision layer widths of the models."""
+    import keras
+
+    from acgan.measure import advice, device
+    from acgan.model import precision
+    from acgan.model.networks import build_models, check_image_shape
+
+    check_image_shape(tuple(job["image_shape"]))
+    machine = device.describe_device()
+    widths = {}
+    for policy in job["policies"]:
+        widths[policy] = {}
+        if policy != "float32":
+            precision.set_policy(policy)
+            models = build_models(tuple(job["image_shape"]), job["num_classes"], job["width"])
+            widths[policy] = advice.layer_widths(list(models))
+            keras.backend.clear_session()
+    return {"status": "ok", "machine": machine, "layer_widths": widths}
 
 
 def _load_average():
@@ -111,20 +200,29 @@ LOG_DELAY_VARIABLE = "ACGAN_INJECT_LOG_DELAY"
 
 def run_trainer(job):
     """The full training loop through acgan.training.loop.run, timed like the bare step: the median
-    over `repeats` windows of `steps` consecutive steps of the loop's wall time per step."""
+    over `repeats` windows of consecutive steps of the loop's wall time per step.
+
+    Every window must hold a device sync: on JAX, and on TensorFlow on a GPU, a step only enqueues work,
+    and the loop waits for the device only when it reads the metrics (every --log_every steps), so a
+    window without a read times the enqueueing alone. The loop reads once per window of `steps` steps
+    (log_every = steps) unless the job sets log_every; then a window is `steps` rounded up to a multiple
+    of it, so every window holds the same number of reads."""
     from acgan.config import Config
     from acgan.model import precision
     from acgan.training import loop
 
+    log_every = job.get("log_every") or job["steps"]
+    window = -(-job["steps"] // log_every) * log_every
     # The compile step, the warm-up, the loop's own bare-step window (as long as the warm-up), the windows.
-    steps = 1 + 2 * job["warmup"] + job["repeats"] * job["steps"]
+    steps = 1 + 2 * job["warmup"] + job["repeats"] * window
     config = Config(
         dataset=job["dataset"], data_dir=job["data_dir"], max_per_class=job["max_per_class"],
         policy=job["policy"], batch=job["batch"], width=job["width"], steps=steps, jit=job["jit"],
         seed=job["seed"], sample_every=None, checkpoint_every=steps, keep_checkpoints=1,
-        warmup_steps=job["warmup"], log_every=job.get("log_every") or Config.log_every,
+        warmup_steps=job["warmup"], log_every=log_every,
         output_dir=job["output_dir"], price_per_hour=job["price_per_hour"],
-        strategy=job.get("strategy", "default"),
+        backend=job.get("backend", "tensorflow"),
+        strategy="default" if job.get("backend") == "jax" else job.get("strategy", "default"),
         devices=tuple(job["devices"]) if job.get("devices") else None,
     )
     config.validate()
@@ -146,12 +244,12 @@ def run_trainer(job):
                 "reason": one_line(f"training loop {outcome.status}: {outcome.message}")}
     report = json.loads((outcome.run_dir / "report.json").read_text())
     intervals = list(outcome.step_seconds)
-    windows = [statistics.fmean(intervals[i:i + job["steps"]])
-               for i in range(0, len(intervals) - job["steps"] + 1, job["steps"])]
+    windows = [statistics.fmean(intervals[i:i + window]) for i in range(0, len(intervals) - window + 1, window)]
     return {
         "status": "ok",
         "run_dir": str(outcome.run_dir),
         "window_ms": [w * 1e3 for w in windows],
+        "window_steps": window,
         "time_per_batch_ms": statistics.median(windows) * 1e3 if windows else None,
         "time_per_batch_mean_ms": report["timing"].get("time_per_batch_ms"),
         "bare_step_ms": report["timing"].get("bare_step_ms"),
@@ -162,11 +260,23 @@ def run_trainer(job):
     }
 
 
+MODES = {"bare": run_bare, "trainer": run_trainer, "probe": run_probe}
+
+
 def worker_main(argv):
+    from acgan import backend
+    from acgan.errors import UserError
+
     job_path, result_path = argv[1:3]
     job = json.loads(Path(job_path).read_text())
     try:
-        result = run_trainer(job) if job["mode"] == "trainer" else run_bare(job)
+        # The parent set KERAS_BACKEND for this process; use() checks it before Keras loads.
+        backend.use(job.get("backend", "tensorflow"))
+        print(f"worker: {job['mode']} on Keras backend {backend.current()}", flush=True)
+        result = MODES[job["mode"]](job)
+    except UserError as e:  # a setting the parent could not check without a backend (e.g. the image shape)
+        result = {"status": "user_error", "reason": str(e)}
+        print(f"error: {e}", file=sys.stderr)
     except Exception as e:  # noqa: BLE001  every failure becomes a row, never a stopped sweep
         result = {"status": _status_of(e), "reason": one_line(f"{type(e).__name__}: {e}")}
         print(f"configuration failed: {result['reason']}", file=sys.stderr)
@@ -174,12 +284,15 @@ def worker_main(argv):
 
 
 def _status_of(error):
-    import tensorflow as tf
-
-    if isinstance(error, tf.errors.ResourceExhaustedError):
+    """"oom" for an out-of-memory error of either backend, else "failed". Never imports TensorFlow:
+    its error class is checked only where it is loaded already (a JAX worker never loads it)."""
+    tf = sys.modules.get("tensorflow")
+    errors = getattr(tf, "errors", None)
+    if errors is not None and isinstance(error, errors.ResourceExhaustedError):
         return "oom"
     text = str(error)
-    # XLA reports device OOM as an internal error carrying the status code in its text.
+    # XLA (TensorFlow's and JAX's XlaRuntimeError alike) reports device OOM as an error carrying the status
+    # code in its text.
     return "oom" if "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower() else "failed"
 
 

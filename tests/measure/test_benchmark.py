@@ -149,11 +149,11 @@ def test_report_merges_devices(bench, tmp_path):
     merged = json.loads((merged_dir / "benchmark.json").read_text())
     assert [run["device"] for run in merged["runs"]] == [here, "Tesla T4"]
     assert set(plots.series(merged["results"])) == {
-        (d, p, False) for d in (here, "Tesla T4") for p in ("float32", "mixed_bfloat16")}
+        (d, "TensorFlow", p, False) for d in (here, "Tesla T4") for p in ("float32", "mixed_bfloat16")}
     for name in ("benchmark.csv", "benchmark.md") + FIGURES:
         assert (merged_dir / name).exists(), name
     md = (merged_dir / "benchmark.md").read_text()
-    assert f"### {here}, XLA off" in md and "### Tesla T4, XLA off" in md
+    assert f"### {here}, TensorFlow, XLA off" in md and "### Tesla T4, TensorFlow, XLA off" in md
     with open(merged_dir / "benchmark.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == 8
 
@@ -248,6 +248,12 @@ def test_failing_configurations_are_recorded_and_the_sweep_goes_on(tmp_path):
     (["--batches"], "error:"),
     (["--devices", "cpu:0,cpu:1", "--batches", "64,15"], "batch 15 does not divide by the 2 replicas"),
     (["--strategy", "multi_worker"], "--strategy"),
+    (["--backends", "torch"], "unknown backend 'torch': choose one of tensorflow, jax"),
+    (["--backends", ""], "--backends is empty"),
+    (["--backends", "tensorflow,jax", "--strategy", "mirrored"],
+     "--strategy mirrored needs --backends tensorflow: the JAX backend runs on one device"),
+    (["--backends", "jax", "--strategy", "tpu"], "--strategy tpu needs --backends tensorflow"),
+    (["--backend", "jax", "--devices", "cpu:0,cpu:1"], "--devices needs --backends tensorflow"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(args, message):
     proc = run_cli("acgan.benchmark", *args)
@@ -353,3 +359,162 @@ def test_layer_widths_of_built_models(set_policy):
                       "d_conv1": 16, "d_conv2": 32, "d_fc3": 256, "q_fc1": 32}
     everything = advice.layer_widths(models, low_precision_only=False)
     assert everything["d_logit"] == 1 and everything["q_logits"] == 10
+
+
+# --- the backend dimension ---------------------------------------------------------------------------
+
+# Runs python -m acgan.benchmark in this process's place and prints, at exit, which of Keras, TensorFlow
+# and JAX the sweep's own (parent) process imported: none, as the workers load their backends.
+PARENT_PROBE = """
+import atexit, runpy, sys
+atexit.register(lambda: print("parent imported:", sorted(m for m in ("keras", "tensorflow", "jax")
+                                                          if sys.modules.get(m) is not None)))
+sys.argv = ["acgan.benchmark"] + sys.argv[1:]
+runpy.run_module("acgan.benchmark", run_name="__main__")
+"""
+
+
+def run_parent_probe(*args, env=None):
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), environment.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-c", PARENT_PROBE, *args], capture_output=True, text=True,
+                          env=environment, cwd=ROOT, timeout=600)
+
+
+def test_one_sweep_times_both_backends_side_by_side(tmp_path):
+    out = tmp_path / "out"
+    proc = run_parent_probe("--backends", "tensorflow,jax", "--synthetic", "--policies", "float32", "--batches", "16",
+                            "--steps", "2", "--warmup", "1", "--repeats", "1", "--width", "0.25", "--no-overhead",
+                            "--output_dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "parent imported: []" in proc.stdout
+    doc = json.loads((out / "benchmark.json").read_text())
+    tf_run, jax_run = doc["runs"]
+    assert (tf_run["backend"], jax_run["backend"]) == ("tensorflow", "jax")
+    assert tf_run["machine"]["backend"] == "tensorflow" and "tensorflow" in tf_run["machine"]
+    assert "tensorflow" not in jax_run["machine"] and jax_run["machine"]["jax"]
+    assert jax_run["matmul_precision"] == jax_run["machine"]["jax_matmul_precision"] == "default"
+    rows = {r["backend"]: r for r in doc["results"]}
+    assert set(rows) == {"tensorflow", "jax"}
+    for backend, r in rows.items():
+        assert r["status"] == "ok", r["reason"]
+        assert (r["policy"], r["batch"], r["jit"], r["xla"]) == ("float32", 16, True, "step")
+        assert r["time_per_batch_ms"] > 0 and r["peak_memory_bytes"] > 0 and r["steps_run"] == 1 + 1 + 2
+        assert r["skipped_steps"] == {"d": 0, "g": 0, "q": 0}
+    assert rows["jax"]["matmul_precision"] == "default" and rows["tensorflow"]["matmul_precision"] is None
+    assert "JAX runtime included" in rows["jax"]["memory_counter"]
+    assert "TensorFlow runtime included" in rows["tensorflow"]["memory_counter"]
+    assert {p.name for p in (out / "logs").iterdir()} == {
+        "probe-tensorflow.log", "probe-jax.log", "tensorflow-float32-b16-xla_on.log", "jax-float32-b16-xla_on.log"}
+    device = tf_run["device"]
+    md = (out / "benchmark.md").read_text()
+    assert f"### {device}, TensorFlow, XLA on" in md and f"### {device}, JAX, matmul precision default, XLA on" in md
+    assert f"JAX {jax_run['machine']['jax']} (matmul precision default)" in md
+    assert f"TensorFlow {tf_run['machine']['tensorflow']}" in md
+    tf_ms, jax_ms = rows["tensorflow"]["time_per_batch_ms"], rows["jax"]["time_per_batch_ms"]
+    assert "## Backends side by side" in md
+    assert (f"| {device} | on | float32 | 16 | {tf_ms:,.1f} | {jax_ms:,.1f} | "
+            f"{'TensorFlow' if tf_ms <= jax_ms else 'JAX, matmul precision default'} | {tf_ms / jax_ms:.2f} |") in md
+    with open(out / "benchmark.csv", newline="") as f:
+        assert sorted(line["backend"] for line in csv.DictReader(f)) == ["jax", "tensorflow"]
+    assert set(plots.series(doc["results"])) == {
+        (device, "TensorFlow", "float32", True), (device, "JAX, matmul precision default", "float32", True)}
+
+
+def test_jax_sweep_never_imports_tensorflow_and_reports_jax_out_of_memory(tmp_path):
+    """As on the GPU machine, which has no TensorFlow: `import tensorflow` fails in every process here."""
+    blocker = tmp_path / "no-tensorflow" / "tensorflow"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('tensorflow is blocked in this test')\n")
+    out = tmp_path / "out"
+    proc = run_parent_probe("--backends", "jax", "--synthetic", "--policies", "float32", "--batches", "8,16",
+                            "--steps", "2", "--warmup", "0", "--repeats", "1", "--width", "0.125", "--jit", "off",
+                            "--no-overhead", "--output_dir", str(out),
+                            env={"PYTHONPATH": str(blocker.parent), "JAX_PLATFORMS": "cpu",
+                                 worker.INJECT_VARIABLE: "oom:16"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "parent imported: []" in proc.stdout
+    doc = json.loads((out / "benchmark.json").read_text())
+    rows = {r["batch"]: r for r in doc["results"]}
+    assert rows[8]["status"] == "ok" and rows[8]["backend"] == "jax", rows[8]["reason"]
+    assert rows[8]["xla"] == "off" and rows[8]["replicas"] == 1
+    # The JAX out-of-memory error (XLA's RESOURCE_EXHAUSTED), classified without TensorFlow.
+    assert rows[16]["status"] == "oom" and "RESOURCE_EXHAUSTED: injected out-of-memory" in rows[16]["reason"]
+    for log in (out / "logs").iterdir():
+        text = log.read_text()
+        assert "worker: " in text and "on Keras backend jax" in text, log.name
+        assert "tensorflow" not in text.lower(), (log.name, text[-2000:])
+
+
+@pytest.mark.slow
+def test_trainer_overhead_is_measured_per_backend(tmp_path):
+    out = tmp_path / "out"
+    proc = run_cli("acgan.benchmark", "--backends", "tensorflow,jax", "--synthetic", "--policies", "float32",
+                   "--batches", "8", *TINY, "--overhead_batch", "8", "--output_dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((out / "benchmark.json").read_text())
+    md = (out / "benchmark.md").read_text()
+    for run in doc["runs"]:
+        backend, overhead = run["backend"], run["overhead"]
+        assert overhead["status"] == "ok" and overhead["backend"] == backend, overhead["reason"]
+        bare = next(r for r in doc["results"] if r["backend"] == backend)
+        assert overhead["bare_time_per_batch_ms"] == bare["time_per_batch_ms"]
+        assert len(overhead["trainer_window_ms"]) == 2 and overhead["trainer_measured_steps"] == 4
+        # One metrics read, a device sync, per window: JAX's asynchronous steps are timed, not just enqueued.
+        assert overhead["trainer_log_every"] == overhead["trainer_window_steps"] == 2
+        assert overhead["ratio"] > 0.5, overhead
+        report = json.loads((out / f"{sweep.OVERHEAD_DIR}-{backend}" / "report.json").read_text())
+        assert report["config"]["backend"] == backend
+        assert f"| {run['device']} | {tables.backend_label(run)} | float32 | 8 | off |" in md
+
+
+def _fake_run(device, backend, precision=None):
+    machine = {"kind": "GPU", "name": device, "backend": backend, "jax_matmul_precision": precision}
+    return {"device": device, "backend": backend, "matmul_precision": precision, "machine": machine, "command": "x",
+            "price": {"usd_per_hour": None, "accelerator": None, "source": None}}
+
+
+def _fake_doc(run, policies, batches):
+    rows = [sweep.make_row(run, p, b, True, {"status": "ok", "time_per_batch_ms": 10.0 + b / 256,
+                                              "time_per_batch_min_ms": 9.0, "time_per_batch_max_ms": 12.0})
+            for p in policies for b in batches]
+    settings = {"synthetic": True, "width": 1.0, "repeats": 3, "steps": 100, "warmup": 5}
+    run = dict(run, settings=settings, inputs={"image_shape": [28, 28, 1], "num_classes": 10}, overhead=None)
+    run["price"] = dict(run["price"], description="no price known")
+    return {"format": tables.FORMAT, "runs": [run], "results": rows}
+
+
+def test_merge_joins_phases_of_one_machine_and_keeps_repeats_apart():
+    """The GPU script's phases: other configurations of the same device join its tables; float32 at
+    matmul precision highest is its own series, with no speed-up against the default's float32."""
+    default = _fake_run("NVIDIA H200", "jax", "default")
+    phases = [_fake_doc(default, ("float32", "mixed_bfloat16"), (256, 2048)),
+              _fake_doc(_fake_run("NVIDIA H200", "jax", "highest"), ("float32",), (256, 2048)),
+              _fake_doc(default, ("float32", "mixed_bfloat16"), (4096,))]
+    merged = tables.merge(phases)
+    assert {r["device"] for r in merged["results"]} == {"NVIDIA H200"}
+    assert set(tables.groups(merged["results"])) == {
+        ("NVIDIA H200", "JAX, matmul precision default", True), ("NVIDIA H200", "JAX, matmul precision highest", True)}
+    bf16 = [r for r in merged["results"] if r["policy"] == "mixed_bfloat16"]
+    assert len(bf16) == 3 and all(r["speedup_vs_float32"] == pytest.approx(1.0) for r in bf16)
+    md = tables.render_markdown(merged)
+    assert "| NVIDIA H200 | on | float32 | 2048 | 18.0 | 18.0 |" in md
+    again = tables.merge(phases[:1] + phases[:1])
+    assert [run["device"] for run in again["runs"]] == ["NVIDIA H200", "NVIDIA H200 (2)"]
+
+
+def test_gpu_script_refuses_an_unknown_mode_and_missing_wheels(tmp_path):
+    script = ROOT / "scripts" / "gpu_benchmark.sh"
+    proc = subprocess.run(["bash", str(script), "fetch"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr == "error: unknown mode 'fetch': give no argument (run the benchmark) or 'download'\n"
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, ACGAN_GPU_WHEELS=str(tmp_path / "none"), OUT=str(tmp_path / "out")))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: no keras wheel in ") and proc.stderr.count("\n") == 1
+
+
+def test_advice_on_jax_speaks_of_xla_kernels():
+    jax_cpu = dict(CPU_BF16, backend="jax")
+    (line,) = advice.hardware_advice("mixed_float16", jax_cpu, {}, 64)
+    assert "slower than float32" in line and "XLA's CPU kernels" in line and "TensorFlow" not in line
+    (line,) = advice.hardware_advice("mixed_bfloat16", jax_cpu, {}, 64)
+    assert "XLA's CPU code" in line and "oneDNN" not in line

@@ -84,14 +84,3 @@ def test_gpu_peak_memory_counts_every_gpu_and_resets_all(monkeypatch):
     device.reset_peak_memory()
     assert reset == ["GPU:0", "GPU:1"]
 
-
-def test_cpu_advice_names_the_backend_that_compiles():
-    from acgan.measure import advice
-
-    cpu = {"kind": "CPU", "name": "EPYC", "cpu_model": "EPYC", "cpu_flags": ["avx512_bf16"]}
-    (line,) = advice.hardware_advice("mixed_float16", dict(cpu, backend="jax"), {}, 64)
-    assert "XLA's CPU code has no fast float16 path" in line and "TensorFlow" not in line
-    (line,) = advice.hardware_advice("mixed_bfloat16", dict(cpu, backend="jax"), {}, 64)
-    assert "--backends jax" in line and "oneDNN" not in line
-    (line,) = advice.hardware_advice("mixed_float16", dict(cpu, backend="tensorflow"), {}, 64)
-    assert "TensorFlow's CPU kernels" in line and "--jit" in line
