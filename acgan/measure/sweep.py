@@ -22,6 +22,7 @@ from acgan.config import (
     non_negative_int,
     positive_int,
     positive_number,
+    validate_arch,
     validate_policy,
     validate_strategy,
 )
@@ -45,6 +46,7 @@ class SweepSettings:
     data_dir: str = "data"
     max_per_class: Optional[int] = None
     width: float = 1.0
+    arch: str = "auto"           # model preset; auto: acgan_cifar for 32x32x3 images, else reference
     steps: int = 20                 # steps per timing
     warmup: int = 3                 # steps after the compiled first step, left out
     repeats: int = 3                # timings per configuration (median, min, max reported)
@@ -74,6 +76,7 @@ class SweepSettings:
             positive_int("batches", batch)
         non_negative_int("warmup", self.warmup)
         positive_number("width", self.width)
+        validate_arch(self.arch)
         if self.price_per_hour is not None:
             positive_number("price_per_hour", self.price_per_hour)
         validate_strategy(self.strategy, self.devices)
@@ -201,7 +204,8 @@ def widths_and_advice(settings, machine, image_shape, num_classes):
             widths[policy] = {}
             if policy != "float32":
                 precision.set_policy(policy)
-                widths[policy] = advice.layer_widths(list(build_models(image_shape, num_classes, settings.width)))
+                widths[policy] = advice.layer_widths(list(build_models(image_shape, num_classes, settings.width,
+                                                                                       arch=settings.arch)))
                 keras.backend.clear_session()
             batches = [b for b in settings.batches if b % 8] or [None]
             lines[policy] = []
@@ -281,7 +285,7 @@ def run_sweep(settings, output_dir=None, command=None, echo=print):
 
 def _job(settings, policy, batch, jit, inputs, num_classes, mode="bare"):
     return {
-        "mode": mode, "policy": policy, "batch": batch, "jit": jit, "width": settings.width,
+        "mode": mode, "policy": policy, "batch": batch, "jit": jit, "width": settings.width, "arch": settings.arch,
         "steps": settings.steps, "warmup": settings.warmup, "repeats": settings.repeats,
         "seed": settings.seed, "inputs": str(inputs), "num_classes": num_classes,
         "strategy": settings.strategy, "devices": list(settings.devices) if settings.devices else None,

@@ -47,7 +47,7 @@ def run_bare(job):
     distribute.check_global_batch(batch, strategy.num_replicas_in_sync, what="batch")
     keras.utils.set_random_seed(job["seed"])
     with strategy.scope():
-        models = build_models(images.shape[1:], job["num_classes"], width=job["width"])
+        models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=job.get("arch", "auto"))
     gan = ACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], strategy=strategy)
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
@@ -120,7 +120,8 @@ def run_trainer(job):
     steps = 1 + 2 * job["warmup"] + job["repeats"] * job["steps"]
     config = Config(
         dataset=job["dataset"], data_dir=job["data_dir"], max_per_class=job["max_per_class"],
-        policy=job["policy"], batch=job["batch"], width=job["width"], steps=steps, jit=job["jit"],
+        policy=job["policy"], batch=job["batch"], width=job["width"], arch=job.get("arch", "auto"),
+        steps=steps, jit=job["jit"],
         seed=job["seed"], sample_every=None, checkpoint_every=steps, keep_checkpoints=1,
         warmup_steps=job["warmup"], log_every=job.get("log_every") or Config.log_every,
         output_dir=job["output_dir"], price_per_hour=job["price_per_hour"],

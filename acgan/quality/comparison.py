@@ -46,6 +46,7 @@ class CompareSettings:
     max_per_class: Optional[int] = None
     data_dir: str = "data"
     width: float = 1.0
+    arch: str = "auto"                # model preset (acgan.model.networks), resolved by each run from the data
     jit: bool = True
     seed: int = 0
     price_per_hour: Optional[float] = None
@@ -75,7 +76,7 @@ class CompareSettings:
     def train_config(self, policy, output_dir=None):
         return Config(dataset=self.dataset, classes=self.classes, data_dir=self.data_dir,
                       max_per_class=self.max_per_class, policy=policy, batch=self.batch, width=self.width,
-                      steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed,
+                      arch=self.arch, steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed,
                       price_per_hour=self.price_per_hour, output_dir=output_dir, labels=self.labels)
 
     def budget(self):
@@ -108,7 +109,7 @@ def train_command(settings, policy, run_dir):
     s = settings
     args = [sys.executable, "-m", "acgan.train", "--policy", policy, "--output_dir", str(run_dir),
             "--dataset", s.dataset, "--data_dir", s.data_dir, "--batch", str(s.batch), "--width", repr(s.width),
-            "--seed", str(s.seed), "--jit" if s.jit else "--nojit"]
+            "--arch", s.arch, "--seed", str(s.seed), "--jit" if s.jit else "--nojit"]
     args += ["--steps", str(s.steps)] if s.steps is not None else ["--minutes", repr(s.minutes)]
     if s.classes:
         args += ["--classes", ",".join(s.classes)]

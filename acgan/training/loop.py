@@ -25,7 +25,7 @@ from acgan.config import DEFAULT_STEPS
 from acgan.data.pipeline import training_batches
 from acgan.errors import UserError
 from acgan.measure import advice, device
-from acgan.model.networks import build_models, check_image_shape
+from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.model.precision import needs_loss_scaling
 from acgan.step import distribute
 from acgan.step.tf_step import ACGAN
@@ -60,6 +60,8 @@ def run(config, command=None):
     distribute.check_global_batch(config.batch, strategy.num_replicas_in_sync)
     chief = distribute.is_chief(strategy)
     data = load_data(config)
+    # "auto" becomes the preset it picks for this data, saved as such, so every reader rebuilds that one.
+    config = dataclasses.replace(config, arch=resolve_arch(config.arch, data.image_shape))
     run_dir, resume = prepare_run_dir(config, chief)
     lock = run_lock.take(run_dir, chief)  # one writer per run folder (the chief); the kernel frees it if we die
     # Every worker does the same work (reads of replicated state may be collective); only the chief's
@@ -189,7 +191,7 @@ def set_up(config, strategy, data, run_dir, files_dir, resume):
         evaluator = TrainingEvaluator(config)
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
-        models = build_models(data.image_shape, data.num_classes, width=config.width)
+        models = build_models(data.image_shape, data.num_classes, width=config.width, arch=config.arch)
     gan = ACGAN(models, data.num_classes, config.policy, jit=config.jit, strategy=strategy,
                 sync_bn=config.sync_bn)
     machine = device.describe_device()

@@ -21,7 +21,7 @@ def load_run(run_dir):
     if latest is None:
         raise UserError(f"{run_dir} has no checkpoint yet")
     precision.set_policy(config.policy)
-    models = build_models(info["image_shape"], len(info["class_names"]), width=config.width)
+    models = build_models(info["image_shape"], len(info["class_names"]), width=config.width, arch=config.arch)
     gan = ACGAN(models, len(info["class_names"]), config.policy, jit=False)
     tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()
     return config, info, gan
