@@ -29,7 +29,7 @@ from acgan.data.image_set import ImageSet
 CLASS_NAMES = ("stripes", "checks", "dots", "rings", "waves", "bricks", "clouds", "gradient", "plaid", "confetti")
 PER_CLASS = {"train": 2000, "test": 500}
 SIZE = 32
-VERSION = 1  # bump whenever the drawing changes, so cached arrays from older code are never reused
+VERSION = 3  # bump whenever the drawing changes, so cached arrays from older code are never reused
 NOISE = 6.0  # std of the per-pixel noise, in uint8 levels
 _STREAM = {"train": 0, "test": 1}
 _Y, _X = np.mgrid[0:SIZE, 0:SIZE].astype(np.float64) - (SIZE - 1) / 2.0
@@ -122,28 +122,29 @@ def _stripes(rng):
 
 def _checks(rng):
     u, v = _rotated(rng)
-    cell = rng.uniform(3.5, 8)
+    cell = rng.uniform(4.5, 8)
     return _mix(_soft(4 * np.sin(np.pi * u / cell) * np.sin(np.pi * v / cell), 1.5), *_two_colours(rng))
 
 
 def _dots(rng):
     u, v = _rotated(rng)
-    pitch = rng.uniform(6, 11)
+    pitch = rng.uniform(6, 10)
     du, dv = (u % pitch) - pitch / 2, (v % pitch) - pitch / 2
-    radius = rng.uniform(0.2, 0.38) * pitch
+    radius = rng.uniform(0.26, 0.4) * pitch
     return _mix(_soft(radius - np.hypot(du, dv), 1.5), *_two_colours(rng))
 
 
 def _rings(rng):
-    cx, cy = rng.uniform(-20, 20, 2)
+    cx, cy = rng.uniform(-9, 9, 2)  # the centre in the picture: whole rings, not curved stripes
     r = np.hypot(_X - cx, _Y - cy)
     return _mix(_soft(np.sin(2 * np.pi * r / rng.uniform(4, 9) + rng.uniform(0, 2 * np.pi))), *_two_colours(rng))
 
 
 def _waves(rng):
     u, v = _rotated(rng)
-    bend = rng.uniform(2, 5) * np.sin(2 * np.pi * v / rng.uniform(10, 24) + rng.uniform(0, 2 * np.pi))
-    return _mix(_soft(np.sin(2 * np.pi * (u + bend) / rng.uniform(5, 10))), *_two_colours(rng))
+    period = rng.uniform(5, 9)
+    bend = rng.uniform(0.6, 0.9) * period * np.sin(2 * np.pi * v / rng.uniform(9, 15) + rng.uniform(0, 2 * np.pi))
+    return _mix(_soft(np.sin(2 * np.pi * (u + bend) / period)), *_two_colours(rng))
 
 
 def _bricks(rng):
@@ -160,7 +161,7 @@ def _bricks(rng):
 
 
 def _clouds(rng):
-    k = int(rng.integers(3, 7))
+    k = int(rng.integers(4, 8))
     field = Image.fromarray(rng.normal(0, 1, (k, k)).astype(np.float32), mode="F").resize((SIZE, SIZE), Image.BICUBIC)
     field = np.asarray(field, np.float64)
     field = (field - field.mean()) / (field.std() + 1e-6)
@@ -176,8 +177,8 @@ def _plaid(rng):
     u, v = _rotated(rng, angle=rng.uniform(-0.3, 0.3) + rng.choice([0.0, np.pi / 4]))
     hue = rng.uniform()
     base, a, b = _colour(rng, hue), _colour(rng, hue + 1 / 3), _colour(rng, hue + 2 / 3)
-    ma = _soft(np.sin(2 * np.pi * u / rng.uniform(6, 12)) - 0.3, 3.0)
-    mb = _soft(np.sin(2 * np.pi * v / rng.uniform(6, 12)) - 0.3, 3.0)
+    ma = _soft(np.sin(2 * np.pi * u / rng.uniform(6, 11)), 3.0)
+    mb = _soft(np.sin(2 * np.pi * v / rng.uniform(6, 11)), 3.0)
     return base * (1 - 0.6 * ma[..., None] - 0.6 * mb[..., None]) + 0.6 * ma[..., None] * a + 0.6 * mb[..., None] * b
 
 
