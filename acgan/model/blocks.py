@@ -36,6 +36,13 @@ def conv_transpose(x, filters, name, kernel=4):
     )(x)
 
 
+def upsample_conv(x, filters, name, kernel=5):
+    """Nearest-neighbour 2x upsampling, then a stride-1 convolution: doubles the spatial size without the
+    uneven kernel overlap that gives stride-2 transposed convolutions their checkerboard."""
+    x = layers.UpSampling2D(2, interpolation="nearest", name=f"{name}_up")(x)
+    return layers.Conv2D(filters, kernel, padding="same", kernel_initializer=init(), name=name)(x)
+
+
 def dropout(x, rate, name):
     """Dropout in the compute dtype (active only in training mode)."""
     return layers.Dropout(rate, name=name)(x)
@@ -64,10 +71,18 @@ def float32_activation(x, activation, name):
     return layers.Activation(activation, dtype="float32", name=name)(x)
 
 
+class UnitRange(layers.Layer):
+    """(x + 1) / 2: an image in [-1, 1] (a tanh output) as one in [0, 1]. Not keras.layers.Rescaling: that
+    is a tf.data preprocessing layer and reaches for TensorFlow on the JAX backend."""
+
+    def call(self, x):
+        return 0.5 * x + 0.5
+
+
 def float32_tanh_to_unit(x, name):
     """A tanh image output mapped to [0, 1] ((tanh + 1) / 2), both in float32: the images' contract."""
     x = layers.Activation("tanh", dtype="float32", name=f"{name}_tanh")(x)
-    return layers.Rescaling(0.5, offset=0.5, dtype="float32", name=name)(x)
+    return UnitRange(dtype="float32", name=name)(x)
 
 
 def float32_logits(x, units, name):

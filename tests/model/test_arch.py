@@ -114,3 +114,35 @@ def test_the_preset_on_28x28_data_is_refused_before_anything_is_written(tmp_path
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and "divides by 8" in lines[-1], result.stderr[-2000:]
     assert not (tmp_path / "run").exists()
+
+
+JAX_SCRIPT = """
+import sys
+sys.modules["tensorflow"] = None  # the JAX path must never need TensorFlow
+import keras, numpy as np
+from acgan.model import networks, precision
+from acgan.step import jax_step
+assert keras.backend.backend() == "jax"
+for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
+    precision.set_policy(policy)
+    m = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
+    gan = jax_step.JaxACGAN(m, 10, policy, jit=True)
+    rng = np.random.default_rng(0)
+    batch = (rng.integers(0, 256, (16, 32, 32, 3)).astype(np.uint8), rng.integers(0, 10, 16).astype(np.int32),
+             rng.uniform(-1, 1, (16, gan.noise_dim)).astype(np.float32), rng.integers(0, 10, 16).astype(np.int32))
+    for _ in range(2):
+        values = gan.train_step(*batch).read()
+    images = np.asarray(gan.generate(batch[2][:4], batch[3][:4]))
+    assert images.shape == (4, 32, 32, 3) and images.dtype == np.float32, images.shape
+    assert 0.0 <= images.min() and images.max() <= 1.0 and all(np.isfinite(list(values.values())))
+    print("ok", policy)
+"""
+
+
+@pytest.mark.slow
+def test_the_preset_trains_on_the_jax_backend_without_tensorflow(tmp_path):
+    pytest.importorskip("jax")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO, KERAS_BACKEND="jax")
+    result = subprocess.run([sys.executable, "-c", JAX_SCRIPT], capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=600)
+    assert result.returncode == 0 and result.stdout.count("ok ") == 3, result.stderr[-3000:]
