@@ -40,15 +40,28 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
             assert layer.compute_dtype == "float32", name
         elif isinstance(layer, (keras.layers.Conv2D, keras.layers.Conv2DTranspose, keras.layers.Dense)):
             assert layer.compute_dtype == compute and layer.variable_dtype == "float32", name
-    # The table: G 384 (4x4) -> 192 -> 96 -> 3 by 5x5 stride-2 transposed convolutions; D 3x3 convolutions
-    # 16..512 alternating stride 2 and 1, batch norm from the second, dropout 0.5 after each.
+    # The table: G 384 (4x4) -> 192 -> 96 -> 3 by 5x5 kernels, each doubling the side (here a nearest
+    # upsampling and a stride-1 convolution: the measured departure); D 3x3 convolutions 16..512
+    # alternating stride 2 and 1, batch norm from the second (dropout: off, the other departure).
     assert layers["g_fc1"].units == 4 * 4 * 384
     assert [layers[n].filters for n in ("g_deconv1", "g_deconv2", "g_deconv_out")] == [192, 96, 3]
     assert {layers[n].kernel_size for n in ("g_deconv1", "g_deconv2", "g_deconv_out")} == {(5, 5)}
+    assert all(isinstance(layers[f"{n}_up"], keras.layers.UpSampling2D) for n in ("g_deconv1", "g_deconv2"))
     assert [layers[f"d_conv{i}"].filters for i in range(1, 7)] == [16, 32, 64, 128, 256, 512]
     assert [layers[f"d_conv{i}"].strides for i in range(1, 7)] == [(2, 2), (1, 1)] * 3
     assert "d_bn1" not in layers and all(f"d_bn{i}" in layers for i in range(2, 7))
+    assert paper_cifar.DROPOUT == 0.0 and not any(isinstance(l, keras.layers.Dropout) for l in layers.values())
+
+
+def test_the_tables_transposed_convolutions_and_dropout_still_build(monkeypatch):
+    monkeypatch.setattr(paper_cifar, "UPSAMPLE", "transpose")
+    monkeypatch.setattr(paper_cifar, "DROPOUT", 0.5)
+    m = networks.build_models(SHAPE, 10, arch="acgan_cifar")
+    layers = {l.name: l for part in m for l in part.layers}
+    assert isinstance(layers["g_deconv1"], keras.layers.Conv2DTranspose) and layers["g_deconv1"].strides == (2, 2)
     assert all(layers[f"d_dropout{i}"].rate == 0.5 for i in range(1, 7))
+    images = m.generator([np.zeros((2, paper_cifar.NOISE_DIM), np.float32), np.array([0, 1], np.int32)])
+    assert tuple(images.shape) == (2,) + SHAPE
 
 
 def test_width_scales_the_preset_in_multiples_of_eight():
