@@ -17,11 +17,12 @@ Source: Odena, Olah and Shlens, "Conditional Image Synthesis with Auxiliary Clas
        Linear 11: one sigmoid unit (real/fake) and a softmax over the 10 classes
     Init normal(0, 0.02), biases 0; Adam 2e-4, beta1 0.5; batch 100; leaky ReLU slope 0.2.
 
-The discriminator's rows were checked against the paper's ImageNet table in the arXiv text (the same
-3x3, 16-512, stride 2/1 stack, dropout 0.5, BN from the second layer) and against a public PyTorch
-reimplementation's CIFAR-10 discriminator (flattening 4x4x512 into the two linear heads). The CIFAR-10
-generator rows (384 at 4x4, then 192, 96, 3 with 5x5 stride-2 transposed convolutions) are the v4
-table as this module's author read it; the ICLR version of the paper has only the ImageNet table.
+Provenance, honestly: the text of the paper found here was the ICLR-submission version, whose only
+table is the ImageNet one; its discriminator rows are the ones above (3x3, 16-512, strides 2/1, BN from
+the second layer, dropout 0.5, leaky ReLU 0.2) and a public PyTorch reimplementation's CIFAR-10
+discriminator flattens the same stack's 4x4x512 map into the two linear heads. The CIFAR-10 generator
+rows (a linear layer into 4x4x384, then 192, 96 and 3 maps by 5x5 stride-2 transposed convolutions,
+tanh) are the v4 CIFAR-10 table as the issue summarised it; they were not re-read from the paper here.
 
 Where this departs from the table, and why:
 
