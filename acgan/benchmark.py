@@ -45,6 +45,7 @@ def settings_from_flags():
         data_dir=FLAGS.data_dir,
         max_per_class=FLAGS.max_per_class,
         width=FLAGS.width,
+        arch=FLAGS.arch,
         steps=FLAGS.steps,
         warmup=FLAGS.warmup,
         repeats=FLAGS.repeats,

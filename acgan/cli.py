@@ -9,7 +9,7 @@ from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, DiskFull, UserErro
 
 def define_data_flags(classes=True):
     """--dataset, --classes, --data_dir, --max_per_class: which images a command trains or times on."""
-    flags.DEFINE_string("dataset", "doodles", "doodles, quickdraw, cifar10, npz:PATH or folder:PATH.")
+    flags.DEFINE_string("dataset", "doodles", "doodles, swatches, quickdraw, cifar10, npz:PATH or folder:PATH.")
     if classes:
         flags.DEFINE_list("classes", None, "Quick-Draw classes (default: airplane,apple,bee,bird,book,clock,cow,dog,eye,fish).")
     flags.DEFINE_string("data_dir", "data", "Folder for downloads, caches and the judge.")
@@ -17,7 +17,9 @@ def define_data_flags(classes=True):
 
 
 def define_model_flags(jit=True):
-    """--width and (unless a command sweeps it) --jit: how the models are built and compiled."""
+    """--arch, --width and (unless a command sweeps it) --jit: how the models are built and compiled."""
+    flags.DEFINE_string("arch", "auto", "Model preset: reference (the seed's design), acgan_cifar (the AC-GAN "
+                        "paper's CIFAR-10 networks) or auto: acgan_cifar for 32x32x3 images, else reference.")
     flags.DEFINE_float("width", 1.0, "Channel multiplier (channels stay multiples of 8).")
     if jit:
         flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")

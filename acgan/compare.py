@@ -34,6 +34,7 @@ def main(argv):
         max_per_class=FLAGS.max_per_class,
         data_dir=FLAGS.data_dir,
         width=FLAGS.width,
+        arch=FLAGS.arch,
         jit=FLAGS.jit,
         seed=FLAGS.seed,
         backend=FLAGS.backend,

@@ -9,6 +9,13 @@ DEFAULT_STEPS = 1000
 BACKENDS = ("tensorflow", "jax")
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
+# Model presets (acgan.model.networks); "auto" resolves from the image shape when the data is loaded.
+ARCHS = ("reference", "acgan_cifar")
+
+
+def validate_arch(name):
+    if name not in ("auto",) + ARCHS:
+        raise UserError(f"unknown arch {name!r}: choose auto, {', '.join(ARCHS)}")
 
 
 def validate_policy(name):
@@ -48,6 +55,9 @@ class Config:
     batch: int = 64
     # Channel multiplier for every layer; channel counts are rounded to multiples of 8.
     width: float = 1.0
+    # Model preset: reference, acgan_cifar, or auto (acgan_cifar for 32x32x3 images, else reference). A run
+    # saves the resolved preset; a saved config without the field is a run of the reference model.
+    arch: str = "auto"
     # Length: exactly one of steps / epochs / minutes; none given means DEFAULT_STEPS steps.
     steps: Optional[int] = None
     epochs: Optional[int] = None
@@ -94,6 +104,7 @@ class Config:
         validate_policy(self.policy)
         validate_strategy(self.strategy, self.devices)
         validate_backend(self.backend, self.strategy)
+        validate_arch(self.arch)
         positive_int("batch", self.batch)
         positive_number("width", self.width)
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
@@ -122,6 +133,7 @@ class Config:
         values = json.loads(text)
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in values.items() if k in known}
+        values.setdefault("arch", "reference")  # runs from before --arch trained the reference model
         for name in ("classes", "devices"):
             if values.get(name) is not None:
                 values[name] = tuple(values[name])

@@ -37,9 +37,18 @@ def main(argv):
 
 
 def summary_line(result):
+    reference = result.get("real_reference") or {}
+
+    def ref(key):
+        return f" (real vs real {reference[key]:.2f})" if reference.get(key) is not None else ""
+
+    class_mean = result.get("frechet_distance_class_mean")
     return (f"step {result['step']}: conditional accuracy {result['conditional_accuracy']:.1%} "
-            f"(chance {result['chance']:.0%}), Fréchet distance {result['frechet_distance']:.2f} "
-            f"({result['num_real']} real vs {result['num_generated']} generated), classifier score "
+            f"(chance {result['chance']:.0%}), Fréchet distance {result['frechet_distance']:.2f}"
+            f"{ref('frechet_distance')} ({result['num_real']} real vs {result['num_generated']} generated), "
+            + (f"mean per-class Fréchet distance {class_mean:.2f}{ref('frechet_distance_class_mean')}, "
+               if class_mean is not None else "")
+            + f"classifier score "
             f"{result['classifier_score']:.2f}, Q on real test images {result['q_accuracy_real']:.1%}")
 
 

@@ -46,6 +46,7 @@ def config_from_flags():
         policy=FLAGS.policy,
         batch=FLAGS.batch,
         width=FLAGS.width,
+        arch=FLAGS.arch,
         steps=FLAGS.steps,
         epochs=FLAGS.epochs,
         minutes=FLAGS.minutes,

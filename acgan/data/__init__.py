@@ -11,7 +11,7 @@ from typing import Sequence
 from acgan.data.image_set import QUICKDRAW_DEFAULT_CLASSES, TEST_FRACTION, ImageSet, select  # noqa: F401
 from acgan.errors import UserError
 
-DATASETS = ("doodles", "quickdraw", "cifar10")
+DATASETS = ("doodles", "swatches", "quickdraw", "cifar10")
 FILE_PREFIXES = ("npz:", "folder:")
 SPLITS = ("train", "test")
 
@@ -74,6 +74,10 @@ def load_dataset(
         from acgan.data import doodles
 
         data = doodles.load(split, seed=seed, data_dir=data_dir, max_per_class=max_per_class)
+    elif name == "swatches":
+        from acgan.data import swatches
+
+        data = swatches.load(split, seed=seed, data_dir=data_dir, max_per_class=max_per_class)
     elif name == "quickdraw":
         from acgan.data import quickdraw
 

@@ -30,6 +30,7 @@ from acgan.config import (
     positive_int,
     positive_number,
     validate_backend,
+    validate_arch,
     validate_policy,
     validate_strategy,
 )
@@ -54,6 +55,7 @@ class SweepSettings:
     data_dir: str = "data"
     max_per_class: Optional[int] = None
     width: float = 1.0
+    arch: str = "auto"           # model preset; auto: acgan_cifar for 32x32x3 images, else reference
     steps: int = 20                 # steps per timing
     warmup: int = 3                 # steps after the compiled first step, left out
     repeats: int = 3                # timings per configuration (median, min, max reported)
@@ -91,6 +93,7 @@ class SweepSettings:
             positive_int("batches", batch)
         non_negative_int("warmup", self.warmup)
         positive_number("width", self.width)
+        validate_arch(self.arch)
         if self.price_per_hour is not None:
             positive_number("price_per_hour", self.price_per_hour)
         validate_strategy(self.strategy, self.devices)
@@ -234,6 +237,7 @@ def probe_backend(settings, backend, image_shape, num_classes, work_dir):
 
     UserError when the backend cannot start here, or rejects the inputs (e.g. their image shape)."""
     job = {"mode": "probe", "backend": backend, "policies": list(settings.policies), "width": settings.width,
+           "arch": settings.arch,
            "image_shape": list(image_shape), "num_classes": num_classes}
     log_path = Path(work_dir) / f"probe-{backend}.log"
     result = run_worker(job, Path(work_dir), log_path, name=f"probe-{backend}",
@@ -340,6 +344,7 @@ def run_sweep(settings, output_dir=None, command=None, echo=print):
 def _job(settings, backend, policy, batch, jit, inputs, num_classes, mode="bare"):
     return {
         "mode": mode, "backend": backend, "policy": policy, "batch": batch, "jit": jit, "width": settings.width,
+        "arch": settings.arch,
         "steps": settings.steps, "warmup": settings.warmup, "repeats": settings.repeats,
         "seed": settings.seed, "inputs": str(inputs), "num_classes": num_classes,
         "strategy": "default" if backend == "jax" else settings.strategy,

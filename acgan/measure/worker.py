@@ -68,7 +68,7 @@ def _run_bare_tensorflow(job, images, labels):
     distribute.check_global_batch(batch, strategy.num_replicas_in_sync, what="batch")
     keras.utils.set_random_seed(job["seed"])
     with strategy.scope():
-        models = build_models(images.shape[1:], job["num_classes"], width=job["width"])
+        models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=job.get("arch", "auto"))
     gan = ACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], strategy=strategy)
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
@@ -105,7 +105,7 @@ def _run_bare_jax(job, images, labels):
     target = jax.devices()[0]
     baseline = device.peak_memory_bytes()   # JAX cannot reset its peak: a fresh process starts low
     backend.set_random_seed(job["seed"])
-    models = build_models(images.shape[1:], job["num_classes"], width=job["width"])
+    models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=job.get("arch", "auto"))
     gan = JaxACGAN(models, job["num_classes"], job["policy"], jit=job["jit"])
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]
@@ -180,7 +180,8 @@ def run_probe(job):
         widths[policy] = {}
         if policy != "float32":
             precision.set_policy(policy)
-            models = build_models(tuple(job["image_shape"]), job["num_classes"], job["width"])
+            models = build_models(tuple(job["image_shape"]), job["num_classes"], job["width"],
+                                  arch=job.get("arch", "auto"))
             widths[policy] = advice.layer_widths(list(models))
             keras.backend.clear_session()
     return {"status": "ok", "machine": machine, "layer_widths": widths}
@@ -217,7 +218,8 @@ def run_trainer(job):
     steps = 1 + 2 * job["warmup"] + job["repeats"] * window
     config = Config(
         dataset=job["dataset"], data_dir=job["data_dir"], max_per_class=job["max_per_class"],
-        policy=job["policy"], batch=job["batch"], width=job["width"], steps=steps, jit=job["jit"],
+        policy=job["policy"], batch=job["batch"], width=job["width"], arch=job.get("arch", "auto"),
+        steps=steps, jit=job["jit"],
         seed=job["seed"], sample_every=None, checkpoint_every=steps, keep_checkpoints=1,
         warmup_steps=job["warmup"], log_every=log_every,
         output_dir=job["output_dir"], price_per_hour=job["price_per_hour"],

@@ -24,16 +24,28 @@ def dense(x, units, name, dtype=None):
     return layers.Dense(units, kernel_initializer=init(), dtype=dtype, name=name)(x)
 
 
-def conv(x, filters, name):
-    """4x4 stride-2 convolution: halves the spatial size."""
-    return layers.Conv2D(filters, 4, strides=2, padding="same", kernel_initializer=init(), name=name)(x)
+def conv(x, filters, name, kernel=4, strides=2):
+    """Convolution, "same" padding; by default 4x4 stride 2 (halves the spatial size)."""
+    return layers.Conv2D(filters, kernel, strides=strides, padding="same", kernel_initializer=init(), name=name)(x)
 
 
-def conv_transpose(x, filters, name):
-    """4x4 stride-2 transposed convolution: doubles the spatial size."""
+def conv_transpose(x, filters, name, kernel=4):
+    """Stride-2 transposed convolution (doubles the spatial size); 4x4 by default."""
     return layers.Conv2DTranspose(
-        filters, 4, strides=2, padding="same", kernel_initializer=init(), name=name
+        filters, kernel, strides=2, padding="same", kernel_initializer=init(), name=name
     )(x)
+
+
+def upsample_conv(x, filters, name, kernel=5):
+    """Nearest-neighbour 2x upsampling, then a stride-1 convolution: doubles the spatial size without the
+    uneven kernel overlap that gives stride-2 transposed convolutions their checkerboard."""
+    x = layers.UpSampling2D(2, interpolation="nearest", name=f"{name}_up")(x)
+    return layers.Conv2D(filters, kernel, padding="same", kernel_initializer=init(), name=name)(x)
+
+
+def dropout(x, rate, name):
+    """Dropout in the compute dtype (active only in training mode)."""
+    return layers.Dropout(rate, name=name)(x)
 
 
 def batch_norm(x, name):
@@ -57,6 +69,20 @@ def leaky_relu(x, name):
 def float32_activation(x, activation, name):
     """A model output: cast to float32 first, so sigmoid/softmax saturate and sum in full precision."""
     return layers.Activation(activation, dtype="float32", name=name)(x)
+
+
+class UnitRange(layers.Layer):
+    """(x + 1) / 2: an image in [-1, 1] (a tanh output) as one in [0, 1]. Not keras.layers.Rescaling: that
+    is a tf.data preprocessing layer and reaches for TensorFlow on the JAX backend."""
+
+    def call(self, x):
+        return 0.5 * x + 0.5
+
+
+def float32_tanh_to_unit(x, name):
+    """A tanh image output mapped to [0, 1] ((tanh + 1) / 2), both in float32: the images' contract."""
+    x = layers.Activation("tanh", dtype="float32", name=f"{name}_tanh")(x)
+    return UnitRange(dtype="float32", name=name)(x)
 
 
 def float32_logits(x, units, name):

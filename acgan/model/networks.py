@@ -1,33 +1,52 @@
-"""The reference AC-GAN: generator G, discriminator trunk, adversarial head D and class head Q.
+"""The AC-GAN's four parts (generator G, discriminator trunk, adversarial head D, class head Q) in one of
+two presets (`--arch`):
 
-Shapes: docs/reference-model.md; for 28x28 the generator starts from 7x7, for 32x32 from 8x8.
-Any square image whose side divides by 4 works (two stride-2 layers each way).
+- `reference`: the seed's design (docs/reference-model.md); for 28x28 the generator starts from 7x7,
+  for 32x32 from 8x8. Any square image whose side divides by 4 (two stride-2 layers each way).
+- `acgan_cifar`: the AC-GAN paper's CIFAR-10 networks (acgan/model/paper_cifar.py): sides that divide
+  by 8 (three stride-2 layers each way).
+
+`auto` (the command lines' default) picks `acgan_cifar` for 32x32x3 images and `reference` otherwise.
 """
 from typing import NamedTuple
 
 import keras
 from keras import layers
 
+from acgan.config import ARCHS, validate_arch
 from acgan.errors import UserError
-from acgan.model import blocks
+from acgan.model import blocks, paper_cifar
 
 NOISE_DIM = 62
 
 
 class ACGANModels(NamedTuple):
     generator: keras.Model      # (z [B, noise], labels [B] int) -> images [B, H, W, C] float32 in [0, 1]
-    trunk: keras.Model          # images [B, H, W, C] in [0, 1] -> features [B, 1024*width]
+    trunk: keras.Model          # images [B, H, W, C] in [0, 1] -> features [B, F] (reference: 1024*width)
     d_head: keras.Model         # features -> real/fake logit [B, 1] float32
     q_head: keras.Model         # features -> class logits [B, K] float32
 
 
-def check_image_shape(image_shape):
+def resolve_arch(arch, image_shape):
+    """The preset `arch` names for images of `image_shape`: "auto" is acgan_cifar for 32x32x3 images and
+    reference otherwise. UserError for an unknown name or a shape the preset cannot build."""
+    validate_arch(arch)
+    if arch == "auto":
+        arch = "acgan_cifar" if tuple(image_shape) == (32, 32, 3) else "reference"
+    check_image_shape(image_shape, arch)
+    return arch
+
+
+def check_image_shape(image_shape, arch="reference"):
     height, width, depth = image_shape
     if height != width or height % 4 or height < 8 or depth not in (1, 3):
         raise UserError(
             f"image size {height}x{width}x{depth} is not supported: the models need square images "
             "whose side divides by 4 (e.g. 28x28 or 32x32) with 1 or 3 channels"
         )
+    if arch == "acgan_cifar" and height % 8:
+        raise UserError(f"--arch acgan_cifar needs a side that divides by 8 (e.g. 32x32), not {height}x{width}; "
+                        "use --arch reference")
 
 
 def build_generator(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
@@ -72,10 +91,23 @@ def build_q_head(feature_dim, num_classes, width=1.0):
     return keras.Model(features, blocks.float32_logits(x, num_classes, "q_logits"), name="q_head")
 
 
-def build_models(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
-    """All four parts under the current global dtype policy."""
+def build_models(image_shape, num_classes, width=1.0, noise_dim=None, arch="reference"):
+    """All four parts of the preset `arch` (ARCHS, or "auto") under the current global dtype policy.
+
+    noise_dim: G's noise size (default: the preset's, 62 for reference and 100 for acgan_cifar).
+    """
     image_shape = tuple(image_shape)
-    check_image_shape(image_shape)
+    arch = resolve_arch(arch, image_shape)
+    if arch == "acgan_cifar":
+        trunk = paper_cifar.build_trunk(image_shape, width)
+        feature_dim = trunk.output.shape[-1]
+        return ACGANModels(
+            generator=paper_cifar.build_generator(image_shape, num_classes, width, noise_dim or paper_cifar.NOISE_DIM),
+            trunk=trunk,
+            d_head=build_d_head(feature_dim),
+            q_head=paper_cifar.build_q_head(feature_dim, num_classes),
+        )
+    noise_dim = noise_dim or NOISE_DIM
     trunk = build_trunk(image_shape, width)
     feature_dim = trunk.output.shape[-1]
     return ACGANModels(

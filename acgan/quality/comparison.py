@@ -46,6 +46,7 @@ class CompareSettings:
     max_per_class: Optional[int] = None
     data_dir: str = "data"
     width: float = 1.0
+    arch: str = "auto"                # model preset (acgan.model.networks), resolved by each run from the data
     jit: bool = True
     seed: int = 0
     backend: str = "tensorflow"       # every run trains, and is judged, on this Keras backend
@@ -76,7 +77,7 @@ class CompareSettings:
     def train_config(self, policy, output_dir=None):
         return Config(dataset=self.dataset, classes=self.classes, data_dir=self.data_dir,
                       max_per_class=self.max_per_class, policy=policy, batch=self.batch, width=self.width,
-                      steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed, backend=self.backend,
+                      arch=self.arch, steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed, backend=self.backend,
                       price_per_hour=self.price_per_hour, output_dir=output_dir, labels=self.labels)
 
     def budget(self):
@@ -109,7 +110,7 @@ def train_command(settings, policy, run_dir):
     s = settings
     args = [sys.executable, "-m", "acgan.train", "--policy", policy, "--output_dir", str(run_dir),
             "--dataset", s.dataset, "--data_dir", s.data_dir, "--batch", str(s.batch), "--width", repr(s.width),
-            "--seed", str(s.seed), "--jit" if s.jit else "--nojit", "--backend", s.backend]
+            "--arch", s.arch, "--seed", str(s.seed), "--jit" if s.jit else "--nojit", "--backend", s.backend]
     args += ["--steps", str(s.steps)] if s.steps is not None else ["--minutes", repr(s.minutes)]
     if s.classes:
         args += ["--classes", ",".join(s.classes)]
@@ -227,6 +228,8 @@ def make_row(policy, run_dir, report, result, out):
         "skipped_steps": sum(metrics.get(f"{n}_skipped", 0) for n in ("d", "g", "q")),
         "conditional_accuracy": result["conditional_accuracy"],
         "frechet_distance": result["frechet_distance"],
+        "frechet_distance_class_mean": result.get("frechet_distance_class_mean"),
+        "frechet_distance_per_class": result.get("frechet_distance_per_class"),
         "classifier_score": result["classifier_score"],
         "q_accuracy_real": result.get("q_accuracy_real"),
         "inception_fid": result["inception"].get("fid"),
@@ -248,10 +251,15 @@ def frechet_limit(base_distance, reference_distance=None):
 
 def add_baseline(rows):
     """Speed-up, conditional-accuracy and Fréchet-distance change against float32 (or the first policy
-    without it), and the verdict: quality held when both the accuracy and the distance held."""
+    without it), and the verdict: quality held when the accuracy, the overall distance and (where both
+    runs have it) the mean per-class distance held, each distance by the same rule against its own
+    real-vs-real reference."""
     base = next((r for r in rows if r["policy"] == "float32"), rows[0])
     reference = (base.get("real_reference") or {}).get("frechet_distance")
     limit = frechet_limit(base["frechet_distance"], reference)
+    base_class = base.get("frechet_distance_class_mean")
+    class_limit = None if base_class is None else frechet_limit(
+        base_class, (base.get("real_reference") or {}).get("frechet_distance_class_mean"))
     for r in rows:
         r["baseline"] = base["policy"]
         t, bt = r["time_per_batch_median_ms"], base["time_per_batch_median_ms"]
@@ -262,7 +270,11 @@ def add_baseline(rows):
         r["frechet_change"] = r["frechet_distance"] / base_fd - 1.0 if base_fd else None
         r["frechet_limit"] = limit
         r["frechet_held"] = r["frechet_distance"] <= limit
-        r["quality_held"] = r["accuracy_held"] and r["frechet_held"]
+        mean = r.get("frechet_distance_class_mean")
+        r["class_frechet_change"] = mean / base_class - 1.0 if mean is not None and base_class else None
+        r["class_frechet_limit"] = class_limit
+        r["class_frechet_held"] = None if mean is None or class_limit is None else mean <= class_limit
+        r["quality_held"] = r["accuracy_held"] and r["frechet_held"] and r["class_frechet_held"] is not False
 
 
 def verdict(rows):
@@ -281,8 +293,14 @@ def verdict(rows):
             why.append(f"conditional accuracy {100 * r['accuracy_change']:+.1f} points")
         if not r["frechet_held"]:
             why.append(f"Fréchet distance {r['frechet_distance']:.2f} ({100 * r['frechet_change']:+.0f}%)")
+        if r.get("class_frechet_held") is False:
+            why.append(f"mean per-class Fréchet distance {r['frechet_distance_class_mean']:.2f} "
+                       f"({100 * r['class_frechet_change']:+.0f}%, limit {r['class_frechet_limit']:.2f})")
         if why:
             missed.append(f"{r['policy']} ({', '.join(why)})")
+    if base.get("class_frechet_limit") is not None:
+        rule += (f"; and the mean per-class Fréchet distance likewise, at most {base['class_frechet_limit']:.2f} "
+                 f"against {base['policy']}'s {base['frechet_distance_class_mean']:.2f}")
     if missed:
         return f"Quality did not hold for {'; '.join(missed)}. Held means: {rule}."
     return f"Quality held for every policy: {rule}."
@@ -302,8 +320,10 @@ def caption(row):
     else:
         cost = "cost: n/a (too few steps to time)"
     status = "DIVERGED at " if row.get("status") == "diverged" else ""
+    class_fd = row.get("frechet_distance_class_mean")
     lines = [f"{status}{row['steps']:,} steps, {speed}", cost,
-             f"cond. acc. {row['conditional_accuracy']:.1%}, FD {row['frechet_distance']:.1f}"]
+             f"cond. acc. {row['conditional_accuracy']:.1%}, FD {row['frechet_distance']:.1f}"
+             + (f", per class {class_fd:.1f}" if class_fd is not None else "")]
     if row["inception_fid"] is not None:
         lines.append(f"Inception FID {row['inception_fid']:.1f}")
     return "\n".join(lines)
@@ -375,6 +395,11 @@ def render_markdown(doc):
         line(f"change vs {base}", lambda r: _f(r["frechet_change"] and 100 * r["frechet_change"], "+.0f", "%")),
         line("Fréchet distance, real vs real (reference)",
              lambda r: _f((r.get("real_reference") or {}).get("frechet_distance"), ".2f")),
+        line("mean per-class Fréchet distance", lambda r: _f(r.get("frechet_distance_class_mean"), ".2f")),
+        line(f"change vs {base}", lambda r: _f(r.get("class_frechet_change") and 100 * r["class_frechet_change"],
+                                              "+.0f", "%")),
+        line("mean per-class, real vs real (reference)",
+             lambda r: _f((r.get("real_reference") or {}).get("frechet_distance_class_mean"), ".2f")),
         line("quality held", lambda r: "yes" if r["quality_held"] else "**no**"),
         line("classifier score", lambda r: f"{r['classifier_score']:.2f}"),
         line("Q's accuracy on real test images", lambda r: _f(r["q_accuracy_real"], ".1%")),
@@ -401,7 +426,10 @@ def render_markdown(doc):
         f"({_f(judge.get('test_accuracy'), '.2%')} on {judge.get('num_test') or 0:,} held-out test images; "
         f"never the GAN's own Q). Fréchet distance: {sizes} in the judge's 128-d penultimate features; "
         "compare it only between runs judged at the same sample sizes. The reference is the distance between "
-        f"{_reference_sizes(rows[0])} in the same features: where a generator drawing the data exactly would land.",
+        f"{_reference_sizes(rows[0])} in the same features: where a generator drawing the data exactly would land. "
+        "The mean per-class distance averages each class's distance between its real test images and the samples "
+        "generated for it (intra-class diversity: a class collapsed to one image scores high there even when the "
+        "overall distance looks fine); its reference draws as many real train images per class as were generated.",
     ]
     notes = {r["inception_note"] for r in rows if r["inception_fid"] is None and r["inception_note"]}
     if notes:

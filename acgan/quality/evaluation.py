@@ -4,7 +4,15 @@ checkpoint and records the result in the run (quality.json, report.json, report.
 """
 import numpy as np
 
-from acgan.quality.metrics import classifier_score, conditional_accuracy, frechet_distance_of, real_subset
+from acgan.quality.metrics import (
+    class_counts,
+    classifier_score,
+    conditional_accuracy,
+    frechet_distance_of,
+    per_class_frechet,
+    per_class_subset,
+    real_subset,
+)
 
 
 def sample_inputs(num_classes, noise_dim, num_samples, seed=0):
@@ -43,6 +51,7 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True):
     fake_features, fake_probs = judge.predict(fake)
     real_features, real_probs, real_labels = judge.real_reference(test_set, num_samples, seed)
     overall, per_class = conditional_accuracy(fake_probs, labels, num_classes)
+    class_fd, class_fd_mean = per_class_frechet(real_features, real_labels, fake_features, labels, num_classes)
     result = {
         "num_generated": int(num_samples),
         "num_real": int(len(real_labels)),
@@ -52,6 +61,11 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True):
         "conditional_accuracy": overall,
         "conditional_accuracy_per_class": dict(zip(test_set.class_names, per_class)),
         "frechet_distance": frechet_distance_of(real_features, fake_features),
+        # Intra-class: each class's real test images against the samples generated for that class.
+        "frechet_distance_per_class": dict(zip(test_set.class_names, class_fd)),
+        "frechet_distance_class_mean": class_fd_mean,
+        "num_real_per_class": class_counts(real_labels, num_classes).tolist(),
+        "num_generated_per_class": class_counts(labels, num_classes).tolist(),
         "classifier_score": classifier_score(fake_probs),
         # The same metrics on the real held-out images: the ceiling a perfect generator would reach.
         "real_conditional_accuracy": conditional_accuracy(real_probs, real_labels, num_classes)[0],
@@ -71,14 +85,25 @@ def real_reference(judge, test_set, train_set, num_samples, seed=0):
     num_samples real TRAIN images in place of the generated ones (a fixed subset; all of the train split
     when it is smaller), in the same judge features: what a generator drawing exactly the data's
     distribution would score, finite samples being the only difference. The floor under every distance.
+    Per class likewise: each class's real test images (the same subset) against as many real train images
+    of that class as evaluate_gan generates for it (class_counts of sample_inputs' labels).
     """
+    num_classes = test_set.num_classes
     real_features, _, real_labels = judge.real_reference(test_set, num_samples, seed)
     train_images, _ = real_subset(train_set, num_samples, seed)
     train_features, _ = judge.predict(train_images)
+    _, generated_labels = sample_inputs(num_classes, 1, num_samples, seed)
+    class_images, class_labels = per_class_subset(train_set, class_counts(generated_labels, num_classes), seed)
+    class_features, _ = judge.predict(class_images)
+    class_fd, class_fd_mean = per_class_frechet(real_features, real_labels, class_features, class_labels, num_classes)
     return {
         "frechet_distance": frechet_distance_of(real_features, train_features),
         "num_real": int(len(real_labels)),
         "num_train": int(len(train_images)),
+        "frechet_distance_per_class": dict(zip(test_set.class_names, class_fd)),
+        "frechet_distance_class_mean": class_fd_mean,
+        "num_real_per_class": class_counts(real_labels, num_classes).tolist(),
+        "num_train_per_class": class_counts(class_labels, num_classes).tolist(),
         "what": "real test images vs real train images, judge features",
     }
 
@@ -95,6 +120,11 @@ class TrainingEvaluator:
                                               classes=config.classes, max_per_class=config.max_per_class)
         self.judge = judge.load_or_train(config.dataset, config.data_dir, config.classes,
                                          config.max_per_class, test_set=self.test_set)
+        # The real-vs-real references at this evaluation's sizes, once: every evaluation prints beside them.
+        train_set = data_lib.load_dataset(config.dataset, split="train", data_dir=config.data_dir,
+                                          classes=config.classes, max_per_class=config.max_per_class)
+        self.reference = real_reference(self.judge, self.test_set, train_set, self.samples)
+        del train_set
         self.last = None
         # The judge may just have trained on this device: its peak is not the run's.
         from acgan.measure import device
@@ -104,7 +134,8 @@ class TrainingEvaluator:
     def evaluate(self, gan, step, writer):
         """Scores `gan`, logs the scalars to `writer` (a tensorboard.SummaryWriter); the result is kept in `last`."""
         gan.sync_variables()  # Q is called as a Keras model here; on JAX the step's state is elsewhere
-        self.last = dict(evaluate_gan(gan, self.test_set, self.judge, self.samples), step=step)
+        self.last = dict(evaluate_gan(gan, self.test_set, self.judge, self.samples), step=step,
+                         real_reference=self.reference)
         writer.scalars(scalars(self.last), step)
 
 
@@ -247,8 +278,11 @@ def record(run_dir, result):
 
 def scalars(result):
     """The TensorBoard scalars of an evaluation (also what the trainer logs every --eval_every steps)."""
-    out = {f"quality/{k}": result[k] for k in ("conditional_accuracy", "frechet_distance", "classifier_score",
-                                                "q_accuracy_real") if result.get(k) is not None}
+    out = {f"quality/{k}": result[k] for k in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean",
+                                                "classifier_score", "q_accuracy_real") if result.get(k) is not None}
+    for name, value in (result.get("frechet_distance_per_class") or {}).items():
+        if value is not None:
+            out[f"quality/frechet_distance_class/{name}"] = value
     if (result.get("inception") or {}).get("fid") is not None:
         out["quality/inception_fid"] = result["inception"]["fid"]
     return out
@@ -261,6 +295,16 @@ def _pct(value):
 def _reference_text(reference):
     return (f"{reference['frechet_distance']:.2f} ({reference['num_real']:,} real test images vs "
             f"{reference['num_train']:,} real train images: the floor a perfect generator would reach)")
+
+
+def _class_sizes(result):
+    real, generated = result.get("num_real_per_class") or [0], result.get("num_generated_per_class") or [0]
+    return (f"per class {min(real):,}-{max(real):,} real test images vs {min(generated):,}-{max(generated):,} "
+            "generated")
+
+
+def _fd(value):
+    return "n/a" if value is None else f"{value:.2f}"
 
 
 def render_markdown(result):
@@ -282,6 +326,13 @@ def render_markdown(result):
         ("Fréchet distance, judge features", f"{result['frechet_distance']:.2f} ({sizes})"),
         *([("Fréchet distance, real vs real (reference)", _reference_text(result["real_reference"]))]
           if result.get("real_reference") else []),
+        *([("mean per-class Fréchet distance (intra-class)",
+            f"{result['frechet_distance_class_mean']:.2f} ({_class_sizes(result)})")]
+          if result.get("frechet_distance_class_mean") is not None else []),
+        *([("mean per-class Fréchet distance, real vs real (reference)",
+            f"{_fd(result['real_reference'].get('frechet_distance_class_mean'))} (each class's real test images "
+            "vs as many real train images of the class as were generated for it)")]
+          if (result.get("real_reference") or {}).get("frechet_distance_class_mean") is not None else []),
         ("classifier score", f"{result['classifier_score']:.2f} (1 to {result['num_classes']}; real test "
                              f"images: {result.get('real_classifier_score', float('nan')):.2f})"),
         ("Q's accuracy on real test images", _pct(result.get("q_accuracy_real"))),
@@ -290,8 +341,12 @@ def render_markdown(result):
     lines = [SECTION_TITLE, "", judge_line, "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
     per_class = result.get("conditional_accuracy_per_class") or {}
+    class_fd = result.get("frechet_distance_per_class") or {}
+    reference_fd = (result.get("real_reference") or {}).get("frechet_distance_per_class") or {}
     if per_class:
-        lines += ["", "| class | conditional accuracy |", "|---|---|"]
-        lines += [f"| {name} | {_pct(acc)} |" for name, acc in per_class.items()]
+        lines += ["", "| class | conditional accuracy | Fréchet distance | real vs real (reference) |",
+                  "|---|---|---|---|"]
+        lines += [f"| {name} | {_pct(acc)} | {_fd(class_fd.get(name))} | {_fd(reference_fd.get(name))} |"
+                  for name, acc in per_class.items()]
     lines += ["", f"`{result.get('command', '')}`"]
     return "\n".join(lines) + "\n"

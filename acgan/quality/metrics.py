@@ -67,3 +67,39 @@ def real_subset(test_set, num_samples, seed=0):
         return test_set.images, test_set.labels
     idx = np.sort(np.random.default_rng([seed, 1]).choice(n, num_samples, replace=False))
     return test_set.images[idx], test_set.labels[idx]
+
+
+def per_class_frechet(features1, labels1, features2, labels2, num_classes):
+    """Intra-class Fréchet distances (StudioGAN's "intra-FID" idea, in whatever features are given):
+    for each class c, the distance between features1[labels1 == c] and features2[labels2 == c].
+
+    Returns (list of K distances, None where either side has fewer than 2 samples of the class; their
+    mean over the classes that have one, or None). A generator that collapses one class to a single
+    image scores a large distance for that class alone, which the overall distance dilutes K-fold.
+    """
+    features1, features2 = np.asarray(features1), np.asarray(features2)
+    labels1, labels2 = np.asarray(labels1), np.asarray(labels2)
+    out = []
+    for c in range(num_classes):
+        a, b = features1[labels1 == c], features2[labels2 == c]
+        out.append(frechet_distance_of(a, b) if len(a) >= 2 and len(b) >= 2 else None)
+    known = [d for d in out if d is not None]
+    return out, (float(np.mean(known)) if known else None)
+
+
+def class_counts(labels, num_classes):
+    return np.bincount(np.asarray(labels, np.int64), minlength=num_classes)[:num_classes]
+
+
+def per_class_subset(image_set, counts, seed=0):
+    """(uint8 images, labels): counts[c] images of each class c of `image_set` (all of the class when it
+    has fewer), a fixed random choice per (seed, class): the real side of a per-class reference drawn at
+    the generated side's per-class sizes."""
+    keep = []
+    for c, n in enumerate(counts):
+        idx = np.flatnonzero(image_set.labels == c)
+        if n < len(idx):
+            idx = np.sort(np.random.default_rng([seed, 3, c]).choice(idx, int(n), replace=False))
+        keep.append(idx)
+    idx = np.concatenate(keep) if keep else np.zeros(0, np.int64)
+    return image_set.images[idx], image_set.labels[idx]

@@ -25,7 +25,7 @@ from acgan import data as data_lib
 from acgan.config import DEFAULT_STEPS
 from acgan.errors import UserError
 from acgan.measure import advice, device
-from acgan.model.networks import build_models, check_image_shape
+from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.model.precision import needs_loss_scaling
 from acgan.training import report as run_report
 from acgan.training import run_lock
@@ -71,6 +71,8 @@ def run(config, command=None):
     runtime = make_runtime(config)  # before anything touches a device
     chief = runtime.chief
     data = load_data(config)
+    # "auto" becomes the preset it picks for this data, saved as such, so every reader rebuilds that one.
+    config = dataclasses.replace(config, arch=resolve_arch(config.arch, data.image_shape))
     run_dir, resume = prepare_run_dir(config, chief)
     lock = run_lock.take(run_dir, chief)  # one writer per run folder (the chief); the kernel frees it if we die
     # Every worker does the same work (reads of replicated state may be collective); only the chief's
@@ -168,7 +170,7 @@ def set_up(config, runtime, data, run_dir, files_dir, resume):
         evaluator = TrainingEvaluator(config)
     backend.set_random_seed(config.seed)
     with runtime.scope():
-        models = build_models(data.image_shape, data.num_classes, width=config.width)
+        models = build_models(data.image_shape, data.num_classes, width=config.width, arch=config.arch)
     gan = runtime.make_step(models, data.num_classes, config)
     machine = device.describe_device()
     layout = runtime.layout(gan)

@@ -109,6 +109,7 @@ def render_markdown(report):
         ("device", f"{device['kind']}: {accelerator}"),
         ("backend", _backend(report, device)),
         ("policy", report["policy"]),
+        ("model", _model(report.get("config") or {})),
         ("XLA", _xla(report)),
         ("strategy", _strategy(report.get("distribution"))),
         ("batch", report["batch"]),
@@ -143,15 +144,29 @@ def render_markdown(report):
                          f"| {_fmt(t.get('bare_step_ms'), '', 2)} |")
     during = report.get("quality_during_training")
     if during:
+        reference = during.get("real_reference") or {}
+
+        def ref(key):
+            return f" (real vs real {reference[key]:.1f})" if reference.get(key) is not None else ""
+
+        class_mean = during.get("frechet_distance_class_mean")
         lines += ["", f"Sample quality at step {during['step']} ({during['num_generated']} samples; "
                   "`python -m acgan.evaluate` for the full measurement): conditional accuracy "
-                  f"{during['conditional_accuracy']:.1%}, Fréchet distance {during['frechet_distance']:.1f}."]
+                  f"{during['conditional_accuracy']:.1%}, Fréchet distance {during['frechet_distance']:.1f}"
+                  f"{ref('frechet_distance')}"
+                  + (f", mean per-class Fréchet distance {class_mean:.1f}{ref('frechet_distance_class_mean')}"
+                     if class_mean is not None else "") + "."]
     if report.get("advice"):
         lines += ["", "Hardware advice:", ""] + [f"- {line}" for line in report["advice"]]
     if report.get("final_metrics"):
         lines += ["", "Final metrics:", "", "| metric | value |", "|---|---|"]
         lines += [f"| {k} | {v:.4g} |" for k, v in report["final_metrics"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _model(config):
+    """The model preset and width (runs from before --arch trained the reference model)."""
+    return f"{config.get('arch', 'reference')}, width {config.get('width', 1.0):g}"
 
 
 def write_report(run_dir, report):

@@ -25,7 +25,7 @@ def load_run(run_dir):
         raise UserError(f"{run_dir} was trained with --backend tensorflow and its checkpoints need TensorFlow: "
                         "read it with --backend tensorflow")
     precision.set_policy(config.policy)
-    models = build_models(info["image_shape"], len(info["class_names"]), width=config.width)
+    models = build_models(info["image_shape"], len(info["class_names"]), width=config.width, arch=config.arch)
     num_classes = len(info["class_names"])
     arrays = None
     if config.backend == "jax":

@@ -39,3 +39,21 @@ def test_near_the_data_the_reference_sets_the_tolerance():
     comparison.add_baseline(rows)
     assert rows[1]["frechet_limit"] == pytest.approx(1.0 + comparison.FD_REFERENCE_MULTIPLE * 0.3)
     assert rows[1]["quality_held"]
+
+
+def test_the_mean_per_class_distance_is_judged_by_the_same_rule_when_both_runs_have_it():
+    def with_classes(r, mean, reference_mean=1.0):
+        r["frechet_distance_class_mean"] = mean
+        r["real_reference"]["frechet_distance_class_mean"] = reference_mean
+        return r
+
+    # Overall distance and accuracy hold, but one class collapsed: the per-class mean is 40% worse.
+    rows = [with_classes(row("float32", 0.95, 10.0), 20.0), with_classes(row("mixed_float16", 0.95, 10.5), 28.0)]
+    comparison.add_baseline(rows)
+    assert rows[1]["frechet_held"] and rows[1]["class_frechet_held"] is False and not rows[1]["quality_held"]
+    assert rows[1]["class_frechet_limit"] == pytest.approx(23.0)
+    assert "mean per-class Fréchet distance 28.00 (+40%, limit 23.00)" in comparison.verdict(rows)
+    # Older rows without it are judged as before.
+    rows = [row("float32", 0.95, 10.0), row("mixed_float16", 0.95, 10.5)]
+    comparison.add_baseline(rows)
+    assert rows[1]["class_frechet_held"] is None and rows[1]["quality_held"]

@@ -1,0 +1,101 @@
+"""The AC-GAN paper's CIFAR-10 networks (`--arch acgan_cifar`), from the same policy-aware blocks.
+
+Source: Odena, Olah and Shlens, "Conditional Image Synthesis with Auxiliary Classifier GANs", ICML 2017
+(arXiv:1610.09585v4), Appendix A, the CIFAR-10 hyper-parameter table:
+
+    G: z (100) + one-hot class (10) = 110 inputs
+       Linear 384 (x 4 x 4), no BN, ReLU
+       Transposed conv 5x5, stride 2, 192 maps, BN, ReLU          4x4 -> 8x8
+       Transposed conv 5x5, stride 2,  96 maps, BN, ReLU          8x8 -> 16x16
+       Transposed conv 5x5, stride 2,   3 maps, no BN, tanh       16x16 -> 32x32
+    D: Conv 3x3 stride 2,  16 maps, no BN, dropout 0.5, leaky ReLU 0.2
+       Conv 3x3 stride 1,  32 maps, BN,    dropout 0.5, leaky ReLU
+       Conv 3x3 stride 2,  64 maps, BN,    dropout 0.5, leaky ReLU
+       Conv 3x3 stride 1, 128 maps, BN,    dropout 0.5, leaky ReLU
+       Conv 3x3 stride 2, 256 maps, BN,    dropout 0.5, leaky ReLU
+       Conv 3x3 stride 1, 512 maps, BN,    dropout 0.5, leaky ReLU
+       Linear 11: one sigmoid unit (real/fake) and a softmax over the 10 classes
+    Init normal(0, 0.02), biases 0; Adam 2e-4, beta1 0.5; batch 100; leaky ReLU slope 0.2.
+
+Provenance, honestly: the text of the paper found here was the ICLR-submission version, whose only
+table is the ImageNet one; its discriminator rows are the ones above (3x3, 16-512, strides 2/1, BN from
+the second layer, dropout 0.5, leaky ReLU 0.2) and a public PyTorch reimplementation's CIFAR-10
+discriminator flattens the same stack's 4x4x512 map into the two linear heads. The CIFAR-10 generator
+rows (a linear layer into 4x4x384, then 192, 96 and 3 maps by 5x5 stride-2 transposed convolutions,
+tanh) are the v4 CIFAR-10 table as the issue summarised it; they were not re-read from the paper here.
+
+Where this departs from the table, and why:
+
+- Images: the step's contract is float32 images in [0, 1] (real images are scaled by 1/255), so G's
+  tanh output is mapped to [0, 1] as (tanh + 1) / 2, in float32. That is an affine change of units, not
+  of the model: D sees the same range for real and fake images.
+- The two linear outputs are kept as this project's two heads (D head: 1 logit; Q head: K class
+  logits, both float32), on the shared trunk of the six convolutions (features: the flattened 4x4x512
+  map). The paper's "Soft-Sigmoid" over 11 units is the same thing: sigmoid on one, softmax on ten.
+- Upsampling (UPSAMPLE = "resize"): each of G's stride-2 transposed convolutions is a nearest-neighbour
+  2x upsampling followed by a stride-1 5x5 convolution with the table's maps (Odena, Dumoulin and Olah,
+  "Deconvolution and Checkerboard Artifacts", Distill 2016). Measured on swatches (width 0.5, batch 64,
+  this 2-core CPU): with the table's 5x5 stride-2 transposed convolutions every sample at step 500 was
+  the same pixel-scale checkerboard in every row and column (z ignored); with 4x4 ones, and with dropout
+  off, still at step 300; with resize-convolutions the columns differed from step 125 and no checkerboard
+  showed. It costs about 4x the transposed convolutions' multiply-adds in G (at width 0.5 the preset then
+  costs about what the reference model does at width 1.0). UPSAMPLE = "transpose" builds the table's.
+- Dropout (DROPOUT = 0.0): the table's 0.5 after every D layer is off. In the same short runs Q's
+  accuracy on real batches averaged 0.25 after 150 steps with it and 0.58-0.66 after 150-200 steps
+  without it; the paper trained 50,000 steps, a budget of minutes has no room for that regulariser.
+- The trunk's layer order is conv -> BN -> leaky ReLU (-> dropout); batch norm is a float32 island.
+- The paper's activation noise in D (Salimans et al.) is left out, as in the reference model.
+- `width` scales every channel count (multiples of 8, at least 8); the side may be any multiple of 8
+  (the first map is side/8); G's noise is 100-d as in the paper (the reference model's is 62).
+- Optimizers, learning rates and batch size stay the project's (acgan.step), for both presets: the
+  presets differ only in the networks, so a comparison between them compares architectures.
+"""
+import keras
+from keras import layers
+
+from acgan.model import blocks
+
+NOISE_DIM = 100
+DROPOUT = 0.0  # the table's 0.5 slowed Q's learning 2-3x in short runs (see the module docstring)
+G_MAPS = (384, 192, 96)
+D_MAPS = (16, 32, 64, 128, 256, 512)
+G_KERNEL = 5
+UPSAMPLE = "resize"  # "transpose": the table's stride-2 transposed convolutions; "resize": upsample + conv
+D_KERNEL = 3
+
+
+def build_generator(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
+    side, _, depth = image_shape
+    base = side // 8
+    c384, c192, c96 = (blocks.channels(n, width) for n in G_MAPS)
+    z = keras.Input((noise_dim,), name="z")
+    labels = keras.Input((), dtype="int32", name="labels")
+    x = layers.Concatenate(name="z_label")([z, keras.ops.one_hot(labels, num_classes)])
+    x = blocks.relu(blocks.dense(x, base * base * c384, "g_fc1"), "g_relu1")
+    x = layers.Reshape((base, base, c384), name="g_reshape")(x)
+    up = blocks.upsample_conv if UPSAMPLE == "resize" else blocks.conv_transpose
+    for i, maps in enumerate((c192, c96), start=2):
+        x = up(x, maps, f"g_deconv{i - 1}", kernel=G_KERNEL)
+        x = blocks.relu(blocks.batch_norm(x, f"g_bn{i}"), f"g_relu{i}")
+    x = up(x, depth, "g_deconv_out", kernel=G_KERNEL)
+    images = blocks.float32_tanh_to_unit(x, "g_image")
+    return keras.Model([z, labels], images, name="generator")
+
+
+def build_trunk(image_shape, width=1.0):
+    images = keras.Input(image_shape, name="images")
+    x = images
+    for i, maps in enumerate(D_MAPS, start=1):
+        x = blocks.conv(x, blocks.channels(maps, width), f"d_conv{i}", kernel=D_KERNEL, strides=2 if i % 2 else 1)
+        if i > 1:
+            x = blocks.batch_norm(x, f"d_bn{i}")
+        x = blocks.leaky_relu(x, f"d_lrelu{i}")
+        if DROPOUT:
+            x = blocks.dropout(x, DROPOUT, f"d_dropout{i}")
+    features = layers.Flatten(name="d_flatten")(x)
+    return keras.Model(images, features, name="trunk")
+
+
+def build_q_head(feature_dim, num_classes):
+    features = keras.Input((feature_dim,), name="features")
+    return keras.Model(features, blocks.float32_logits(features, num_classes, "q_logits"), name="q_head")

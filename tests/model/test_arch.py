@@ -1,0 +1,161 @@
+"""--arch: the AC-GAN paper's CIFAR-10 preset beside the reference model; shapes, dtypes, float32 islands,
+--width, "auto", the config field (saved, resumed, absent in old runs) and one-line errors."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from conftest import POLICIES
+
+from acgan.config import Config
+from acgan.errors import UserError
+from acgan.model import networks, paper_cifar
+from acgan.training import run_dir as run_dirs
+
+SHAPE = (32, 32, 3)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
+    set_policy(policy)
+    m = networks.build_models(SHAPE, 10, arch="acgan_cifar")
+    compute = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}[policy]
+    z = np.random.default_rng(0).uniform(-1, 1, (4, paper_cifar.NOISE_DIM)).astype(np.float32)
+    images = m.generator([z, np.arange(4, dtype=np.int32)], training=False)
+    assert tuple(images.shape) == (4,) + SHAPE and images.dtype == "float32"
+    assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0  # (tanh + 1) / 2
+    features = m.trunk(images, training=False)
+    assert tuple(features.shape) == (4, 4 * 4 * 512)
+    logit, classes = m.d_head(features), m.q_head(features)
+    assert tuple(logit.shape) == (4, 1) and tuple(classes.shape) == (4, 10)
+    assert logit.dtype == "float32" and classes.dtype == "float32"
+    layers = {l.name: l for part in m for l in part.layers}
+    for name, layer in layers.items():
+        if isinstance(layer, keras.layers.BatchNormalization) or name in ("g_image", "g_image_tanh", "d_logit",
+                                                                           "q_logits"):
+            assert layer.compute_dtype == "float32", name
+        elif isinstance(layer, (keras.layers.Conv2D, keras.layers.Conv2DTranspose, keras.layers.Dense)):
+            assert layer.compute_dtype == compute and layer.variable_dtype == "float32", name
+    # The table: G 384 (4x4) -> 192 -> 96 -> 3 by 5x5 kernels, each doubling the side (here a nearest
+    # upsampling and a stride-1 convolution: the measured departure); D 3x3 convolutions 16..512
+    # alternating stride 2 and 1, batch norm from the second (dropout: off, the other departure).
+    assert layers["g_fc1"].units == 4 * 4 * 384
+    assert [layers[n].filters for n in ("g_deconv1", "g_deconv2", "g_deconv_out")] == [192, 96, 3]
+    assert {layers[n].kernel_size for n in ("g_deconv1", "g_deconv2", "g_deconv_out")} == {(5, 5)}
+    assert all(isinstance(layers[f"{n}_up"], keras.layers.UpSampling2D) for n in ("g_deconv1", "g_deconv2"))
+    assert [layers[f"d_conv{i}"].filters for i in range(1, 7)] == [16, 32, 64, 128, 256, 512]
+    assert [layers[f"d_conv{i}"].strides for i in range(1, 7)] == [(2, 2), (1, 1)] * 3
+    assert "d_bn1" not in layers and all(f"d_bn{i}" in layers for i in range(2, 7))
+    assert paper_cifar.DROPOUT == 0.0 and not any(isinstance(l, keras.layers.Dropout) for l in layers.values())
+
+
+def test_the_tables_transposed_convolutions_and_dropout_still_build(monkeypatch):
+    monkeypatch.setattr(paper_cifar, "UPSAMPLE", "transpose")
+    monkeypatch.setattr(paper_cifar, "DROPOUT", 0.5)
+    m = networks.build_models(SHAPE, 10, arch="acgan_cifar")
+    layers = {l.name: l for part in m for l in part.layers}
+    assert isinstance(layers["g_deconv1"], keras.layers.Conv2DTranspose) and layers["g_deconv1"].strides == (2, 2)
+    assert all(layers[f"d_dropout{i}"].rate == 0.5 for i in range(1, 7))
+    images = m.generator([np.zeros((2, paper_cifar.NOISE_DIM), np.float32), np.array([0, 1], np.int32)])
+    assert tuple(images.shape) == (2,) + SHAPE
+
+
+def test_width_scales_the_preset_in_multiples_of_eight():
+    m = networks.build_models(SHAPE, 10, width=0.5, arch="acgan_cifar")
+    layers = {l.name: l for part in m for l in part.layers}
+    assert layers["g_fc1"].units == 16 * 192 and layers["g_deconv1"].filters == 96
+    assert [layers[f"d_conv{i}"].filters for i in range(1, 7)] == [8, 16, 32, 64, 128, 256]
+    assert m.trunk.output.shape[-1] == 16 * 256
+    full = networks.build_models(SHAPE, 10, arch="acgan_cifar")
+    assert sum(p.count_params() for p in m) < sum(p.count_params() for p in full) / 3
+
+
+def test_auto_picks_the_preset_for_32x32x3_only_and_the_preset_needs_a_side_divisible_by_8():
+    assert networks.resolve_arch("auto", (32, 32, 3)) == "acgan_cifar"
+    assert networks.resolve_arch("auto", (28, 28, 1)) == "reference"
+    assert networks.resolve_arch("auto", (32, 32, 1)) == "reference"
+    assert networks.resolve_arch("reference", (32, 32, 3)) == "reference"
+    assert networks.resolve_arch("acgan_cifar", (64, 64, 3)) == "acgan_cifar"
+    with pytest.raises(UserError, match="divides by 8"):
+        networks.resolve_arch("acgan_cifar", (28, 28, 1))
+    with pytest.raises(UserError, match="unknown arch 'dcgan'"):
+        networks.resolve_arch("dcgan", (32, 32, 3))
+    assert networks.build_models((28, 28, 1), 10, arch="auto").generator.input[0].shape[-1] == networks.NOISE_DIM
+
+
+def test_config_round_trips_the_arch_and_an_old_config_reads_as_reference(tmp_path):
+    config = Config(dataset="swatches", arch="acgan_cifar").validate()
+    assert Config.from_json(config.to_json()).arch == "acgan_cifar"
+    assert Config().arch == "auto"
+    old = json.loads(Config().to_json())
+    del old["arch"]
+    assert Config.from_json(json.dumps(old)).arch == "reference"
+    with pytest.raises(UserError, match="unknown arch 'big'"):
+        Config(arch="big").validate()
+    # A resumed run keeps its preset: another one is refused like another width.
+    saved = dataclasses.replace(config, output_dir=str(tmp_path))
+    with pytest.raises(UserError, match="--arch 'acgan_cifar' -> 'reference'"):
+        run_dirs.check_resumable(dataclasses.replace(saved, arch="reference"), saved, tmp_path)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _train(*args, cwd):
+    """acgan.train in a fresh process, from a scratch folder; this checkout's acgan, not an installed one."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+    return subprocess.run([sys.executable, "-m", "acgan.train", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=300)
+
+
+def test_a_bad_arch_is_one_line_and_exit_2(tmp_path):
+    result = _train("--arch", "dcgan", "--output_dir", str(tmp_path / "run"), cwd=tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert lines[0] == "error: unknown arch 'dcgan': choose auto, reference, acgan_cifar"
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_the_preset_on_28x28_data_is_refused_before_anything_is_written(tmp_path):
+    result = _train("--arch", "acgan_cifar", "--dataset", "doodles", "--max_per_class", "20", "--data_dir",
+                    str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), cwd=tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and "divides by 8" in lines[-1], result.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+JAX_SCRIPT = """
+import sys
+sys.modules["tensorflow"] = None  # the JAX path must never need TensorFlow
+import keras, numpy as np
+from acgan.model import networks, precision
+from acgan.step import jax_step
+assert keras.backend.backend() == "jax"
+for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
+    precision.set_policy(policy)
+    m = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
+    gan = jax_step.JaxACGAN(m, 10, policy, jit=True)
+    rng = np.random.default_rng(0)
+    batch = (rng.integers(0, 256, (16, 32, 32, 3)).astype(np.uint8), rng.integers(0, 10, 16).astype(np.int32),
+             rng.uniform(-1, 1, (16, gan.noise_dim)).astype(np.float32), rng.integers(0, 10, 16).astype(np.int32))
+    for _ in range(2):
+        values = gan.train_step(*batch).read()
+    images = np.asarray(gan.generate(batch[2][:4], batch[3][:4]))
+    assert images.shape == (4, 32, 32, 3) and images.dtype == np.float32, images.shape
+    assert 0.0 <= images.min() and images.max() <= 1.0 and all(np.isfinite(list(values.values())))
+    print("ok", policy)
+"""
+
+
+@pytest.mark.slow
+def test_the_preset_trains_on_the_jax_backend_without_tensorflow(tmp_path):
+    pytest.importorskip("jax")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO, KERAS_BACKEND="jax")
+    result = subprocess.run([sys.executable, "-c", JAX_SCRIPT], capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=600)
+    assert result.returncode == 0 and result.stdout.count("ok ") == 3, result.stderr[-3000:]
