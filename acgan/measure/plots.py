@@ -9,7 +9,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from acgan.measure.tables import BACKEND_NAMES, backend_label, backend_of
+from acgan.measure.backend_labels import BACKEND_NAMES, backend_label, backend_of
 from acgan.util.files import write_atomically
 
 POLICY_COLORS = {"float32": "#1f77b4", "mixed_float16": "#ff7f0e", "mixed_bfloat16": "#2ca02c"}
@@ -25,7 +25,7 @@ FIGURES = {
 
 def series(rows):
     """{(device, backend label, policy, jit): ok rows sorted by batch}, in first-seen order. The backend
-    label names the Keras backend (and on JAX the float32 matmul precision): tables.backend_label."""
+    label names the Keras backend (and on JAX the float32 matmul precision): backend_labels.backend_label."""
     out = {}
     for r in rows:
         if r["status"] == "ok":

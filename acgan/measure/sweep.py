@@ -36,7 +36,8 @@ from acgan.config import (
 )
 from acgan.errors import UserError
 from acgan.measure import prices, timing
-from acgan.measure.tables import FORMAT, add_speedups, describe_backend, describe_machine
+from acgan.measure.backend_labels import describe_backend
+from acgan.measure.tables import FORMAT, add_speedups, describe_machine
 from acgan.util.children import child_env, last_log_line
 
 SYNTHETIC_SHAPE = (28, 28, 1)   # the doodles / Quick-Draw shape, so synthetic timings compare
