@@ -4,6 +4,7 @@ Keras reads KERAS_BACKEND once, when it is first imported, so a command chooses 
 imports Keras: the commands import Keras inside main(), after `use(FLAGS.backend)`. The flag's default
 is KERAS_BACKEND when that names a backend acgan supports, so the environment variable is honoured.
 """
+import contextlib
 import importlib.util
 import os
 import sys
@@ -54,16 +55,26 @@ def current():
     return keras.backend.backend()
 
 
-def set_random_seed(seed):
-    """keras.utils.set_random_seed, without loading TensorFlow on the JAX backend: Keras seeds TensorFlow
-    too whenever it is installed, and importing it there would cost seconds and a gigabyte for nothing."""
+@contextlib.contextmanager
+def tensorflow_hidden():
+    """On the JAX backend, makes `import tensorflow` fail inside the block when TensorFlow is not loaded
+    yet: Keras probes it whenever it is installed (`keras.utils.set_random_seed` seeds it, model saving
+    checks for tf.TensorShape), and loading it there costs seconds and a gigabyte for nothing."""
     import keras
 
     if keras.backend.backend() == "tensorflow" or "tensorflow" in sys.modules:
-        keras.utils.set_random_seed(seed)
+        yield
         return
-    sys.modules["tensorflow"] = None  # `import tensorflow` raises ImportError: Keras skips it
+    sys.modules["tensorflow"] = None  # `import tensorflow` raises ImportError: Keras takes it as absent
     try:
-        keras.utils.set_random_seed(seed)
+        yield
     finally:
         del sys.modules["tensorflow"]
+
+
+def set_random_seed(seed):
+    """keras.utils.set_random_seed, without loading TensorFlow on the JAX backend."""
+    import keras
+
+    with tensorflow_hidden():
+        keras.utils.set_random_seed(seed)

@@ -204,13 +204,15 @@ def load_or_train(dataset, data_dir="data", classes=None, max_per_class=None, te
 
 
 def _save(judge, model_path, info_path):
+    from acgan.backend import tensorflow_hidden
     from acgan.util.files import write_json
 
     model_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=model_path.parent, prefix=f".{model_path.stem}.", suffix=".keras")
     os.close(fd)
     try:
-        judge.classifier.save(tmp)
+        with tensorflow_hidden():  # Keras's saving probes TensorFlow; on JAX it need not load
+            judge.classifier.save(tmp)
         os.replace(tmp, model_path)
     finally:
         if os.path.exists(tmp):
@@ -229,7 +231,9 @@ def _load(model_path, info_path, key):
     try:
         import keras
 
-        with float32_policy():
+        from acgan.backend import tensorflow_hidden
+
+        with float32_policy(), tensorflow_hidden():
             model = keras.saving.load_model(model_path, compile=False)
     except Exception:  # a damaged cache is only a cache: retrain and overwrite it
         return None

@@ -41,8 +41,10 @@ def _steps_saved(run_dir):
 def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path):
     run_dir = tmp_path / "run"
     common = ["--output_dir", str(run_dir), "--checkpoint_every", "4", "--sample_every", "4", *TINY]
+    # With an evaluation at the end: the judge trains, is saved and loaded without TensorFlow too.
     code, _, err = _finish(_train_jax("--policy", "mixed_float16", "--steps", "8", "--price_per_hour", "3.6",
-                                      *common))
+                                      "--eval_every", "8", "--eval_samples", "50", "--max_per_class", "60",
+                                      "--data_dir", str(tmp_path / "data"), *common))
     assert code == 0, err[-3000:]
     first = json.loads((run_dir / "report.json").read_text())
     assert first["backend"] == "jax" and first["device"]["backend"] == "jax" and first["device"]["kind"] == "CPU"
@@ -52,6 +54,7 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path):
     assert first["cost"]["cost_per_million_batches"] == pytest.approx(first["timing"]["time_per_batch_ms"])
     assert first["peak_memory_bytes"] > 0
     assert first["distribution"]["xla"] == "step" and first["distribution"]["replicas"] == 1
+    assert first["quality_during_training"]["step"] == 8 and first["quality_during_training"]["num_generated"] == 50
     assert _steps_saved(run_dir) == [4, 8]
     assert sorted(p.name for p in (run_dir / "samples").glob("*.png")) == ["final.png", "step_0000004.png",
                                                                            "step_0000008.png"]
