@@ -18,7 +18,11 @@ PROBE_TIMEOUT_S = 10
 
 def load(split: str, *, data_dir: str = "data") -> ImageSet:
     """The train (50,000) or test (10,000) split as uint8 [N,32,32,3] images with int32 labels."""
-    import tensorflow_datasets as tfds
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:  # e.g. a JAX-only install ('.[jax]'), or its TensorFlow missing
+        raise UserError("cifar10 is read through tensorflow-datasets, which needs TensorFlow: "
+                        "pip install 'acgan[tensorflow]'") from None
 
     tfds_dir = os.path.join(data_dir, "tfds")
     try:

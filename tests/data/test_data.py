@@ -8,6 +8,7 @@ import http.server
 import io
 import os
 import socket
+import sys
 import threading
 
 import numpy as np
@@ -507,3 +508,10 @@ def test_pipeline_rejects_batch_larger_than_data():
     with pytest.raises(UserError, match="larger than the dataset") as e:
         make_pipeline(_indexed(n=10), batch=11, seed=0)
     _one_line(e)
+
+
+def test_cifar10_without_tensorflow_datasets_is_one_line(monkeypatch, tmp_path):
+    """A JAX-only install has no tensorflow-datasets: CIFAR-10 says what to install."""
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # `import tensorflow_datasets` fails
+    with pytest.raises(UserError, match=r"cifar10 is read through tensorflow-datasets.*acgan\[tensorflow\]"):
+        cifar10.load("train", data_dir=str(tmp_path))
