@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 import numpy as np
 from PIL import Image, ImageDraw
 
+from acgan.data import generated
 from acgan.data.image_set import ImageSet
 
 CLASS_NAMES = ("circle", "square", "triangle", "star", "plus", "zigzag", "spiral", "heart", "arrow", "house")
@@ -22,36 +20,13 @@ _STREAM = {"train": 0, "test": 1}  # independent seed streams, so train and test
 
 def load(split: str, *, seed: int = 0, data_dir: str = "data", max_per_class: int | None = None) -> ImageSet:
     """One split, from the cache when present; the same seed always gives the same bytes."""
-    full = PER_CLASS[split]
-    per_class = full if max_per_class is None else min(full, max_per_class)
-    path = cache_path(data_dir, split, seed)
-    cached = _read_cache(path, full * len(CLASS_NAMES))
-    if cached is not None:
-        images, labels = cached
-    else:
-        images, labels = generate(per_class, seed=seed, stream=_STREAM[split])
-        if per_class == full:
-            _save_atomic(path, images=images, labels=labels)
-    n = per_class * len(CLASS_NAMES)
-    if n < len(images):  # copy, so the full cached split can be freed
-        images, labels = images[:n].copy(), labels[:n].copy()
-    return ImageSet(images, labels, CLASS_NAMES)
+    return generated.load_split(cache_path(data_dir, split, seed), CLASS_NAMES, PER_CLASS[split], (SIZE, SIZE, 1),
+                                lambda per_class: generate(per_class, seed=seed, stream=_STREAM[split]),
+                                max_per_class=max_per_class)
 
 
 def cache_path(data_dir: str, split: str, seed: int) -> str:
-    return os.path.join(data_dir, "doodles", f"doodles-v{VERSION}-seed{seed}-{split}-{PER_CLASS[split]}.npz")
-
-
-def _read_cache(path: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:
-    if not os.path.exists(path):
-        return None
-    try:
-        with np.load(path) as f:
-            images, labels = f["images"], f["labels"]
-    except Exception:  # a damaged cache is only a cache: regenerate and overwrite it
-        return None
-    ok = images.shape == (n, SIZE, SIZE, 1) and images.dtype == np.uint8 and labels.shape == (n,)
-    return (images, labels.astype(np.int32)) if ok else None
+    return generated.cache_path(data_dir, "doodles", VERSION, split, seed, PER_CLASS[split])
 
 
 def generate(per_class: int, *, seed: int, stream: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -63,21 +38,6 @@ def generate(per_class: int, *, seed: int, stream: int = 0) -> tuple[np.ndarray,
     for i, label in enumerate(labels):
         images[i, :, :, 0] = _draw(CLASS_NAMES[label], rng)
     return images, labels
-
-
-def _save_atomic(path: str, **arrays: np.ndarray) -> None:
-    # Temp file + os.replace: a killed run never leaves a half-written cache that looks complete.
-    tmp = None
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-        os.replace(tmp, path)
-    except OSError:
-        # An unwritable data_dir only costs regenerating next time.
-        if tmp is not None and os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _draw(name: str, rng: np.random.Generator) -> np.ndarray:

@@ -18,12 +18,11 @@ on a 2-core machine, cached as .npz under data_dir/swatches/.
 from __future__ import annotations
 
 import colorsys
-import os
 
 import numpy as np
 from PIL import Image
 
-from acgan.data import doodles
+from acgan.data import generated
 from acgan.data.image_set import ImageSet
 
 CLASS_NAMES = ("stripes", "checks", "dots", "rings", "waves", "bricks", "clouds", "gradient", "plaid", "confetti")
@@ -37,36 +36,13 @@ _Y, _X = np.mgrid[0:SIZE, 0:SIZE].astype(np.float64) - (SIZE - 1) / 2.0
 
 def load(split: str, *, seed: int = 0, data_dir: str = "data", max_per_class: int | None = None) -> ImageSet:
     """One split, from the cache when present; the same seed always gives the same bytes."""
-    full = PER_CLASS[split]
-    per_class = full if max_per_class is None else min(full, max_per_class)
-    path = cache_path(data_dir, split, seed)
-    cached = _read_cache(path, full * len(CLASS_NAMES))
-    if cached is not None:
-        images, labels = cached
-    else:
-        images, labels = generate(per_class, seed=seed, stream=_STREAM[split])
-        if per_class == full:
-            doodles._save_atomic(path, images=images, labels=labels)
-    n = per_class * len(CLASS_NAMES)
-    if n < len(images):  # images are class-interleaved, so a cap is a prefix
-        images, labels = images[:n].copy(), labels[:n].copy()
-    return ImageSet(images, labels, CLASS_NAMES)
+    return generated.load_split(cache_path(data_dir, split, seed), CLASS_NAMES, PER_CLASS[split], (SIZE, SIZE, 3),
+                                lambda per_class: generate(per_class, seed=seed, stream=_STREAM[split]),
+                                max_per_class=max_per_class)
 
 
 def cache_path(data_dir: str, split: str, seed: int) -> str:
-    return os.path.join(data_dir, "swatches", f"swatches-v{VERSION}-seed{seed}-{split}-{PER_CLASS[split]}.npz")
-
-
-def _read_cache(path: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:
-    if not os.path.exists(path):
-        return None
-    try:
-        with np.load(path) as f:
-            images, labels = f["images"], f["labels"]
-    except Exception:  # a damaged cache is only a cache: regenerate and overwrite it
-        return None
-    ok = images.shape == (n, SIZE, SIZE, 3) and images.dtype == np.uint8 and labels.shape == (n,)
-    return (images, labels.astype(np.int32)) if ok else None
+    return generated.cache_path(data_dir, "swatches", VERSION, split, seed, PER_CLASS[split])
 
 
 def generate(per_class: int, *, seed: int, stream: int = 0) -> tuple[np.ndarray, np.ndarray]:
