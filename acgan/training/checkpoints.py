@@ -84,25 +84,35 @@ def damage(prefix):
     return None
 
 
+def first_intact(found, damage_of, load, failure):
+    """(the first of `found`, newest first, that `damage_of` finds whole and `load` accepts, or None;
+    [(each newer one, why it is damaged)]). Loading is the last check: its error, "<name> <failure>:
+    <first line>", is the reason. Shared by the TensorFlow checkpoints and jax_checkpoints."""
+    damaged = []
+    for candidate in found:
+        reason = damage_of(candidate)
+        if reason is None:
+            try:
+                load(candidate)
+            except Exception as e:  # noqa: BLE001 - loading is the last check
+                reason = f"{Path(candidate).name} {failure}: {first_line(e)}"
+        if reason is None:
+            return candidate, damaged
+        damaged.append((candidate, reason))
+    return None, damaged
+
+
 def restore_newest_intact(checkpoint, directory, move_damaged=True):
     """Restores `checkpoint` from the newest intact checkpoint in `directory`; returns its prefix, or
     None when the folder holds none. Damaged newer ones are moved to `directory`/damaged/ with a line
     each on stderr (only when `move_damaged`: non-chief workers only read). UserError when checkpoints
     exist but none is intact; then nothing is moved, so the next try sees the same folder."""
     directory = Path(directory)
-    found, damaged, good = candidates(directory), [], None
-    for prefix in found:
-        reason = damage(prefix)
-        if reason is None:
-            try:
-                # expect_partial: the caller may restore a part (the models) and the rest on its own.
-                checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
-            except Exception as e:  # noqa: BLE001 - restoring is the last check
-                reason = f"{Path(prefix).name} does not restore: {first_line(e)}"
-        if reason is None:
-            good = prefix
-            break
-        damaged.append((prefix, reason))
+    found = candidates(directory)
+    # expect_partial: the caller may restore a part (the models) and the rest on its own.
+    good, damaged = first_intact(
+        found, damage, lambda prefix: checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial(),
+        "does not restore")
     if good is None and damaged:
         listed = "; ".join(reason for _, reason in damaged)
         raise UserError(f"cannot resume: no intact checkpoint in {directory} ({listed}); "

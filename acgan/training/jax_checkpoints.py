@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from acgan.errors import DiskFull, UserError
-from acgan.training.checkpoints import first_line, move_aside
+from acgan.training.checkpoints import first_intact, first_line, move_aside
 from acgan.util import disk
 from acgan.util.files import write_atomically
 
@@ -52,18 +52,7 @@ def _intact(directory, load, move_damaged):
     """The newest checkpoint whose arrays read whole and `load` accepts, or None when there is none;
     newer damaged ones are moved aside (when move_damaged) or skipped, with a line each. UserError
     when checkpoints exist and none is intact (then nothing is moved)."""
-    found, damaged, good = candidates(directory), [], None
-    for path in found:
-        reason = damage(path)
-        if reason is None:
-            try:
-                load(read(path))
-            except Exception as e:  # noqa: BLE001 - loading is the last check
-                reason = f"{path.name} does not load: {first_line(e)}"
-        if reason is None:
-            good = path
-            break
-        damaged.append((path, reason))
+    good, damaged = first_intact(candidates(directory), damage, lambda path: load(read(path)), "does not load")
     if good is None and damaged:
         listed = "; ".join(reason for _, reason in damaged)
         raise UserError(f"no intact checkpoint in {directory} ({listed}); the files are left as they are")
