@@ -24,39 +24,34 @@ def load_run(run_dir):
     if config.backend == "tensorflow" and running != "tensorflow":
         raise UserError(f"{run_dir} was trained with --backend tensorflow and its checkpoints need TensorFlow: "
                         "read it with --backend tensorflow")
+    if config.backend == "jax":
+        from acgan.training import jax_checkpoints as saved
+    else:
+        from acgan.training import checkpoints as saved
+    latest = saved.newest_intact(run_dir / "checkpoints")  # before building anything
+    if latest is None:
+        raise UserError(f"{run_dir} has no checkpoint yet")
     precision.set_policy(config.policy)
     models = build_models(info["image_shape"], len(info["class_names"]), width=config.width, arch=config.arch)
     num_classes = len(info["class_names"])
-    arrays = None
-    if config.backend == "jax":
-        from acgan.step.jax_step import MODEL_NAMES
-        from acgan.training import jax_checkpoints
-
-        latest = jax_checkpoints.newest_intact(run_dir / "checkpoints")
-        if latest is not None:
-            arrays = jax_checkpoints.read_state(latest)
-            jax_checkpoints.assign_models(arrays, models, MODEL_NAMES)
-    if running == "jax":
+    if running == "jax":  # then a JAX run: the step takes its whole saved state
         from acgan.step.jax_step import JaxACGAN
 
         gan = JaxACGAN(models, num_classes, config.policy, jit=True)  # jit: generate() compiles once
-        if arrays is not None:
-            gan.load_state(arrays)
+        gan.load_state(saved.read_state(latest))
+        gan.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
+        return config, info, gan
+    import tensorflow as tf
+
+    from acgan.step.tf_step import ACGAN
+
+    gan = ACGAN(models, num_classes, config.policy, jit=False)
+    if config.backend == "jax":  # a JAX run on TensorFlow: its model weights by variable path, and its step
+        arrays = saved.read_state(latest)
+        saved.assign_models(arrays, models, models._fields)  # jax_step.MODEL_NAMES, without importing JAX
+        gan.step.assign(int(arrays["step"]))
     else:
-        import tensorflow as tf
-
-        from acgan.step.tf_step import ACGAN
-        from acgan.training import checkpoints
-
-        gan = ACGAN(models, num_classes, config.policy, jit=False)
-        if arrays is not None:
-            gan.step.assign(int(arrays["step"]))
-        else:
-            latest = checkpoints.newest_intact(run_dir / "checkpoints")
-            if latest is not None:
-                tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()
-    if latest is None:
-        raise UserError(f"{run_dir} has no checkpoint yet")
+        tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()
     return config, info, gan
 
 
