@@ -68,9 +68,13 @@ def sample_noise(seed, step, batch, noise_dim, num_classes):
 
 def training_batch(data, plan, step):
     """(uint8 images [batch, H, W, C], int32 labels [batch], z, fake_labels) of step `step`, read from the
-    ImageSet's own arrays (fancy indexing copies just the batch)."""
+    ImageSet's own arrays (fancy indexing copies just the batch), each ordered by class."""
     idx = plan.indices(step)
-    return (data.images[idx], data.labels[idx]) + plan.noise(step)
+    z, fake_labels = plan.noise(step)
+    # Real and fake batches alike in class order, which changes no loss: D's minibatch-spread channel
+    # (model/blocks.py) compares groups of consecutive images, which then mostly share a class.
+    idx = idx[np.argsort(data.labels[idx], kind="stable")]
+    return data.images[idx], data.labels[idx], z, np.sort(fake_labels)
 
 
 def prefetched(data, plan, start_step, put, depth=2):

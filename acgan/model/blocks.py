@@ -4,6 +4,8 @@ Layers take the global dtype policy when they are constructed, so these helpers 
 `precision.set_policy`. Variables are always float32; under a mixed policy the Keras layer casts its
 inputs to the compute dtype (float16 / bfloat16), which is where Tensor Cores earn their keep.
 """
+import math
+
 import keras
 from keras import layers
 
@@ -83,6 +85,41 @@ def float32_tanh_to_unit(x, name):
     """A tanh image output mapped to [0, 1] ((tanh + 1) / 2), both in float32: the images' contract."""
     x = layers.Activation("tanh", dtype="float32", name=f"{name}_tanh")(x)
     return UnitRange(dtype="float32", name=name)(x)
+
+
+class MinibatchStddev(layers.Layer):
+    """Appends one channel to [B, H, W, C] features: for each group of `group_size` consecutive images,
+    the standard deviation of every feature across the group, averaged into one number that each image
+    of the group carries (Karras et al., "Progressive Growing of GANs", ICLR 2018, section 3).
+
+    D scores each image on its own, so a generator that draws one image per class (one colour, one
+    angle) costs it nothing; this channel lets D see how much a group varies. The trainer orders each
+    batch by class (data/batches.py), so a group mostly holds one class and the channel measures the
+    spread within a class; real and fake batches go through D separately. A batch the group size does
+    not divide uses the largest group that does (1 gives a spread of 0), an unknown batch size one group.
+    A float32 island (the variance of float16 activations loses precision); place it after D's last
+    batch norm, which would subtract any value shared by the whole batch.
+    """
+
+    def __init__(self, group_size=4, **kwargs):
+        super().__init__(**kwargs)
+        self.group_size = group_size
+
+    def call(self, x):
+        x = keras.ops.cast(x, "float32")
+        batch = x.shape[0]
+        group = math.gcd(batch, self.group_size) if batch is not None else None
+        if group is None:
+            spread = keras.ops.mean(keras.ops.sqrt(keras.ops.var(x, axis=0) + 1e-8))
+            return keras.ops.concatenate([x, keras.ops.ones_like(x[..., :1]) * spread], axis=-1)
+        groups = keras.ops.reshape(x, (batch // group, group) + tuple(x.shape[1:]))
+        spread = keras.ops.mean(keras.ops.sqrt(keras.ops.var(groups, axis=1) + 1e-8), axis=(1, 2, 3))
+        spread = keras.ops.repeat(spread, group, axis=0)[:, None, None, None]
+        return keras.ops.concatenate([x, keras.ops.ones_like(x[..., :1]) * spread], axis=-1)
+
+
+def minibatch_stddev(x, name, group_size=4):
+    return MinibatchStddev(group_size=group_size, dtype="float32", name=name)(x)
 
 
 def float32_logits(x, units, name):

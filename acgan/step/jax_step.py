@@ -73,16 +73,18 @@ class _Counter:
 class JaxACGAN:
     """Holds the models, the three optimizers and the step's state, and runs the step on one device."""
 
-    def __init__(self, models, num_classes, policy, jit=True):
+    def __init__(self, models, num_classes, policy, jit=True, learning_rates=None):
         if keras.backend.backend() != "jax":
             raise RuntimeError(f"JaxACGAN needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
         self.models = models
         self.num_classes = num_classes
         self.policy = policy
         self.noise_dim = models.generator.input[0].shape[-1]
-        self.d_optimizer = precision.make_optimizer(D_LEARNING_RATE, BETA_1, policy, "d_optimizer")
-        self.g_optimizer = precision.make_optimizer(G_LEARNING_RATE, BETA_1, policy, "g_optimizer")
-        self.q_optimizer = precision.make_optimizer(Q_LEARNING_RATE, BETA_1, policy, "q_optimizer")
+        # (D, G, Q); None: the reference model's (common.learning_rates(arch) gives a preset's).
+        d_rate, g_rate, q_rate = learning_rates or (D_LEARNING_RATE, G_LEARNING_RATE, Q_LEARNING_RATE)
+        self.d_optimizer = precision.make_optimizer(d_rate, BETA_1, policy, "d_optimizer")
+        self.g_optimizer = precision.make_optimizer(g_rate, BETA_1, policy, "g_optimizer")
+        self.q_optimizer = precision.make_optimizer(q_rate, BETA_1, policy, "q_optimizer")
         m = models
         # The same lists, in the same order, as tf_step.ACGAN's.
         self.d_variables = m.trunk.trainable_variables + m.d_head.trainable_variables

@@ -34,7 +34,7 @@ class ACGAN(tf.Module):
     the models inside `strategy.scope()`; the optimizers and the step are made in it here.
     """
 
-    def __init__(self, models, num_classes, policy, jit=True, strategy=None, sync_bn=True):
+    def __init__(self, models, num_classes, policy, jit=True, strategy=None, sync_bn=True, learning_rates=None):
         super().__init__(name="acgan")
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
@@ -44,10 +44,12 @@ class ACGAN(tf.Module):
         self.synchronized_batch_norm = bool(sync_bn and self.replicas > 1)
         if self.synchronized_batch_norm:
             distribute.synchronize_batch_norm(models)
+        # (D, G, Q); None: the reference model's (common.learning_rates(arch) gives a preset's).
+        d_rate, g_rate, q_rate = learning_rates or (D_LEARNING_RATE, G_LEARNING_RATE, Q_LEARNING_RATE)
         with self.strategy.scope():
-            self.d_optimizer = precision.make_optimizer(D_LEARNING_RATE, BETA_1, policy, "d_optimizer")
-            self.g_optimizer = precision.make_optimizer(G_LEARNING_RATE, BETA_1, policy, "g_optimizer")
-            self.q_optimizer = precision.make_optimizer(Q_LEARNING_RATE, BETA_1, policy, "q_optimizer")
+            self.d_optimizer = precision.make_optimizer(d_rate, BETA_1, policy, "d_optimizer")
+            self.g_optimizer = precision.make_optimizer(g_rate, BETA_1, policy, "g_optimizer")
+            self.q_optimizer = precision.make_optimizer(q_rate, BETA_1, policy, "q_optimizer")
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             m = models
             self.d_variables = m.trunk.trainable_variables + m.d_head.trainable_variables

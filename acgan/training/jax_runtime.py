@@ -6,6 +6,7 @@ import contextlib
 import jax
 
 from acgan.data.batches import BatchPlan, prefetched
+from acgan.step.common import learning_rates
 from acgan.step.jax_step import JaxACGAN
 from acgan.training.jax_checkpoints import JaxCheckpoints
 
@@ -26,7 +27,7 @@ class JaxRuntime:
         return contextlib.nullcontext()
 
     def make_step(self, models, num_classes, config):
-        return JaxACGAN(models, num_classes, config.policy, jit=config.jit)
+        return JaxACGAN(models, num_classes, config.policy, jit=config.jit, learning_rates=learning_rates(config.arch))
 
     def layout(self, gan):
         return {

@@ -109,7 +109,7 @@ def render_markdown(report):
         ("device", f"{device['kind']}: {accelerator}"),
         ("backend", _backend(report, device)),
         ("policy", report["policy"]),
-        ("model", _model(report.get("config") or {})),
+        ("model", _model(report)),
         ("XLA", _xla(report)),
         ("strategy", _strategy(report.get("distribution"))),
         ("batch", report["batch"]),
@@ -164,9 +164,15 @@ def render_markdown(report):
     return "\n".join(lines) + "\n"
 
 
-def _model(config):
-    """The model preset and width (runs from before --arch trained the reference model)."""
-    return f"{config.get('arch', 'reference')}, width {config.get('width', 1.0):g}"
+def _model(report):
+    """The model preset, its width and (in reports that record them) its Adam learning rates; runs from
+    before --arch trained the reference model."""
+    config = report.get("config") or {}
+    text = f"{config.get('arch', 'reference')}, width {config.get('width', 1.0):g}"
+    rates = report.get("learning_rates")
+    if rates:
+        text += ", Adam learning rates " + ", ".join(f"{name.upper()} {rate:g}" for name, rate in rates.items())
+    return text
 
 
 def write_report(run_dir, report):

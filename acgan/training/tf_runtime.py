@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from acgan.data.pipeline import training_batches
 from acgan.step import distribute
+from acgan.step.common import learning_rates
 from acgan.step.tf_step import ACGAN
 from acgan.training import checkpoints as checkpoint_files
 from acgan.training import report as run_report
@@ -74,7 +75,8 @@ class TensorFlowRuntime:
         return self.strategy.scope()
 
     def make_step(self, models, num_classes, config):
-        return ACGAN(models, num_classes, config.policy, jit=config.jit, strategy=self.strategy, sync_bn=config.sync_bn)
+        return ACGAN(models, num_classes, config.policy, jit=config.jit, strategy=self.strategy, sync_bn=config.sync_bn,
+                     learning_rates=learning_rates(config.arch))
 
     def layout(self, gan):
         return run_report.distribution_summary(self.strategy, gan)

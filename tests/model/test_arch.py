@@ -13,7 +13,7 @@ from conftest import POLICIES
 
 from acgan.config import Config
 from acgan.errors import UserError
-from acgan.model import networks, paper_cifar
+from acgan.model import blocks, networks, paper_cifar
 from acgan.training import run_dir as run_dirs
 
 SHAPE = (32, 32, 3)
@@ -29,28 +29,71 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
     assert tuple(images.shape) == (4,) + SHAPE and images.dtype == "float32"
     assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0  # (tanh + 1) / 2
     features = m.trunk(images, training=False)
-    assert tuple(features.shape) == (4, 4 * 4 * 512)
+    assert tuple(features.shape) == (4, 4 * 4 * (512 + 1))  # + the minibatch standard deviation channel
     logit, classes = m.d_head(features), m.q_head(features)
     assert tuple(logit.shape) == (4, 1) and tuple(classes.shape) == (4, 10)
     assert logit.dtype == "float32" and classes.dtype == "float32"
     layers = {l.name: l for part in m for l in part.layers}
     for name, layer in layers.items():
         if isinstance(layer, keras.layers.BatchNormalization) or name in ("g_image", "g_image_tanh", "d_logit",
-                                                                           "q_logits"):
+                                                                           "q_logits", "d_minibatch_stddev"):
             assert layer.compute_dtype == "float32", name
         elif isinstance(layer, (keras.layers.Conv2D, keras.layers.Conv2DTranspose, keras.layers.Dense)):
             assert layer.compute_dtype == compute and layer.variable_dtype == "float32", name
     # The table: G 384 (4x4) -> 192 -> 96 -> 3 by 5x5 kernels, each doubling the side (here a nearest
-    # upsampling and a stride-1 convolution: the measured departure); D 3x3 convolutions 16..512
+    # upsampling and a stride-1 3x3 convolution: the measured departures); D 3x3 convolutions 16..512
     # alternating stride 2 and 1, batch norm from the second (dropout: off, the other departure).
     assert layers["g_fc1"].units == 4 * 4 * 384
     assert [layers[n].filters for n in ("g_deconv1", "g_deconv2", "g_deconv_out")] == [192, 96, 3]
-    assert {layers[n].kernel_size for n in ("g_deconv1", "g_deconv2", "g_deconv_out")} == {(5, 5)}
+    assert {layers[n].kernel_size for n in ("g_deconv1", "g_deconv2", "g_deconv_out")} == {(3, 3)}  # departure
     assert all(isinstance(layers[f"{n}_up"], keras.layers.UpSampling2D) for n in ("g_deconv1", "g_deconv2"))
     assert [layers[f"d_conv{i}"].filters for i in range(1, 7)] == [16, 32, 64, 128, 256, 512]
     assert [layers[f"d_conv{i}"].strides for i in range(1, 7)] == [(2, 2), (1, 1)] * 3
     assert "d_bn1" not in layers and all(f"d_bn{i}" in layers for i in range(2, 7))
     assert paper_cifar.DROPOUT == 0.0 and not any(isinstance(l, keras.layers.Dropout) for l in layers.values())
+    # The third departure: the minibatch spread after the last batch norm, before the heads.
+    assert [l.name for l in m.trunk.layers[-3:]] == ["d_lrelu6", "d_minibatch_stddev", "d_flatten"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_minibatch_stddev_channel_is_each_groups_spread_in_float32(policy, set_policy):
+    set_policy(policy)
+    inputs = keras.Input((2, 2, 3))
+    model = keras.Model(inputs, blocks.minibatch_stddev(inputs, "spread", group_size=4))
+    x = np.random.default_rng(0).normal(0, 1, (8, 2, 2, 3)).astype(np.float32)
+    out = np.asarray(model(x))
+    assert out.shape == (8, 2, 2, 4) and out.dtype == np.float32
+    compute = np.asarray(keras.ops.cast(keras.ops.cast(x, model.layers[-1].compute_dtype), "float32"))
+    np.testing.assert_array_equal(out[..., :3], compute)  # the features pass through
+
+    def spread(group):  # each feature's std over the group, averaged
+        return np.sqrt(group.var(axis=0) + 1e-8).mean()
+
+    for g, rows in enumerate((slice(0, 4), slice(4, 8))):  # two groups of 4 consecutive images
+        np.testing.assert_allclose(out[rows, ..., 3], spread(compute[rows]), rtol=1e-5)
+    # A group drawn as one image has no spread, whatever the other group does: what D can now see.
+    collapsed = np.concatenate([np.repeat(x[:1], 4, axis=0), x[4:]])
+    out = np.asarray(model(collapsed))
+    np.testing.assert_allclose(out[:4, ..., 3], 1e-4, rtol=1e-3)
+    assert out[4:, ..., 3].min() > 0.5
+    # 6 images: groups of 2 (the largest size that divides both); 5: groups of 1, no spread to see.
+    np.testing.assert_allclose(np.asarray(model(x[:6]))[2:4, ..., 3], spread(compute[2:4]), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(model(x[:5]))[..., 3], 1e-4, rtol=1e-3)
+
+
+def test_each_preset_trains_with_its_own_learning_rates(set_policy):
+    from acgan.step.common import LEARNING_RATES, learning_rates
+    from acgan.step.tf_step import ACGAN
+
+    assert learning_rates("reference") == (2e-4, 1e-3, 1e-3)  # the seed's, unchanged
+    assert learning_rates("acgan_cifar") == LEARNING_RATES["acgan_cifar"] == (2e-4, 2e-4, 2e-4)  # the paper's
+    set_policy("mixed_float16")
+    m = networks.build_models(SHAPE, 10, width=0.25, arch="acgan_cifar")
+    gan = ACGAN(m, 10, "mixed_float16", jit=False, learning_rates=learning_rates("acgan_cifar"))
+    rates = [float(o.learning_rate) for o in (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer)]
+    np.testing.assert_allclose(rates, LEARNING_RATES["acgan_cifar"])
+    default = ACGAN(m, 10, "float32", jit=False)
+    np.testing.assert_allclose([float(default.g_optimizer.learning_rate)], [1e-3])
 
 
 def test_the_tables_transposed_convolutions_and_dropout_still_build(monkeypatch):
@@ -69,7 +112,7 @@ def test_width_scales_the_preset_in_multiples_of_eight():
     layers = {l.name: l for part in m for l in part.layers}
     assert layers["g_fc1"].units == 16 * 192 and layers["g_deconv1"].filters == 96
     assert [layers[f"d_conv{i}"].filters for i in range(1, 7)] == [8, 16, 32, 64, 128, 256]
-    assert m.trunk.output.shape[-1] == 16 * 256
+    assert m.trunk.output.shape[-1] == 16 * (256 + 1)
     full = networks.build_models(SHAPE, 10, arch="acgan_cifar")
     assert sum(p.count_params() for p in m) < sum(p.count_params() for p in full) / 3
 

@@ -153,6 +153,17 @@ def test_both_backends_feed_the_same_batches():
                     np.testing.assert_array_equal(np.asarray(a), b)
         jax_like.close()
         del tf_stream
+    # Each batch is its step's items in class order (the order D's minibatch spread groups by), with the
+    # images still beside their own labels; G's labels in order too, its noise as drawn.
+    for step in range(6):
+        images, labels, z, fake_labels = training_batch(data, plan, step)
+        assert sorted(i.tobytes() for i in images) == sorted(data.images[i].tobytes() for i in plan.indices(step))
+        assert list(labels) == sorted(data.labels[plan.indices(step)])
+        assert all(any(np.array_equal(image, data.images[i]) and label == data.labels[i] for i in plan.indices(step))
+                   for image, label in zip(images, labels))
+        expected_z, expected_fake = plan.noise(step)
+        np.testing.assert_array_equal(z, expected_z)
+        assert list(fake_labels) == sorted(expected_fake)
     # Every epoch is a permutation: 23 items, batches of 5, so step 4 straddles epochs 0 and 1.
     assert sorted(np.concatenate([plan.indices(s) for s in range(4)]).tolist() + plan.indices(4)[:3].tolist()) \
         == list(range(23))
