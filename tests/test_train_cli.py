@@ -87,6 +87,24 @@ def test_generate_png_and_npz(runs, tmp_path):
         assert list(f["labels"]) == [c for c in range(10) for _ in range(3)]
 
 
+def test_a_checkpoint_that_does_not_fit_the_model_is_one_line(runs, tmp_path):
+    """A run whose checkpoint no longer fits the model its config builds (here: its width edited; in life,
+    an acgan_cifar run from before the preset's D changed) is a one-line error, exit 2, files untouched."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(runs["float32"], run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps(dict(config, width=0.25)))
+    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    result = _run("acgan.generate", "--run", str(run_dir), "--per_class", "1", "--out", str(tmp_path / "g.png"))
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]  # beside TF's log lines
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {run_dir}: ckpt-4 does not fit the reference model")
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
+    assert not (tmp_path / "g.png").exists()
+
+
 def _npz(tmp_path, name="d.npz", images=None, labels=None, **extra):
     rng = np.random.default_rng(0)
     arrays = {"images": rng.integers(0, 256, (40, 28, 28), dtype=np.uint8) if images is None else images,

@@ -51,16 +51,17 @@ Where this departs from the table, and why:
 - Minibatch standard deviation (MINIBATCH_STDDEV): one channel after D's last batch norm holding how
   much each group of 4 consecutive images varies (blocks.MinibatchStddev; batches come in class order,
   so a group mostly shares a class). Not in the table. Measured on swatches at the paper's learning
-  rates (width 0.5, batch 64): without it the samples of a row drifted to one colour and one pattern;
-  with it the columns still differed at step 750 (the grids in the README show what is left).
+  rates (width 0.5, batch 64): without it the samples of a row drifted to one colour and one pattern
+  by step 700; with it the columns still differed at step 1,500, but by step 2,600 (a 20-minute run)
+  every row was one image again. It delays the collapse; it does not prevent it (see the README).
 - The paper's activation noise in D (Salimans et al.) is left out, as in the reference model.
 - `width` scales every channel count (multiples of 8, at least 8); the side may be any multiple of 8
   (the first map is side/8); G's noise is 100-d as in the paper (the reference model's is 62).
 - Learning rates: the table's Adam 2e-4 (beta1 0.5) for D, G and Q (acgan.step.common.LEARNING_RATES;
   the reference model keeps 2e-4 / 1e-3 / 1e-3). Measured on swatches: with G and Q at 1e-3, or at
   5e-4, every row of the grid became one image (z ignored) within 750-1,300 steps, minibatch spread or
-  not; at 2e-4 the classes come slower and the rows stay varied. The batch stays --batch (64 by default,
-  the table's is 100).
+  not; at 2e-4 the classes come slower and the rows stay varied for longer (above). The batch stays
+  --batch (64 by default, the table's is 100).
 """
 import keras
 from keras import layers

@@ -1,6 +1,8 @@
 """Samples from a generator: the grids saved during training (fixed noise, one row per class), and
 samples from a run folder's latest checkpoint (acgan.generate: a PNG grid or an npz)."""
+import contextlib
 import io
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -9,6 +11,7 @@ from acgan.errors import UserError
 from acgan.model import precision
 from acgan.model.networks import build_models
 from acgan.training import grids
+from acgan.training.checkpoints import first_line
 from acgan.training.run_dir import read_run
 from acgan.util.files import write_atomically
 
@@ -38,7 +41,8 @@ def load_run(run_dir):
         from acgan.step.jax_step import JaxACGAN
 
         gan = JaxACGAN(models, num_classes, config.policy, jit=True)  # jit: generate() compiles once
-        gan.load_state(saved.read_state(latest))
+        with _mismatch_as_user_error(run_dir, latest, config):
+            gan.load_state(saved.read_state(latest))
         gan.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
         return config, info, gan
     import tensorflow as tf
@@ -46,13 +50,25 @@ def load_run(run_dir):
     from acgan.step.tf_step import ACGAN
 
     gan = ACGAN(models, num_classes, config.policy, jit=False)
-    if config.backend == "jax":  # a JAX run on TensorFlow: its model weights by variable path, and its step
-        arrays = saved.read_state(latest)
-        saved.assign_models(arrays, models, models._fields)  # jax_step.MODEL_NAMES, without importing JAX
-        gan.step.assign(int(arrays["step"]))
-    else:
-        tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()
+    with _mismatch_as_user_error(run_dir, latest, config):
+        if config.backend == "jax":  # a JAX run on TensorFlow: its model weights by variable path, and its step
+            arrays = saved.read_state(latest)
+            saved.assign_models(arrays, models, models._fields)  # jax_step.MODEL_NAMES, without importing JAX
+            gan.step.assign(int(arrays["step"]))
+        else:
+            tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()
     return config, info, gan
+
+
+@contextlib.contextmanager
+def _mismatch_as_user_error(run_dir, checkpoint, config):
+    """A checkpoint whose shapes are not the models built from the run's config (e.g. an acgan_cifar run
+    from before the preset's D gained its minibatch-spread channel) is one line, not a traceback."""
+    try:
+        yield
+    except ValueError as e:
+        raise UserError(f"{run_dir}: {Path(checkpoint).name} does not fit the {config.arch} model this version "
+                        f"builds from its config ({first_line(e)})") from None
 
 
 def generate(gan, num_classes, per_class, seed):
