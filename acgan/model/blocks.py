@@ -108,15 +108,14 @@ class MinibatchStddev(layers.Layer):
     def call(self, x):
         x = keras.ops.cast(x, "float32")
         batch = x.shape[0]  # None (TensorFlow) or a symbolic dimension (JAX) while Keras infers shapes
-        group = math.gcd(batch, self.group_size) if isinstance(batch, int) else None
-        if group is None:
+        if isinstance(batch, int):
+            group = math.gcd(batch, self.group_size)
+            groups = keras.ops.reshape(x, (batch // group, group) + tuple(x.shape[1:]))
+            spread = keras.ops.mean(keras.ops.sqrt(keras.ops.var(groups, axis=1) + 1e-8), axis=(1, 2, 3))
+            spread = keras.ops.repeat(spread, group, axis=0)[:, None, None, None]
+        else:
             spread = keras.ops.mean(keras.ops.sqrt(keras.ops.var(x, axis=0) + 1e-8))
-            return keras.ops.concatenate([x, keras.ops.ones_like(x[..., :1]) * spread], axis=-1)
-        groups = keras.ops.reshape(x, (batch // group, group) + tuple(x.shape[1:]))
-        spread = keras.ops.mean(keras.ops.sqrt(keras.ops.var(groups, axis=1) + 1e-8), axis=(1, 2, 3))
-        spread = keras.ops.repeat(spread, group, axis=0)[:, None, None, None]
         return keras.ops.concatenate([x, keras.ops.ones_like(x[..., :1]) * spread], axis=-1)
-
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (input_shape[-1] + 1,)

@@ -31,7 +31,8 @@ Where this departs from the table, and why:
   of the model: D sees the same range for real and fake images.
 - The two linear outputs are kept as this project's two heads (D head: 1 logit; Q head: K class
   logits, both float32), on the shared trunk of the six convolutions (features: the flattened 4x4x512
-  map, plus the minibatch spread below). The paper's "Soft-Sigmoid" over 11 units is the same thing: sigmoid on one, softmax on ten.
+  map, plus the minibatch spread below). The paper's "Soft-Sigmoid" over 11 units is the same thing:
+  sigmoid on one, softmax on ten.
 - Upsampling (UPSAMPLE = "resize"): each of G's stride-2 transposed convolutions is a nearest-neighbour
   2x upsampling followed by a stride-1 convolution with the table's maps (Odena, Dumoulin and Olah,
   "Deconvolution and Checkerboard Artifacts", Distill 2016). Measured on swatches (width 0.5, batch 64,

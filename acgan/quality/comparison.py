@@ -77,8 +77,8 @@ class CompareSettings:
     def train_config(self, policy, output_dir=None):
         return Config(dataset=self.dataset, classes=self.classes, data_dir=self.data_dir,
                       max_per_class=self.max_per_class, policy=policy, batch=self.batch, width=self.width,
-                      arch=self.arch, steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed, backend=self.backend,
-                      price_per_hour=self.price_per_hour, output_dir=output_dir, labels=self.labels)
+                      arch=self.arch, steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed,
+                      backend=self.backend, price_per_hour=self.price_per_hour, output_dir=output_dir, labels=self.labels)
 
     def budget(self):
         return f"{self.steps:,} steps" if self.steps is not None else f"{self.minutes:g} minutes"

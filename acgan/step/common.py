@@ -2,14 +2,15 @@
 the training health checks and the reports can use it without loading a framework.
 
 The optimizers' names and learning rates (per model preset), the order of the step's metric vector,
-and StepMetrics, the vector's host-side reader (numpy only: `np.asarray` copies a TensorFlow tensor or a JAX array alike).
+and StepMetrics, the vector's host-side reader (numpy only: `np.asarray` copies a TensorFlow tensor or
+a JAX array alike).
 """
 import numpy as np
 
 # Adam's learning rates for the D, G and Q optimizers (all with beta_1 0.5), per model preset: the
-# reference model keeps the seed's; acgan_cifar trains at the paper's 2e-4 (its module says what was measured).
+# reference model keeps the seed's; acgan_cifar trains at the paper's 2e-4 (paper_cifar.py says what was
+# measured).
 LEARNING_RATES = {"reference": (2e-4, 1e-3, 1e-3), "acgan_cifar": (2e-4, 2e-4, 2e-4)}
-D_LEARNING_RATE, G_LEARNING_RATE, Q_LEARNING_RATE = LEARNING_RATES["reference"]
 BETA_1 = 0.5
 OPTIMIZER_NAMES = ("d", "g", "q")
 LOSS_METRICS = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake")

@@ -27,9 +27,8 @@ import keras
 import numpy as np
 
 from acgan.model import precision
-from acgan.step import losses
-from acgan.step.common import (
-    BETA_1, D_LEARNING_RATE, G_LEARNING_RATE, OPTIMIZER_NAMES, Q_LEARNING_RATE, StepMetrics)
+from acgan.step import common, losses
+from acgan.step.common import BETA_1, OPTIMIZER_NAMES, StepMetrics
 
 MODEL_NAMES = ("generator", "trunk", "d_head", "q_head")  # the order of networks.ACGANModels
 
@@ -81,7 +80,7 @@ class JaxACGAN:
         self.policy = policy
         self.noise_dim = models.generator.input[0].shape[-1]
         # (D, G, Q); None: the reference model's (common.learning_rates(arch) gives a preset's).
-        d_rate, g_rate, q_rate = learning_rates or (D_LEARNING_RATE, G_LEARNING_RATE, Q_LEARNING_RATE)
+        self.learning_rates = d_rate, g_rate, q_rate = tuple(learning_rates or common.learning_rates())
         self.d_optimizer = precision.make_optimizer(d_rate, BETA_1, policy, "d_optimizer")
         self.g_optimizer = precision.make_optimizer(g_rate, BETA_1, policy, "g_optimizer")
         self.q_optimizer = precision.make_optimizer(q_rate, BETA_1, policy, "q_optimizer")

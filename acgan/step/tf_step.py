@@ -12,10 +12,9 @@ import numpy as np
 import tensorflow as tf
 
 from acgan.model import precision
-from acgan.step import distribute, losses
+from acgan.step import common, distribute, losses
 # The backend-neutral names live in common.py; re-exported so `from acgan.step.tf_step import ...` keeps working.
-from acgan.step.common import (  # noqa: F401
-    BETA_1, D_LEARNING_RATE, G_LEARNING_RATE, LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, Q_LEARNING_RATE, StepMetrics)
+from acgan.step.common import BETA_1, LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, StepMetrics  # noqa: F401
 
 
 class _Untracked:
@@ -45,7 +44,7 @@ class ACGAN(tf.Module):
         if self.synchronized_batch_norm:
             distribute.synchronize_batch_norm(models)
         # (D, G, Q); None: the reference model's (common.learning_rates(arch) gives a preset's).
-        d_rate, g_rate, q_rate = learning_rates or (D_LEARNING_RATE, G_LEARNING_RATE, Q_LEARNING_RATE)
+        self.learning_rates = d_rate, g_rate, q_rate = tuple(learning_rates or common.learning_rates())
         with self.strategy.scope():
             self.d_optimizer = precision.make_optimizer(d_rate, BETA_1, policy, "d_optimizer")
             self.g_optimizer = precision.make_optimizer(g_rate, BETA_1, policy, "g_optimizer")

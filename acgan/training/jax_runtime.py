@@ -27,7 +27,8 @@ class JaxRuntime:
         return contextlib.nullcontext()
 
     def make_step(self, models, num_classes, config):
-        return JaxACGAN(models, num_classes, config.policy, jit=config.jit, learning_rates=learning_rates(config.arch))
+        return JaxACGAN(models, num_classes, config.policy, jit=config.jit,
+                        learning_rates=learning_rates(config.arch))
 
     def layout(self, gan):
         return {

@@ -27,7 +27,7 @@ from acgan.errors import UserError
 from acgan.measure import advice, device
 from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.model.precision import needs_loss_scaling
-from acgan.step.common import OPTIMIZER_NAMES, learning_rates
+from acgan.step.common import OPTIMIZER_NAMES
 from acgan.training import report as run_report
 from acgan.training import run_lock
 from acgan.training.health import DivergenceMonitor
@@ -387,7 +387,7 @@ def assemble_report(setup, outcome, config, command, started):
         "policy": config.policy,
         "jit": config.jit,
         "batch": config.batch,
-        "learning_rates": dict(zip(OPTIMIZER_NAMES, learning_rates(config.arch))),
+        "learning_rates": dict(zip(OPTIMIZER_NAMES, s.gan.learning_rates)),  # what the step's optimizers use
         "distribution": s.layout,
         "steps": outcome.step,
         "session_steps": outcome.step - s.start_step,

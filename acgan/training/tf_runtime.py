@@ -75,8 +75,8 @@ class TensorFlowRuntime:
         return self.strategy.scope()
 
     def make_step(self, models, num_classes, config):
-        return ACGAN(models, num_classes, config.policy, jit=config.jit, strategy=self.strategy, sync_bn=config.sync_bn,
-                     learning_rates=learning_rates(config.arch))
+        return ACGAN(models, num_classes, config.policy, jit=config.jit, strategy=self.strategy,
+                     sync_bn=config.sync_bn, learning_rates=learning_rates(config.arch))
 
     def layout(self, gan):
         return run_report.distribution_summary(self.strategy, gan)
