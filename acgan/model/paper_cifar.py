@@ -42,9 +42,10 @@ Where this departs from the table, and why:
   showed (those runs used 5x5 kernels after the upsampling). UPSAMPLE = "transpose" builds the table's.
 - G's kernels (G_KERNEL = 3): 3x3 convolutions after each upsampling, not 5x5. A resize-convolution
   with 5x5 kernels costs 4x the table's transposed one (25 taps per output pixel against 25/4); 3x3
-  costs 1.4x. Measured on swatches (width 0.5, batch 64, two runs side by side on this 2-core CPU, all
-  else equal): 447 against about 800 ms per step, and judge accuracy 57% against 59% at step 500, so
-  20 minutes buy 1.8x the steps for about the same quality per step.
+  costs 1.4x, so G does 2.8x fewer multiply-adds. Measured on swatches (width 0.5, batch 64, all else
+  equal, this 2-core CPU, each run sharing it with one other training run, but not the two with each
+  other, so the time ratio is indicative): about 450 against about 800 ms per step, and judge accuracy
+  57% against 59% at step 500: more steps in the same minutes for about the same quality per step.
 - Dropout (DROPOUT = 0.0): the table's 0.5 after every D layer is off. In the same short runs Q's
   accuracy on real batches averaged 0.25 after 150 steps with it and 0.58-0.66 after 150-200 steps
   without it; the paper trained 50,000 steps, a budget of minutes has no room for that regulariser.
@@ -52,9 +53,10 @@ Where this departs from the table, and why:
 - Minibatch standard deviation (MINIBATCH_STDDEV): one channel after D's last batch norm holding how
   much each group of 4 consecutive images varies (blocks.MinibatchStddev; batches come in class order,
   so a group mostly shares a class). Not in the table. Measured on swatches at the paper's learning
-  rates (width 0.5, batch 64): without it the samples of a row drifted to one colour and one pattern
-  by step 700; with it the columns still differed at step 1,500, but by step 2,600 (a 20-minute run)
-  every row was one image again. It delays the collapse; it does not prevent it (see the README).
+  rates (width 0.5, batch 64): without it every row of the grid was one colour by step 692; with it
+  (and batches in class order) the columns' patterns still differed at step 1,500 (their colours were
+  alike by then), and by step 2,600 (a 20-minute run) every row was one image. It delays the collapse;
+  it does not prevent it (see the README).
 - The paper's activation noise in D (Salimans et al.) is left out, as in the reference model.
 - `width` scales every channel count (multiples of 8, at least 8); the side may be any multiple of 8
   (the first map is side/8); G's noise is 100-d as in the paper (the reference model's is 62).
