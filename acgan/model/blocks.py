@@ -31,6 +31,45 @@ def conv(x, filters, name, kernel=4, strides=2):
     return layers.Conv2D(filters, kernel, strides=strides, padding="same", kernel_initializer=init(), name=name)(x)
 
 
+class SpectralConv2D(layers.Conv2D):
+    """A convolution whose kernel is divided by its largest singular value (Miyato et al., "Spectral
+    Normalization for GANs", ICLR 2018): the kernel, reshaped to [taps * in, out], is estimated by one
+    power-iteration step per training call, its vector u kept as a non-trainable float32 variable.
+
+    Unlike keras.layers.SpectralNormalization, which overwrites the wrapped layer's kernel with the
+    normalised one on every training call (so the optimizer updates the normalised kernel and the
+    gradient ignores sigma), this is the paper's reparametrisation: the trainable kernel stays as the
+    optimizer left it and the gradient flows through sigma. sigma is computed in float32.
+    """
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self.sn_u = self.add_weight(shape=(1, self.filters), initializer=keras.initializers.RandomNormal(),
+                                    trainable=False, autocast=False, name="sn_u", dtype="float32")
+
+    def call(self, inputs, training=None):
+        ops = keras.ops
+        kernel = ops.cast(self.kernel, "float32")
+        w = ops.reshape(kernel, (-1, self.filters))
+        v = _unit(ops.matmul(self.sn_u, ops.transpose(w)))
+        u = _unit(ops.matmul(v, w))
+        u, v = ops.stop_gradient(u), ops.stop_gradient(v)
+        sigma = ops.sum(ops.matmul(v, w) * u)
+        if training:
+            self.sn_u.assign(u)
+        outputs = self.convolution_op(inputs, ops.cast(kernel / sigma, self.compute_dtype))
+        return ops.add(outputs, ops.reshape(self.bias, (1, 1, 1, self.filters)))
+
+
+def _unit(x):
+    return x / keras.ops.sqrt(keras.ops.sum(x * x) + 1e-12)
+
+
+def spectral_conv(x, filters, name, kernel=4, strides=2):
+    """conv() with a spectrally normalised kernel (SpectralConv2D)."""
+    return SpectralConv2D(filters, kernel, strides=strides, padding="same", kernel_initializer=init(), name=name)(x)
+
+
 def conv_transpose(x, filters, name, kernel=4):
     """Stride-2 transposed convolution (doubles the spatial size); 4x4 by default."""
     return layers.Conv2DTranspose(

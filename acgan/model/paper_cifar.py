@@ -79,6 +79,7 @@ G_KERNEL = 3  # the table's 5: after a 2x upsampling, 3x3 costs 2.8x fewer multi
 UPSAMPLE = "resize"  # "transpose": the table's stride-2 transposed convolutions; "resize": upsample + conv
 D_KERNEL = 3
 MINIBATCH_STDDEV = True
+SPECTRAL_NORM = True  # D's convolutions spectrally normalised, no batch norm in D (see the docstring)
 
 
 def build_generator(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
@@ -103,8 +104,9 @@ def build_trunk(image_shape, width=1.0):
     images = keras.Input(image_shape, name="images")
     x = images
     for i, maps in enumerate(D_MAPS, start=1):
-        x = blocks.conv(x, blocks.channels(maps, width), f"d_conv{i}", kernel=D_KERNEL, strides=2 if i % 2 else 1)
-        if i > 1:
+        conv = blocks.spectral_conv if SPECTRAL_NORM else blocks.conv
+        x = conv(x, blocks.channels(maps, width), f"d_conv{i}", kernel=D_KERNEL, strides=2 if i % 2 else 1)
+        if i > 1 and not SPECTRAL_NORM:
             x = blocks.batch_norm(x, f"d_bn{i}")
         x = blocks.leaky_relu(x, f"d_lrelu{i}")
         if DROPOUT:

@@ -8,7 +8,7 @@ benchmark use, so a second backend's step sits beside the TensorFlow one:
         vector in METRIC_NAMES order, left on the device until StepMetrics.read() copies it once
     step.generate(z, labels) -> images in [0, 1], inference mode
     step.noise_dim, step.step (the step counter), step.compile_mode, step.compile_reason,
-    step.learning_rates (D, G, Q)
+    step.learning_rates (D, G, Q), step.q_learns_from_fakes
     step.skipped_steps(), step.loss_scales(), step.weights_fingerprint()
 
     step.sync_variables()   (JAX: the step's state written back into the Keras variables; TF: nothing)

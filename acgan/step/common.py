@@ -11,6 +11,10 @@ import numpy as np
 # reference model keeps the seed's; acgan_cifar trains at the paper's 2e-4 (paper_cifar.py says what was
 # measured).
 LEARNING_RATES = {"reference": (2e-4, 1e-3, 1e-3), "acgan_cifar": (2e-4, 2e-4, 2e-4)}
+# Whether Q's classifier (the trunk and Q head) also learns to name G's labels on fake images, as in the
+# AC-GAN paper, or learns from real images only, the fake images' class loss then moving G alone
+# (paper_cifar.py says what was measured).
+Q_LEARNS_FROM_FAKES = {"reference": True, "acgan_cifar": False}
 BETA_1 = 0.5
 OPTIMIZER_NAMES = ("d", "g", "q")
 LOSS_METRICS = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake")
@@ -22,6 +26,11 @@ METRIC_NAMES = LOSS_METRICS + tuple(
 def learning_rates(arch="reference"):
     """(D, G, Q) learning rates for a model preset (a resolved name: reference or acgan_cifar)."""
     return LEARNING_RATES[arch]
+
+
+def q_learns_from_fakes(arch="reference"):
+    """Whether the preset's Q classifier trains on fake images too (Q_LEARNS_FROM_FAKES)."""
+    return Q_LEARNS_FROM_FAKES[arch]
 
 
 class StepMetrics:

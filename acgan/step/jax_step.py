@@ -72,7 +72,7 @@ class _Counter:
 class JaxACGAN:
     """Holds the models, the three optimizers and the step's state, and runs the step on one device."""
 
-    def __init__(self, models, num_classes, policy, jit=True, learning_rates=None):
+    def __init__(self, models, num_classes, policy, jit=True, learning_rates=None, q_learns_from_fakes=True):
         if keras.backend.backend() != "jax":
             raise RuntimeError(f"JaxACGAN needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
         self.models = models
@@ -81,6 +81,8 @@ class JaxACGAN:
         self.noise_dim = models.generator.input[0].shape[-1]
         # (D, G, Q); None: the reference model's (common.learning_rates(arch) gives a preset's).
         self.learning_rates = d_rate, g_rate, q_rate = tuple(learning_rates or common.learning_rates())
+        # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
+        self.q_learns_from_fakes = bool(q_learns_from_fakes)
         self.d_optimizer = precision.make_optimizer(d_rate, BETA_1, policy, "d_optimizer")
         self.g_optimizer = precision.make_optimizer(g_rate, BETA_1, policy, "g_optimizer")
         self.q_optimizer = precision.make_optimizer(q_rate, BETA_1, policy, "q_optimizer")
@@ -261,6 +263,10 @@ class JaxACGAN:
             real_features, _ = m.trunk.stateless_call(trunk_trainable, t_non_trainable, real, training=True)
             q_state = qh["non_trainable"]
             q_real, q_state = m.q_head.stateless_call(q_head_trainable, q_state, real_features, training=True)
+            if not self.q_learns_from_fakes:  # the fake batch's class loss moves G alone
+                frozen_trunk = [jax.lax.stop_gradient(v) for v in trunk_trainable]
+                fake_features, _ = m.trunk.stateless_call(frozen_trunk, t_non_trainable, fake_images, training=True)
+                q_head_trainable = [jax.lax.stop_gradient(v) for v in q_head_trainable]
             q_fake, q_state = m.q_head.stateless_call(q_head_trainable, q_state, fake_features, training=True)
             q_loss = losses.ce(labels, q_real) + losses.ce(fake_labels, q_fake)
             return (self._scaled("q", optimizer_values["q"], q_loss),

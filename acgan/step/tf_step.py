@@ -33,7 +33,8 @@ class ACGAN(tf.Module):
     the models inside `strategy.scope()`; the optimizers and the step are made in it here.
     """
 
-    def __init__(self, models, num_classes, policy, jit=True, strategy=None, sync_bn=True, learning_rates=None):
+    def __init__(self, models, num_classes, policy, jit=True, strategy=None, sync_bn=True, learning_rates=None,
+                 q_learns_from_fakes=True):
         super().__init__(name="acgan")
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
@@ -45,6 +46,8 @@ class ACGAN(tf.Module):
             distribute.synchronize_batch_norm(models)
         # (D, G, Q); None: the reference model's (common.learning_rates(arch) gives a preset's).
         self.learning_rates = d_rate, g_rate, q_rate = tuple(learning_rates or common.learning_rates())
+        # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
+        self.q_learns_from_fakes = bool(q_learns_from_fakes)
         with self.strategy.scope():
             self.d_optimizer = precision.make_optimizer(d_rate, BETA_1, policy, "d_optimizer")
             self.g_optimizer = precision.make_optimizer(g_rate, BETA_1, policy, "g_optimizer")
@@ -166,14 +169,18 @@ class ACGAN(tf.Module):
             g_loss = losses.bce(tf.ones((batch, 1)), m.d_head(fake_features, training=True)) / self.replicas
             q_real = m.q_head(real_features, training=True)
             q_fake = m.q_head(fake_features, training=True)
-            q_loss = (losses.ce(labels, q_real) + losses.ce(fake_labels, q_fake)) / self.replicas
+            q_real_loss = losses.ce(labels, q_real) / self.replicas
+            q_loss = q_real_loss + losses.ce(fake_labels, q_fake) / self.replicas
             g_scaled = precision.scale_loss(self.g_optimizer, g_loss)
             q_scaled = precision.scale_loss(self.q_optimizer, q_loss)
+            # What the trunk and Q head learn from: both batches, or (q_learns_from_fakes False) the real one.
+            q_learning = q_scaled if self.q_learns_from_fakes else precision.scale_loss(self.q_optimizer, q_real_loss)
         g_cotangent = tape.gradient(g_scaled, fake)
-        q_grads = tape.gradient(q_scaled, q_trunk_and_head + [fake])
+        q_grads = tape.gradient(q_learning, q_trunk_and_head)
+        q_cotangent = tape.gradient(q_scaled, fake)
         del tape
         return (tf.cast(g_loss, tf.float32), tf.cast(q_loss, tf.float32), _accuracy(labels, q_real) / self.replicas,
-                _accuracy(fake_labels, q_fake) / self.replicas, q_grads[:-1], g_cotangent, q_grads[-1])
+                _accuracy(fake_labels, q_fake) / self.replicas, q_grads, g_cotangent, q_cotangent)
 
     def sync_variables(self):
         """Nothing to copy: on TensorFlow the Keras variables are the step's state (jax_step's counterpart

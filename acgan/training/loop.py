@@ -388,6 +388,7 @@ def assemble_report(setup, outcome, config, command, started):
         "jit": config.jit,
         "batch": config.batch,
         "learning_rates": dict(zip(OPTIMIZER_NAMES, s.gan.learning_rates)),  # what the step's optimizers use
+        "q_learns_from_fakes": s.gan.q_learns_from_fakes,
         "distribution": s.layout,
         "steps": outcome.step,
         "session_steps": outcome.step - s.start_step,
