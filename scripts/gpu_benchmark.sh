@@ -21,7 +21,8 @@
 #   3. the three policies at batch 4096 (an out-of-memory configuration is a row saying "oom")
 # then merges the phases that finished into one benchmark.json / .md / .csv and figures
 # (python -m acgan.benchmark_merge) in $OUT when it is set (the device tool's folder), else in
-# outputs/gpu-benchmark-<time>/. Each phase's own report and worker logs are kept beside it, in phases/.
+# outputs/gpu-benchmark-<time>/. Each phase's own report and worker logs are kept beside it, in phases/
+# (in $OUT packed as phases.tgz: the device tool returns at most 8 files, none more than 2 folders down).
 #
 # Environment overrides (defaults in brackets), e.g. to try it on a CPU in two minutes:
 #   ACGAN_GPU_BATCHES [256,2048]  ACGAN_GPU_BIG_BATCH [4096; empty: no phase 3]  ACGAN_GPU_STEPS [100]
@@ -167,5 +168,9 @@ fi
 "$PY" -m acgan.benchmark_merge "${DONE[@]}" --output_dir "$WORK/merged" > "$DEST/merge.out" 2>&1 \
     || { cat "$DEST/merge.out" >&2; exit 1; }
 cp "$WORK/merged"/benchmark.* "$WORK/merged"/*.png "$DEST/"
+if [ -n "${OUT:-}" ]; then
+    # The device tool brings back at most 8 files, 2 folders down: the phases travel as one archive.
+    tar czf "$DEST/phases.tgz" -C "$DEST" phases && rm -rf "$DEST/phases"
+fi
 cat "$DEST/benchmark.md"
 echo "gpu benchmark: ${#DONE[@]} phase(s) merged into $DEST in $((SECONDS - STARTED)) s"

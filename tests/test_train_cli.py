@@ -62,6 +62,7 @@ def test_train_writes_grids_report_checkpoints_and_logs(runs, policy):
     expected_scale = 2.0 ** 15 if policy == "mixed_float16" else 1.0
     assert report["final_metrics"]["d_loss_scale"] <= expected_scale
     assert report["learning_rates"] == {"d": 2e-4, "g": 1e-3, "q": 1e-3}  # the reference model's
+    assert report["q_learns_from_fakes"] is True  # the paper's AC-GAN (acgan_cifar: real images only)
     markdown = (run_dir / "report.md").read_text()
     assert "time per batch" in markdown
     assert "| model | reference, width 0.125, Adam learning rates D 0.0002, G 0.001, Q 0.001 |" in markdown

@@ -137,7 +137,7 @@ class MinibatchStddev(layers.Layer):
     spread within a class; real and fake batches go through D separately. A batch the group size does
     not divide uses the largest group that does (1 gives a spread of 0), an unknown batch size one group.
     A float32 island (the variance of float16 activations loses precision); place it after D's last
-    batch norm, which would subtract any value shared by the whole batch.
+    batch norm, if any, which would subtract any value shared by the whole batch.
     """
 
     def __init__(self, group_size=4, **kwargs):

@@ -49,14 +49,27 @@ Where this departs from the table, and why:
 - Dropout (DROPOUT = 0.0): the table's 0.5 after every D layer is off. In the same short runs Q's
   accuracy on real batches averaged 0.25 after 150 steps with it and 0.58-0.66 after 150-200 steps
   without it; the paper trained 50,000 steps, a budget of minutes has no room for that regulariser.
-- The trunk's layer order is conv -> BN -> leaky ReLU (-> dropout); batch norm is a float32 island.
-- Minibatch standard deviation (MINIBATCH_STDDEV): one channel after D's last batch norm holding how
+- Spectral normalisation in D (SPECTRAL_NORM = True): every convolution of the trunk is a
+  blocks.SpectralConv2D (its kernel divided by its largest singular value, Miyato et al. 2018) and D has
+  no batch norm; with SPECTRAL_NORM = False the trunk is the table's: conv -> BN (float32 island) ->
+  leaky ReLU (-> dropout), BN from the second layer. Measured on swatches with JAX on an H200 (eight runs
+  of 2.8 minutes sharing the GPU, width 0.5, batch 64; the README's exploration table): with the table's
+  batch norm every row of the grid was one image by step ~3,600 whatever else changed; with spectral
+  normalisation the samples within each row still differed at step ~2,500 (colour varied with z,
+  texture with the class).
+- Q learns classes from real images only (acgan.step.common.Q_LEARNS_FROM_FAKES): the fake batch's
+  class loss moves G alone. In the paper Q also learns to name G's labels on G's images, so G and Q can
+  agree on a class code that the real images do not have (the last stop's all-or-nothing per-class
+  accuracies: half the classes drawn as another class's texture). With spectral normalisation it was
+  the better of the two at step 2,000 on the H200 (judge accuracy 54% against 39%, per-class distance
+  96 against 120, 1,000 samples).
+- Minibatch standard deviation (MINIBATCH_STDDEV): one channel after D's last layer holding how
   much each group of 4 consecutive images varies (blocks.MinibatchStddev; batches come in class order,
   so a group mostly shares a class). Not in the table. Measured on swatches at the paper's learning
-  rates (width 0.5, batch 64): without it every row of the grid was one colour by step 692; with it
-  (and batches in class order) the columns' patterns still differed at step 1,500 (their colours were
-  alike by then), and by step 2,600 (a 20-minute run) every row was one image. It delays the collapse;
-  it does not prevent it (see the README).
+  rates (width 0.5, batch 64), with the table's batch-norm D: without it every row of the grid was one
+  colour by step 692; with it (and batches in class order) the columns' patterns still differed at step
+  1,500 (their colours were alike by then), and by step 2,600 (a 20-minute run) every row was one
+  image. It delays the collapse; spectral normalisation (above) is what stopped it.
 - The paper's activation noise in D (Salimans et al.) is left out, as in the reference model.
 - `width` scales every channel count (multiples of 8, at least 8); the side may be any multiple of 8
   (the first map is side/8); G's noise is 100-d as in the paper (the reference model's is 62).

@@ -42,16 +42,19 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
             assert layer.compute_dtype == compute and layer.variable_dtype == "float32", name
     # The table: G 384 (4x4) -> 192 -> 96 -> 3 by 5x5 kernels, each doubling the side (here a nearest
     # upsampling and a stride-1 3x3 convolution: the measured departures); D 3x3 convolutions 16..512
-    # alternating stride 2 and 1, batch norm from the second (dropout: off, the other departure).
+    # alternating stride 2 and 1, batch norm from the second (dropout: off, the other departure; here
+    # spectrally normalised convolutions and no batch norm in D, a fourth).
     assert layers["g_fc1"].units == 4 * 4 * 384
     assert [layers[n].filters for n in ("g_deconv1", "g_deconv2", "g_deconv_out")] == [192, 96, 3]
     assert {layers[n].kernel_size for n in ("g_deconv1", "g_deconv2", "g_deconv_out")} == {(3, 3)}  # departure
     assert all(isinstance(layers[f"{n}_up"], keras.layers.UpSampling2D) for n in ("g_deconv1", "g_deconv2"))
     assert [layers[f"d_conv{i}"].filters for i in range(1, 7)] == [16, 32, 64, 128, 256, 512]
     assert [layers[f"d_conv{i}"].strides for i in range(1, 7)] == [(2, 2), (1, 1)] * 3
-    assert "d_bn1" not in layers and all(f"d_bn{i}" in layers for i in range(2, 7))
+    assert all(isinstance(layers[f"d_conv{i}"], blocks.SpectralConv2D) for i in range(1, 7))
+    assert not any(isinstance(l, keras.layers.BatchNormalization) for l in m.trunk.layers)
+    assert all(layers[f"d_conv{i}"].sn_u.dtype == "float32" for i in range(1, 7))
     assert paper_cifar.DROPOUT == 0.0 and not any(isinstance(l, keras.layers.Dropout) for l in layers.values())
-    # The third departure: the minibatch spread after the last batch norm, before the heads.
+    # The third departure: the minibatch spread after D's last convolution, before the heads.
     assert [l.name for l in m.trunk.layers[-3:]] == ["d_lrelu6", "d_minibatch_stddev", "d_flatten"]
 
 
@@ -81,12 +84,48 @@ def test_the_minibatch_stddev_channel_is_each_groups_spread_in_float32(policy, s
     np.testing.assert_allclose(np.asarray(model(x[:5]))[..., 3], 1e-4, rtol=1e-3)
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_spectral_conv_divides_the_kernel_by_its_largest_singular_value(policy, set_policy):
+    """SpectralConv2D: after some training calls (power iteration) the layer computes the convolution
+    with kernel / sigma_max in the policy's compute dtype, leaves its trainable kernel as it was (unlike
+    keras.layers.SpectralNormalization, which overwrites it), moves u only in training, and lets the
+    gradient see sigma (the paper's reparametrisation)."""
+    set_policy(policy)
+    inputs = keras.Input((6, 6, 3))
+    layer = blocks.SpectralConv2D(8, 3, strides=1, padding="same", name="sn")
+    model = keras.Model(inputs, layer(inputs))
+    rng = np.random.default_rng(0)
+    # A kernel with a known spectrum (3, 1, 0.5, ...): the power iteration converges fast.
+    u, _ = np.linalg.qr(rng.normal(size=(27, 8)))
+    v, _ = np.linalg.qr(rng.normal(size=(8, 8)))
+    kernel = (u * np.array([3.0, 1.0, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05])) @ v.T
+    layer.kernel.assign(kernel.reshape(3, 3, 3, 8).astype(np.float32))
+    layer.bias.assign(np.linspace(-1, 1, 8).astype(np.float32))
+    x = rng.normal(size=(2, 6, 6, 3)).astype(np.float32)
+    for _ in range(20):
+        model(x, training=True)
+    u_trained = layer.sn_u.numpy().copy()
+    out = model(x, training=False)
+    np.testing.assert_array_equal(layer.sn_u.numpy(), u_trained)  # inference leaves u alone
+    np.testing.assert_allclose(layer.kernel.numpy().reshape(27, 8), kernel, rtol=1e-6, atol=1e-7)  # not overwritten
+    compute = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}[policy]
+    assert out.dtype == compute and layer.sn_u.dtype == "float32"
+    expected = np.asarray(keras.ops.conv(x, (kernel / 3.0).reshape(3, 3, 3, 8).astype(np.float32),
+                                         padding="same")) + layer.bias.numpy()
+    tolerance = {"float32": 1e-4, "mixed_float16": 5e-3, "mixed_bfloat16": 3e-2}[policy]
+    np.testing.assert_allclose(np.asarray(out, np.float32), expected, atol=tolerance * np.abs(expected).max())
+    if policy == "float32":  # scaling the kernel changes nothing downstream: sigma scales with it
+        layer.kernel.assign(layer.kernel.numpy() * 5.0)
+        np.testing.assert_allclose(np.asarray(model(x, training=False)), np.asarray(out), rtol=1e-4, atol=1e-5)
+
+
 def test_each_preset_trains_with_its_own_learning_rates(set_policy):
-    from acgan.step.common import LEARNING_RATES, learning_rates
+    from acgan.step.common import LEARNING_RATES, learning_rates, q_learns_from_fakes
     from acgan.step.tf_step import ACGAN
 
     assert learning_rates("reference") == (2e-4, 1e-3, 1e-3)  # the seed's, unchanged
     assert learning_rates("acgan_cifar") == LEARNING_RATES["acgan_cifar"] == (2e-4, 2e-4, 2e-4)  # the paper's
+    assert q_learns_from_fakes("reference") and not q_learns_from_fakes("acgan_cifar")
     set_policy("mixed_float16")
     m = networks.build_models(SHAPE, 10, width=0.25, arch="acgan_cifar")
     gan = ACGAN(m, 10, "mixed_float16", jit=False, learning_rates=learning_rates("acgan_cifar"))
@@ -96,13 +135,16 @@ def test_each_preset_trains_with_its_own_learning_rates(set_policy):
     np.testing.assert_allclose([float(default.g_optimizer.learning_rate)], [1e-3])
 
 
-def test_the_tables_transposed_convolutions_and_dropout_still_build(monkeypatch):
+def test_the_tables_transposed_convolutions_batch_norm_and_dropout_still_build(monkeypatch):
     monkeypatch.setattr(paper_cifar, "UPSAMPLE", "transpose")
     monkeypatch.setattr(paper_cifar, "DROPOUT", 0.5)
+    monkeypatch.setattr(paper_cifar, "SPECTRAL_NORM", False)
     m = networks.build_models(SHAPE, 10, arch="acgan_cifar")
     layers = {l.name: l for part in m for l in part.layers}
     assert isinstance(layers["g_deconv1"], keras.layers.Conv2DTranspose) and layers["g_deconv1"].strides == (2, 2)
     assert all(layers[f"d_dropout{i}"].rate == 0.5 for i in range(1, 7))
+    assert "d_bn1" not in layers and all(f"d_bn{i}" in layers for i in range(2, 7))
+    assert not any(isinstance(layers[f"d_conv{i}"], blocks.SpectralConv2D) for i in range(1, 7))
     images = m.generator([np.zeros((2, paper_cifar.NOISE_DIM), np.float32), np.array([0, 1], np.int32)])
     assert tuple(images.shape) == (2,) + SHAPE
 
@@ -182,7 +224,8 @@ assert keras.backend.backend() == "jax"
 for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
     precision.set_policy(policy)
     m = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
-    gan = jax_step.JaxACGAN(m, 10, policy, jit=True)
+    gan = jax_step.JaxACGAN(m, 10, policy, jit=True, q_learns_from_fakes=False)  # the preset's setting
+    u_before = [v.numpy().copy() for v in m.trunk.non_trainable_variables if "sn_u" in v.path]
     rng = np.random.default_rng(0)
     batch = (rng.integers(0, 256, (16, 32, 32, 3)).astype(np.uint8), rng.integers(0, 10, 16).astype(np.int32),
              rng.uniform(-1, 1, (16, gan.noise_dim)).astype(np.float32), rng.integers(0, 10, 16).astype(np.int32))
@@ -191,6 +234,9 @@ for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
     images = np.asarray(gan.generate(batch[2][:4], batch[3][:4]))
     assert images.shape == (4, 32, 32, 3) and images.dtype == np.float32, images.shape
     assert 0.0 <= images.min() and images.max() <= 1.0 and all(np.isfinite(list(values.values())))
+    gan.sync_variables()
+    u_after = [v.numpy() for v in m.trunk.non_trainable_variables if "sn_u" in v.path]
+    assert len(u_before) == 6 and all(not np.allclose(a, b) for a, b in zip(u_after, u_before))  # power iteration ran
     print("ok", policy)
 """
 

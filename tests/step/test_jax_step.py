@@ -57,10 +57,12 @@ def _batch(n=BATCH, seed=SEED):
             rng.integers(0, 10, n).astype(np.int32))
 
 
-def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=None, scales=None, steps=1):
+def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=None, scales=None, steps=1,
+             q_learns_from_fakes=True):
     """Runs jax_step_runner.py on this job; returns what it saved."""
     values, paths = weights
     job = {"mode": mode, "policy": policy, "width": WIDTH, "jit": jit, "steps": steps,
+           "q_learns_from_fakes": q_learns_from_fakes,
            "images": batch[0], "labels": batch[1], "z": batch[2], "fake_labels": batch[3]}
     for model, arrays in values.items():
         for i, (value, path) in enumerate(zip(arrays, paths[model])):
@@ -81,7 +83,7 @@ def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=
         return dict(out)
 
 
-def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None):
+def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns_from_fakes=True):
     """One TF step (graph, XLA off) under `policy` from `weights`: its metric vector, first moments,
     fingerprint of the initial weights, and the models before the step (for batch statistics)."""
     values, _ = weights
@@ -91,7 +93,7 @@ def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None):
         for model in models:
             for variable, value in zip(model.variables, values[model.name]):
                 variable.assign(value)
-        gan = tf_step.ACGAN(models, 10, policy, jit=False)
+        gan = tf_step.ACGAN(models, 10, policy, jit=False, q_learns_from_fakes=q_learns_from_fakes)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     if d_learning_rate is not None:
@@ -184,6 +186,24 @@ def test_float32_step_matches_the_tf_step(float32_runs):
         difference = _relative(jax_moments[name], tf_run["moments"][name])
         assert difference < FLOAT32_MOMENTS, (name, difference, _worst(jax_moments[name], tf_run["moments"][name]))
     assert int(jax_run["step"]) == 1
+
+
+@pytest.mark.slow
+def test_q_learning_from_real_images_only_matches_the_tf_step(float32_runs, weights, tmp_path):
+    """q_learns_from_fakes=False (the acgan_cifar preset's setting) on both backends: the same first
+    moments, and against the default step only Q's trunk and head moments change, not G's."""
+    batch, default_tf, _ = float32_runs
+    tf_run = _tf_step("float32", weights, batch, q_learns_from_fakes=False)
+    jax_run = _run_jax(tmp_path, "steps", "float32", weights, batch, q_learns_from_fakes=False)
+    jax_moments = _jax_moments(jax_run)
+    for name in NAMES:
+        difference = _relative(jax_moments[name], tf_run["moments"][name])
+        assert difference < FLOAT32_MOMENTS, (name, difference, _worst(jax_moments[name], tf_run["moments"][name]))
+    q_new, q_default = tf_run["moments"]["q"], default_tf["moments"]["q"]
+    n_g = len(tf_run["moments"]["g"])  # Q's list ends with G's variables
+    assert _relative(q_new[-n_g:], q_default[-n_g:]) < 1e-6  # G still gets the fake batch's class loss
+    assert _relative(q_new[:-n_g], q_default[:-n_g]) > 1e-2  # the trunk and Q head no longer learn from it
+    assert _relative(tf_run["moments"]["d"], default_tf["moments"]["d"]) < 1e-6
 
 
 def _batch_mean(model, layer, inputs):

@@ -66,3 +66,41 @@ def test_metrics_are_one_vector_read_at_once(set_policy):
     values = metrics.read()
     assert list(values) == list(METRIC_NAMES)
     assert float(metrics["d_loss"]) == values["d_loss"] and values["d_skipped_in_a_row"] == 0.0
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_class_loss(policy, set_policy):
+    """q_learns_from_fakes=False (acgan_cifar): the trunk's and Q head's gradients are those of the real
+    batch's class loss alone; the cotangent that moves G (the fake batch's class loss) is unchanged."""
+    import tensorflow as tf
+
+    from acgan.step import losses
+
+    set_policy(policy)
+    images, labels, z, fake_labels = _batch()
+    real = tf.constant(images.astype(np.float32) / 255.0)
+    results = {}
+    for from_fakes in (True, False):
+        gan = _gan(policy, jit=False)
+        gan.q_learns_from_fakes = from_fakes
+        if policy == "mixed_float16":  # the first scale (2^15) overflows float16 here: the step would skip it
+            gan.q_optimizer.dynamic_scale.assign(64.0)
+        fake = gan.models.generator([z, fake_labels], training=False)
+        results[from_fakes] = gan._gq_forward_backward(real, tf.constant(labels), fake, tf.constant(fake_labels))
+    m = gan.models  # the same seeded weights as both runs
+    scale = float(tf.convert_to_tensor(gan.q_optimizer.dynamic_scale)) if policy == "mixed_float16" else 1.0
+    variables = m.trunk.trainable_variables + m.q_head.trainable_variables
+    with tf.GradientTape() as tape:
+        with keras.StatelessScope():
+            real_loss = losses.ce(labels, m.q_head(m.trunk(real, training=True), training=True))
+    expected = tape.gradient(real_loss, variables)
+    for from_fakes, rtol in ((False, 2e-2 if policy != "float32" else 1e-5), (True, None)):
+        got = [np.asarray(g, np.float64) / scale for g in results[from_fakes][4]]
+        difference = max(float(np.abs(a - np.asarray(b)).max()) for a, b in zip(got, expected))
+        size = max(float(np.abs(np.asarray(b)).max()) for b in expected)
+        if rtol:  # from real images only: the real batch's gradient
+            assert difference <= rtol * size, (difference, size)
+        else:  # from both batches: the fake batch's class loss adds to it
+            assert difference > 0.05 * size, (difference, size)
+    np.testing.assert_allclose(np.asarray(results[False][6]), np.asarray(results[True][6]), rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(results[False][1]), np.asarray(results[True][1]), rtol=1e-6)  # q_loss
