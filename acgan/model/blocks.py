@@ -58,7 +58,9 @@ class SpectralConv2D(layers.Conv2D):
         if training:
             self.sn_u.assign(u)
         outputs = self.convolution_op(inputs, ops.cast(kernel / sigma, self.compute_dtype))
-        return ops.add(outputs, ops.reshape(self.bias, (1, 1, 1, self.filters)))
+        if self.use_bias:  # channels_last, as every layer here
+            outputs = ops.add(outputs, ops.reshape(self.bias, (1, 1, 1, self.filters)))
+        return outputs if self.activation is None else self.activation(outputs)
 
 
 def _unit(x):
