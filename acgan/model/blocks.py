@@ -33,8 +33,9 @@ def conv(x, filters, name, kernel=4, strides=2):
 
 class SpectralConv2D(layers.Conv2D):
     """A convolution whose kernel is divided by its largest singular value (Miyato et al., "Spectral
-    Normalization for GANs", ICLR 2018): the kernel, reshaped to [taps * in, out], is estimated by one
-    power-iteration step per training call, its vector u kept as a non-trainable float32 variable.
+    Normalization for GANs", ICLR 2018): that value, of the kernel reshaped to [taps * in, out], is
+    estimated by one power-iteration step per call, its vector u a non-trainable float32 variable that
+    moves only in training.
 
     Unlike keras.layers.SpectralNormalization, which overwrites the wrapped layer's kernel with the
     normalised one on every training call (so the optimizer updates the normalised kernel and the

@@ -259,15 +259,16 @@ class JaxACGAN:
             return self._scaled("g", optimizer_values["g"], g_loss), g_loss
 
         def q_loss_fn(trunk_trainable, q_head_trainable, fake_images):
-            fake_features, _ = m.trunk.stateless_call(trunk_trainable, t_non_trainable, fake_images, training=True)
+            # The weights the fake batch's class loss sees: frozen when Q learns from real images only,
+            # so that loss then moves G alone.
+            fake_trunk, fake_head = trunk_trainable, q_head_trainable
+            if not self.q_learns_from_fakes:
+                fake_trunk, fake_head = ([jax.lax.stop_gradient(v) for v in vs] for vs in (fake_trunk, fake_head))
+            fake_features, _ = m.trunk.stateless_call(fake_trunk, t_non_trainable, fake_images, training=True)
             real_features, _ = m.trunk.stateless_call(trunk_trainable, t_non_trainable, real, training=True)
             q_state = qh["non_trainable"]
             q_real, q_state = m.q_head.stateless_call(q_head_trainable, q_state, real_features, training=True)
-            if not self.q_learns_from_fakes:  # the fake batch's class loss moves G alone
-                frozen_trunk = [jax.lax.stop_gradient(v) for v in trunk_trainable]
-                fake_features, _ = m.trunk.stateless_call(frozen_trunk, t_non_trainable, fake_images, training=True)
-                q_head_trainable = [jax.lax.stop_gradient(v) for v in q_head_trainable]
-            q_fake, q_state = m.q_head.stateless_call(q_head_trainable, q_state, fake_features, training=True)
+            q_fake, q_state = m.q_head.stateless_call(fake_head, q_state, fake_features, training=True)
             q_loss = losses.ce(labels, q_real) + losses.ce(fake_labels, q_fake)
             return (self._scaled("q", optimizer_values["q"], q_loss),
                     (q_loss, _accuracy(labels, q_real), _accuracy(fake_labels, q_fake), q_state))
