@@ -173,11 +173,14 @@ class ACGAN(tf.Module):
             q_loss = q_real_loss + losses.ce(fake_labels, q_fake) / self.replicas
             g_scaled = precision.scale_loss(self.g_optimizer, g_loss)
             q_scaled = precision.scale_loss(self.q_optimizer, q_loss)
-            # What the trunk and Q head learn from: both batches, or (q_learns_from_fakes False) the real one.
-            q_learning = q_scaled if self.q_learns_from_fakes else precision.scale_loss(self.q_optimizer, q_real_loss)
+            if not self.q_learns_from_fakes:  # the trunk and Q head then learn from the real batch alone
+                q_real_scaled = precision.scale_loss(self.q_optimizer, q_real_loss)
         g_cotangent = tape.gradient(g_scaled, fake)
-        q_grads = tape.gradient(q_learning, q_trunk_and_head)
-        q_cotangent = tape.gradient(q_scaled, fake)
+        if self.q_learns_from_fakes:  # one backward pass: Q's gradients and the cotangent that moves G
+            *q_grads, q_cotangent = tape.gradient(q_scaled, q_trunk_and_head + [fake])
+        else:
+            q_grads = tape.gradient(q_real_scaled, q_trunk_and_head)
+            q_cotangent = tape.gradient(q_scaled, fake)
         del tape
         return (tf.cast(g_loss, tf.float32), tf.cast(q_loss, tf.float32), _accuracy(labels, q_real) / self.replicas,
                 _accuracy(fake_labels, q_fake) / self.replicas, q_grads, g_cotangent, q_cotangent)
