@@ -26,9 +26,11 @@ def dense(x, units, name, dtype=None):
     return layers.Dense(units, kernel_initializer=init(), dtype=dtype, name=name)(x)
 
 
-def conv(x, filters, name, kernel=4, strides=2):
-    """Convolution, "same" padding; by default 4x4 stride 2 (halves the spatial size)."""
-    return layers.Conv2D(filters, kernel, strides=strides, padding="same", kernel_initializer=init(), name=name)(x)
+def conv(x, filters, name, kernel=4, strides=2, spectral_norm=False):
+    """Convolution, "same" padding; by default 4x4 stride 2 (halves the spatial size). spectral_norm:
+    its kernel divided by its largest singular value (SpectralConv2D)."""
+    layer = SpectralConv2D if spectral_norm else layers.Conv2D
+    return layer(filters, kernel, strides=strides, padding="same", kernel_initializer=init(), name=name)(x)
 
 
 class SpectralConv2D(layers.Conv2D):
@@ -66,11 +68,6 @@ class SpectralConv2D(layers.Conv2D):
 
 def _unit(x):
     return x / keras.ops.sqrt(keras.ops.sum(x * x) + 1e-12)
-
-
-def spectral_conv(x, filters, name, kernel=4, strides=2):
-    """conv() with a spectrally normalised kernel (SpectralConv2D)."""
-    return SpectralConv2D(filters, kernel, strides=strides, padding="same", kernel_initializer=init(), name=name)(x)
 
 
 def conv_transpose(x, filters, name, kernel=4):

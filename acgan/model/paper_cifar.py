@@ -119,8 +119,8 @@ def build_trunk(image_shape, width=1.0):
     images = keras.Input(image_shape, name="images")
     x = images
     for i, maps in enumerate(D_MAPS, start=1):
-        conv = blocks.spectral_conv if SPECTRAL_NORM else blocks.conv
-        x = conv(x, blocks.channels(maps, width), f"d_conv{i}", kernel=D_KERNEL, strides=2 if i % 2 else 1)
+        x = blocks.conv(x, blocks.channels(maps, width), f"d_conv{i}", kernel=D_KERNEL, strides=2 if i % 2 else 1,
+                        spectral_norm=SPECTRAL_NORM)
         if i > 1 and not SPECTRAL_NORM:
             x = blocks.batch_norm(x, f"d_bn{i}")
         x = blocks.leaky_relu(x, f"d_lrelu{i}")
