@@ -89,7 +89,7 @@ from acgan.model import blocks
 NOISE_DIM = 100
 DROPOUT = 0.0  # the table's 0.5 slowed Q's learning 2-3x in short runs (see the module docstring)
 G_MAPS = (384, 192, 96)
-D_MAPS = (16, 32, 64, 128, 256, 512)
+D_MAPS = (64, 64, 128, 128, 256, 256)  # the table's: 16, 32, 64, 128, 256, 512 (see the docstring)
 G_KERNEL = 3  # the table's 5: after a 2x upsampling, 3x3 costs 2.8x fewer multiply-adds (see the docstring)
 UPSAMPLE = "resize"  # "transpose": the table's stride-2 transposed convolutions; "resize": upsample + conv
 D_KERNEL = 3

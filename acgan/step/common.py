@@ -7,7 +7,7 @@ a JAX array alike).
 """
 import numpy as np
 
-# Adam's learning rates for the D, G and Q optimizers (all with beta_1 0.5), per model preset: the
+# Adam's learning rates for the D, G and Q optimizers, per model preset: the
 # reference model keeps the seed's; acgan_cifar trains at the paper's 2e-4 (paper_cifar.py says what was
 # measured).
 LEARNING_RATES = {"reference": (2e-4, 1e-3, 1e-3), "acgan_cifar": (2e-4, 2e-4, 2e-4)}
@@ -15,7 +15,11 @@ LEARNING_RATES = {"reference": (2e-4, 1e-3, 1e-3), "acgan_cifar": (2e-4, 2e-4, 2
 # AC-GAN paper, or learns from real images only, the fake images' class loss then moving G alone
 # (paper_cifar.py says what was measured).
 Q_LEARNS_FROM_FAKES = {"reference": True, "acgan_cifar": False}
-BETA_1 = 0.5
+# Adam's beta_1 (momentum) for all three optimizers, per preset: the reference model keeps the seed's
+# 0.5; acgan_cifar, whose D is spectrally normalised, uses 0 as the spectral-norm GANs do (Miyato et al.
+# 2018; paper_cifar.py says what was measured).
+ADAM_BETA_1 = {"reference": 0.5, "acgan_cifar": 0.0}
+BETA_1 = ADAM_BETA_1["reference"]
 OPTIMIZER_NAMES = ("d", "g", "q")
 LOSS_METRICS = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake")
 # The order of the step's metric vector.
@@ -26,6 +30,11 @@ METRIC_NAMES = LOSS_METRICS + tuple(
 def learning_rates(arch="reference"):
     """(D, G, Q) learning rates for a model preset (a resolved name: reference or acgan_cifar)."""
     return LEARNING_RATES[arch]
+
+
+def adam_beta_1(arch="reference"):
+    """Adam's beta_1 for a preset's D, G and Q optimizers (ADAM_BETA_1)."""
+    return ADAM_BETA_1[arch]
 
 
 def q_learns_from_fakes(arch="reference"):

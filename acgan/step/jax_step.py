@@ -72,7 +72,8 @@ class _Counter:
 class JaxACGAN:
     """Holds the models, the three optimizers and the step's state, and runs the step on one device."""
 
-    def __init__(self, models, num_classes, policy, jit=True, learning_rates=None, q_learns_from_fakes=True):
+    def __init__(self, models, num_classes, policy, jit=True, learning_rates=None, q_learns_from_fakes=True,
+                 beta_1=BETA_1):
         if keras.backend.backend() != "jax":
             raise RuntimeError(f"JaxACGAN needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
         self.models = models
@@ -83,9 +84,10 @@ class JaxACGAN:
         self.learning_rates = d_rate, g_rate, q_rate = tuple(learning_rates or common.learning_rates())
         # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
         self.q_learns_from_fakes = bool(q_learns_from_fakes)
-        self.d_optimizer = precision.make_optimizer(d_rate, BETA_1, policy, "d_optimizer")
-        self.g_optimizer = precision.make_optimizer(g_rate, BETA_1, policy, "g_optimizer")
-        self.q_optimizer = precision.make_optimizer(q_rate, BETA_1, policy, "q_optimizer")
+        self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (common.adam_beta_1(arch) gives a preset's)
+        self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
+        self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
+        self.q_optimizer = precision.make_optimizer(q_rate, self.beta_1, policy, "q_optimizer")
         m = models
         # The same lists, in the same order, as tf_step.ACGAN's.
         self.d_variables = m.trunk.trainable_variables + m.d_head.trainable_variables

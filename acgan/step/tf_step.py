@@ -34,7 +34,7 @@ class ACGAN(tf.Module):
     """
 
     def __init__(self, models, num_classes, policy, jit=True, strategy=None, sync_bn=True, learning_rates=None,
-                 q_learns_from_fakes=True):
+                 q_learns_from_fakes=True, beta_1=BETA_1):
         super().__init__(name="acgan")
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
@@ -48,10 +48,11 @@ class ACGAN(tf.Module):
         self.learning_rates = d_rate, g_rate, q_rate = tuple(learning_rates or common.learning_rates())
         # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
         self.q_learns_from_fakes = bool(q_learns_from_fakes)
+        self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (common.adam_beta_1(arch) gives a preset's)
         with self.strategy.scope():
-            self.d_optimizer = precision.make_optimizer(d_rate, BETA_1, policy, "d_optimizer")
-            self.g_optimizer = precision.make_optimizer(g_rate, BETA_1, policy, "g_optimizer")
-            self.q_optimizer = precision.make_optimizer(q_rate, BETA_1, policy, "q_optimizer")
+            self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
+            self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
+            self.q_optimizer = precision.make_optimizer(q_rate, self.beta_1, policy, "q_optimizer")
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             m = models
             self.d_variables = m.trunk.trainable_variables + m.d_head.trainable_variables

@@ -172,6 +172,8 @@ def _model(report):
     rates = report.get("learning_rates")
     if rates:
         text += ", Adam learning rates " + ", ".join(f"{name.upper()} {rate:g}" for name, rate in rates.items())
+    if report.get("adam_beta_1") is not None:
+        text += f", Adam beta_1 {report['adam_beta_1']:g}"
     if report.get("q_learns_from_fakes") is False:
         text += ", Q learns classes from real images only"
     return text
