@@ -63,9 +63,10 @@ def test_train_writes_grids_report_checkpoints_and_logs(runs, policy):
     assert report["final_metrics"]["d_loss_scale"] <= expected_scale
     assert report["learning_rates"] == {"d": 2e-4, "g": 1e-3, "q": 1e-3}  # the reference model's
     assert report["q_learns_from_fakes"] is True  # the paper's AC-GAN (acgan_cifar: real images only)
+    assert report["adam_beta_1"] == 0.5  # the seed's (acgan_cifar: 0)
     markdown = (run_dir / "report.md").read_text()
     assert "time per batch" in markdown
-    assert "| model | reference, width 0.125, Adam learning rates D 0.0002, G 0.001, Q 0.001 |" in markdown
+    assert ("| model | reference, width 0.125, Adam learning rates D 0.0002, G 0.001, Q 0.001, Adam beta_1 0.5 |") in markdown
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("ckpt-4"))
     assert any((run_dir / "tensorboard").iterdir())
 

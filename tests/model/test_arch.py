@@ -29,7 +29,7 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
     assert tuple(images.shape) == (4,) + SHAPE and images.dtype == "float32"
     assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0  # (tanh + 1) / 2
     features = m.trunk(images, training=False)
-    assert tuple(features.shape) == (4, 4 * 4 * (512 + 1))  # + the minibatch standard deviation channel
+    assert tuple(features.shape) == (4, 4 * 4 * (256 + 1))  # + the minibatch standard deviation channel
     logit, classes = m.d_head(features), m.q_head(features)
     assert tuple(logit.shape) == (4, 1) and tuple(classes.shape) == (4, 10)
     assert logit.dtype == "float32" and classes.dtype == "float32"
@@ -41,14 +41,15 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
         elif isinstance(layer, (keras.layers.Conv2D, keras.layers.Conv2DTranspose, keras.layers.Dense)):
             assert layer.compute_dtype == compute and layer.variable_dtype == "float32", name
     # The table: G 384 (4x4) -> 192 -> 96 -> 3 by 5x5 kernels, each doubling the side (here a nearest
-    # upsampling and a stride-1 3x3 convolution: the measured departures); D 3x3 convolutions 16..512
-    # alternating stride 2 and 1, batch norm from the second (dropout: off, the other departure; here
-    # spectrally normalised convolutions and no batch norm in D, a fourth).
+    # upsampling and a stride-1 3x3 convolution: the measured departures); D 3x3 convolutions alternating
+    # stride 2 and 1, batch norm from the second (dropout: off, the other departure; here spectrally
+    # normalised convolutions and no batch norm in D, a fourth; and maps 64, 64, 128, 128, 256, 256 for the
+    # table's 16, 32, 64, 128, 256, 512, a fifth).
     assert layers["g_fc1"].units == 4 * 4 * 384
     assert [layers[n].filters for n in ("g_deconv1", "g_deconv2", "g_deconv_out")] == [192, 96, 3]
     assert {layers[n].kernel_size for n in ("g_deconv1", "g_deconv2", "g_deconv_out")} == {(3, 3)}  # departure
     assert all(isinstance(layers[f"{n}_up"], keras.layers.UpSampling2D) for n in ("g_deconv1", "g_deconv2"))
-    assert [layers[f"d_conv{i}"].filters for i in range(1, 7)] == [16, 32, 64, 128, 256, 512]
+    assert [layers[f"d_conv{i}"].filters for i in range(1, 7)] == [64, 64, 128, 128, 256, 256]
     assert [layers[f"d_conv{i}"].strides for i in range(1, 7)] == [(2, 2), (1, 1)] * 3
     assert all(isinstance(layers[f"d_conv{i}"], blocks.SpectralConv2D) for i in range(1, 7))
     assert not any(isinstance(l, keras.layers.BatchNormalization) for l in m.trunk.layers)
@@ -120,17 +121,21 @@ def test_spectral_conv_divides_the_kernel_by_its_largest_singular_value(policy, 
 
 
 def test_each_preset_trains_with_its_own_learning_rates(set_policy):
-    from acgan.step.common import LEARNING_RATES, learning_rates, q_learns_from_fakes
+    from acgan.step.common import LEARNING_RATES, adam_beta_1, learning_rates, q_learns_from_fakes
     from acgan.step.tf_step import ACGAN
 
     assert learning_rates("reference") == (2e-4, 1e-3, 1e-3)  # the seed's, unchanged
     assert learning_rates("acgan_cifar") == LEARNING_RATES["acgan_cifar"] == (2e-4, 2e-4, 2e-4)  # the paper's
     assert q_learns_from_fakes("reference") and not q_learns_from_fakes("acgan_cifar")
+    assert adam_beta_1("reference") == 0.5 and adam_beta_1("acgan_cifar") == 0.0
     set_policy("mixed_float16")
     m = networks.build_models(SHAPE, 10, width=0.25, arch="acgan_cifar")
-    gan = ACGAN(m, 10, "mixed_float16", jit=False, learning_rates=learning_rates("acgan_cifar"))
-    rates = [float(o.learning_rate) for o in (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer)]
+    gan = ACGAN(m, 10, "mixed_float16", jit=False, learning_rates=learning_rates("acgan_cifar"),
+                beta_1=adam_beta_1("acgan_cifar"))
+    optimizers = (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer)
+    rates = [float(o.learning_rate) for o in optimizers]
     np.testing.assert_allclose(rates, LEARNING_RATES["acgan_cifar"])
+    assert [o.inner_optimizer.beta_1 for o in optimizers] == [0.0] * 3  # inside the loss-scale wrappers
     default = ACGAN(m, 10, "float32", jit=False)
     np.testing.assert_allclose([float(default.g_optimizer.learning_rate)], [1e-3])
 
@@ -153,8 +158,8 @@ def test_width_scales_the_preset_in_multiples_of_eight():
     m = networks.build_models(SHAPE, 10, width=0.5, arch="acgan_cifar")
     layers = {l.name: l for part in m for l in part.layers}
     assert layers["g_fc1"].units == 16 * 192 and layers["g_deconv1"].filters == 96
-    assert [layers[f"d_conv{i}"].filters for i in range(1, 7)] == [8, 16, 32, 64, 128, 256]
-    assert m.trunk.output.shape[-1] == 16 * (256 + 1)
+    assert [layers[f"d_conv{i}"].filters for i in range(1, 7)] == [32, 32, 64, 64, 128, 128]
+    assert m.trunk.output.shape[-1] == 16 * (128 + 1)
     full = networks.build_models(SHAPE, 10, arch="acgan_cifar")
     assert sum(p.count_params() for p in m) < sum(p.count_params() for p in full) / 3
 
@@ -224,7 +229,9 @@ assert keras.backend.backend() == "jax"
 for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
     precision.set_policy(policy)
     m = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
-    gan = jax_step.JaxACGAN(m, 10, policy, jit=True, q_learns_from_fakes=False)  # the preset's setting
+    gan = jax_step.JaxACGAN(m, 10, policy, jit=True, q_learns_from_fakes=False, beta_1=0.0)  # the preset's
+    adam = gan.g_optimizer.inner_optimizer if policy == "mixed_float16" else gan.g_optimizer
+    assert adam.beta_1 == 0.0
     u_before = [v.numpy().copy() for v in m.trunk.non_trainable_variables if "sn_u" in v.path]
     rng = np.random.default_rng(0)
     batch = (rng.integers(0, 256, (16, 32, 32, 3)).astype(np.uint8), rng.integers(0, 10, 16).astype(np.int32),
