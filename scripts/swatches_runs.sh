@@ -3,10 +3,11 @@
 # each policy, every run given the same wall-clock budget, two at a time (a 2-core machine then gives each
 # run about one core, so MINUTES of wall time is about MINUTES of CPU time); then each run judged on
 # 10,000 samples (acgan.evaluate) and one table printed, with the CPU time /usr/bin/time measured.
-# Usage: [MINUTES=20] [WIDTH=0.5] scripts/swatches_runs.sh   (from the repository root, after `make setup`)
+# Usage: [MINUTES=20] [WIDTH=0.5] [SEED=0] scripts/swatches_runs.sh   (from the repository root, after `make setup`)
 set -euo pipefail
 minutes=${MINUTES:-20}
 width=${WIDTH:-0.5}
+seed=${SEED:-0}
 python=${PYTHON:-.venv/bin/python}
 root=outputs/swatches-runs-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$root"
@@ -15,7 +16,7 @@ mkdir -p "$root"
 train() {  # NAME ARGS...: one run, its CPU time beside it
   local name=$1; shift
   /usr/bin/time -f "%U %S" -o "$root/$name.cpu" "$python" -m acgan.train --dataset swatches --minutes "$minutes" \
-    --eval_every 500 --output_dir "$root/$name" "$@" > "$root/$name.log" 2>&1
+    --eval_every 500 --seed "$seed" --output_dir "$root/$name" "$@" > "$root/$name.log" 2>&1
 }
 train acgan_cifar-float32 --arch acgan_cifar --width "$width" --policy float32 &
 train acgan_cifar-mixed_float16 --arch acgan_cifar --width "$width" --policy mixed_float16 &
