@@ -1,4 +1,4 @@
-"""CLI: python -m acgan.evaluate --run DIR [--num_samples 10000] [--seed 0] -- sample quality of a run."""
+"""CLI: python -m acgan.evaluate --run DIR [--num_samples 10000] [--seed 0] [--judge_seed 0] -- sample quality of a run."""
 from absl import flags
 
 from acgan import cli
@@ -6,6 +6,8 @@ from acgan import cli
 flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
 flags.DEFINE_integer("num_samples", 10_000, "Generated samples to judge; real test images: as many, or all if fewer.")
 flags.DEFINE_integer("seed", 0, "Seed for the noise and the real test subset.")
+flags.DEFINE_integer("judge_seed", 0, "Seed of the judge (its initialisation and data order); each seed's judge "
+                     "trains once and is cached. 0 is the one every other command uses.")
 flags.DEFINE_string("data_dir", None, "Folder of datasets and cached judges (default: the run's --data_dir).")
 cli.define_backend_flag(of_run=True)
 FLAGS = flags.FLAGS
@@ -22,6 +24,8 @@ def main(argv):
         raise UserError(f"--num_samples must be at least 2 (a covariance needs two), got {FLAGS.num_samples}")
     if FLAGS.seed < 0:
         raise UserError(f"--seed must be non-negative, got {FLAGS.seed}")
+    if FLAGS.judge_seed < 0:
+        raise UserError(f"--judge_seed must be non-negative, got {FLAGS.judge_seed}")
     if not Path(FLAGS.run).is_dir():
         raise UserError(f"--run {FLAGS.run} is not a folder")
     from acgan import backend
@@ -31,7 +35,7 @@ def main(argv):
 
     run_dir = Path(FLAGS.run)
     result = evaluation.evaluate_run(run_dir, FLAGS.num_samples, FLAGS.seed, data_dir=FLAGS.data_dir,
-                                  command=cli.command_line())
+                                  command=cli.command_line(), judge_seed=FLAGS.judge_seed)
     print(summary_line(result))
     print(f"wrote {run_dir / 'quality.json'} and the \"Sample quality\" section of {run_dir / 'report.md'}")
 

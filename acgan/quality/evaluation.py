@@ -200,11 +200,14 @@ def inception_fid(real_images, fake_images):
 SECTION_TITLE = "## Sample quality"
 
 
-def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None, command=None, echo=print):
+def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None, command=None, echo=print,
+                 judge_seed=0):
     """Evaluates a run folder's latest checkpoint and records the result in the run; returns the dict.
 
     Sets the global dtype policy to the run's (acgan.training.sampling.load_run). `judge` may be passed in to share
-    one judge among runs on the same dataset; otherwise the cached one is loaded (or trained).
+    one judge among runs on the same dataset; otherwise the cached one of seed `judge_seed` is loaded (or
+    trained): judges of other seeds are the same CNN trained from another initialisation and data order,
+    to see how much a verdict depends on the judge.
     """
     import time
     from pathlib import Path
@@ -224,7 +227,8 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
         raise UserError(f"the test split of {config.dataset} has other classes than {run_dir} was trained on")
     if judge is None:
         judge = judge_lib.load_or_train(config.dataset, data_dir=data_dir, classes=config.classes,
-                                        max_per_class=config.max_per_class, test_set=test_set, echo=echo)
+                                        max_per_class=config.max_per_class, test_set=test_set, seed=judge_seed,
+                                        echo=echo)
     elif judge.info.get("class_names") != list(test_set.class_names):
         raise ValueError("the judge passed in was trained on other classes than this run's")
     result = evaluate_gan(gan, test_set, judge, num_samples, seed)
@@ -247,7 +251,7 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
         "policy": config.policy,
         "step": step,
         "judge": {k: judge.info.get(k) for k in ("path", "test_accuracy", "num_test", "num_train", "epochs",
-                                                 "train_seconds", "feature_dim")},
+                                                 "seed", "train_seconds", "feature_dim")},
         "seconds": time.perf_counter() - started,
     })
     record(run_dir, result)
@@ -310,7 +314,7 @@ def _fd(value):
 def render_markdown(result):
     """The report.md section for one evaluation."""
     judge = result.get("judge") or {}
-    judge_line = (f"Judged by a float32 reference CNN trained on the real train split "
+    judge_line = (f"Judged by a float32 reference CNN (seed {judge.get('seed') or 0}) trained on the real train split "
                   f"({_pct(judge.get('test_accuracy'))} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
                   f"checkpoint at step {result['step']:,}, {result['num_generated']:,} generated samples "
                   f"(classes balanced, seed {result['seed']}).")

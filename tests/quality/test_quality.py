@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -278,6 +279,21 @@ def test_compare_names_the_policy_and_log_when_training_fails(tmp_path, data_dir
 def test_evaluate_refuses_a_folder_without_a_run(tmp_path):
     result = _run("acgan.evaluate", "--run", str(tmp_path))
     assert result.returncode == 2 and "not a readable acgan run folder" in result.stderr
+
+
+def test_evaluate_judges_with_another_judge_seed(comparison, data_dir):
+    """--judge_seed N: a judge trained from another initialisation and order, cached beside seed 0's."""
+    run_dir = comparison / "mixed_bfloat16"
+    result = _run("acgan.evaluate", "--run", str(run_dir), "--num_samples", "100", "--data_dir", str(data_dir),
+                  "--judge_seed", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    judge = json.loads((run_dir / "quality.json").read_text())["judge"]
+    assert judge["seed"] == 1 and judge["test_accuracy"] > 0.9
+    seed_0 = json.loads((comparison / "compare.json").read_text())["judge"]["path"]
+    assert judge["path"] != seed_0 and Path(judge["path"]).exists() and Path(seed_0).exists()  # both cached
+    assert "CNN (seed 1)" in (run_dir / "report.md").read_text()
+    bad = _run("acgan.evaluate", "--run", str(run_dir), "--judge_seed", "-1")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "error: --judge_seed must be non-negative, got -1"
 
 
 @pytest.mark.parametrize("saved_status, carries_on", [("diverged", True), ("completed", False)])
