@@ -1,4 +1,5 @@
-"""CLI: python -m acgan.evaluate --run DIR [--num_samples 10000] [--seed 0] [--judge_seed 0] -- sample quality of a run."""
+"""CLI: python -m acgan.evaluate --run DIR [--num_samples 10000] [--seed 0] [--judge_seed 0] [--judges 1]:
+the sample quality of a run."""
 from absl import flags
 
 from acgan import cli
@@ -8,6 +9,8 @@ flags.DEFINE_integer("num_samples", 10_000, "Generated samples to judge; real te
 flags.DEFINE_integer("seed", 0, "Seed for the noise and the real test subset.")
 flags.DEFINE_integer("judge_seed", 0, "Seed of the judge (its initialisation and data order); each seed's judge "
                      "trains once and is cached. 0 is the one every other command uses.")
+flags.DEFINE_integer("judges", 1, "Judge the same samples with this many judges (seeds judge_seed, judge_seed + 1, "
+                     "...) and report how far the numbers move; the headline numbers stay the first judge's.")
 flags.DEFINE_string("data_dir", None, "Folder of datasets and cached judges (default: the run's --data_dir).")
 cli.define_backend_flag(of_run=True)
 FLAGS = flags.FLAGS
@@ -26,6 +29,8 @@ def main(argv):
         raise UserError(f"--seed must be non-negative, got {FLAGS.seed}")
     if FLAGS.judge_seed < 0:
         raise UserError(f"--judge_seed must be non-negative, got {FLAGS.judge_seed}")
+    if FLAGS.judges < 1:
+        raise UserError(f"--judges must be at least 1, got {FLAGS.judges}")
     if not Path(FLAGS.run).is_dir():
         raise UserError(f"--run {FLAGS.run} is not a folder")
     from acgan import backend
@@ -35,8 +40,11 @@ def main(argv):
 
     run_dir = Path(FLAGS.run)
     result = evaluation.evaluate_run(run_dir, FLAGS.num_samples, FLAGS.seed, data_dir=FLAGS.data_dir,
-                                  command=cli.command_line(), judge_seed=FLAGS.judge_seed)
+                                     command=cli.command_line(), judge_seed=FLAGS.judge_seed, judges=FLAGS.judges)
     print(summary_line(result))
+    if result.get("across_judges"):
+        across = result["across_judges"]
+        print(f"across {len(across['judges'])} judges: {evaluation.across_judges_text(across)}")
     print(f"wrote {run_dir / 'quality.json'} and the \"Sample quality\" section of {run_dir / 'report.md'}")
 
 

@@ -3,11 +3,12 @@
 # each policy, every run given the same wall-clock budget, two at a time (a 2-core machine then gives each
 # run about one core, so MINUTES of wall time is about MINUTES of CPU time); then each run judged on
 # 10,000 samples (acgan.evaluate) and one table printed, with the CPU time /usr/bin/time measured.
-# Usage: [MINUTES=20] [WIDTH=0.5] [SEED=0] scripts/swatches_runs.sh   (from the repository root, after `make setup`)
+# Usage: [MINUTES=20] [WIDTH=0.5] [SEED=0] [JUDGES=3] scripts/swatches_runs.sh   (from the repository root, after `make setup`)
 set -euo pipefail
 minutes=${MINUTES:-20}
 width=${WIDTH:-0.5}
 seed=${SEED:-0}
+judges=${JUDGES:-3}  # each run judged by the judges of seeds 0..JUDGES-1 (the table's numbers are judge 0's)
 python=${PYTHON:-.venv/bin/python}
 root=outputs/swatches-runs-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$root"
@@ -24,7 +25,7 @@ wait
 train acgan_cifar-mixed_bfloat16 --arch acgan_cifar --width "$width" --policy mixed_bfloat16 &
 train reference-float32 --arch reference --policy float32 &
 wait
-for run in "$root"/*/; do "$python" -m acgan.evaluate --run "$run" > "${run%/}.evaluate.log"; done
+for run in "$root"/*/; do "$python" -m acgan.evaluate --run "$run" --judges "$judges" > "${run%/}.evaluate.log"; done
 "$python" - "$root" <<'PY'
 import json, sys
 from pathlib import Path
@@ -48,6 +49,12 @@ print(f"| Fréchet distance (real vs real {ref['frechet_distance']:.2f}) | "
       + " | ".join(f"{q['frechet_distance']:.1f}{rel(q, 'frechet_distance')}" for q in quality) + " |")
 print(f"| mean per-class Fréchet distance (real vs real {ref['frechet_distance_class_mean']:.2f}) | "
       + " | ".join(f"{q['frechet_distance_class_mean']:.1f}{rel(q, 'frechet_distance_class_mean')}" for q in quality) + " |")
+def spread(q, key, fmt):
+    a = q.get("across_judges", {}).get(key)
+    return f"{format(a['min'], fmt)}-{format(a['max'], fmt)}" if a else "n/a"
+n = max(len(q.get("across_judges", {}).get("judges", [])) for q in quality)
+print(f"| accuracy / distance / per-class distance across {n} judges (min-max) | " + " | ".join(f"{spread(q, 'conditional_accuracy', '.1%')} / {spread(q, 'frechet_distance', '.1f')}"
+                                         f" / {spread(q, 'frechet_distance_class_mean', '.1f')}" for q in quality) + " |")
 print("| classifier score (1 to 10) | " + " | ".join(f"{q['classifier_score']:.2f}" for q in quality) + " |")
 print("| Q's accuracy on real test images | " + " | ".join(f"{q['q_accuracy_real']:.1%}" for q in quality) + " |")
 for r, q in zip(runs, quality):

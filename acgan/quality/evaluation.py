@@ -201,13 +201,14 @@ SECTION_TITLE = "## Sample quality"
 
 
 def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None, command=None, echo=print,
-                 judge_seed=0):
+                 judge_seed=0, judges=1):
     """Evaluates a run folder's latest checkpoint and records the result in the run; returns the dict.
 
     Sets the global dtype policy to the run's (acgan.training.sampling.load_run). `judge` may be passed in to share
     one judge among runs on the same dataset; otherwise the cached one of seed `judge_seed` is loaded (or
     trained): judges of other seeds are the same CNN trained from another initialisation and data order,
-    to see how much a verdict depends on the judge.
+    to see how much a verdict depends on the judge. judges > 1: the same samples are judged again by the
+    judges of the next judges - 1 seeds (result["across_judges"]); the headline numbers stay the first's.
     """
     import time
     from pathlib import Path
@@ -252,10 +253,45 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
         "step": step,
         "judge": {k: judge.info.get(k) for k in ("path", "test_accuracy", "num_test", "num_train", "epochs",
                                                  "seed", "train_seconds", "feature_dim")},
-        "seconds": time.perf_counter() - started,
     })
+    if judges > 1:
+        result["across_judges"] = across_judges(
+            [result] + [_judged_again(gan, config, test_set, train_set, data_dir, num_samples, seed, judge_seed + i,
+                                      echo) for i in range(1, judges)])
+    result["seconds"] = time.perf_counter() - started
     record(run_dir, result)
     return result
+
+
+def _judged_again(gan, config, test_set, train_set, data_dir, num_samples, seed, judge_seed, echo):
+    """The same samples (the same noise and labels) scored by the judge of another seed."""
+    from acgan.quality import judge as judge_lib
+
+    judge = judge_lib.load_or_train(config.dataset, data_dir=data_dir, classes=config.classes,
+                                    max_per_class=config.max_per_class, test_set=test_set, seed=judge_seed, echo=echo)
+    result = evaluate_gan(gan, test_set, judge, num_samples, seed, with_q=False)
+    result["real_reference"] = real_reference(judge, test_set, train_set, num_samples, seed)
+    result["judge"] = {"seed": judge_seed, "test_accuracy": judge.test_accuracy}
+    return result
+
+
+ACROSS_JUDGES = ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean")
+
+
+def across_judges(results):
+    """How much the numbers move with the judge: each judge's seed, accuracy on real test images and
+    numbers (per-class accuracy included), then min / max / mean of ACROSS_JUDGES over the judges."""
+    per_judge = [{"seed": r["judge"].get("seed") or 0, "test_accuracy": r["judge"].get("test_accuracy"),
+                  "conditional_accuracy_per_class": r["conditional_accuracy_per_class"],
+                  "real_reference": {k: r["real_reference"][k]
+                                     for k in ("frechet_distance", "frechet_distance_class_mean")},
+                  **{k: r[k] for k in ACROSS_JUDGES}} for r in results]
+    spread = {}
+    for key in ACROSS_JUDGES:
+        values = [j[key] for j in per_judge if j[key] is not None]
+        if values:
+            spread[key] = {"min": min(values), "max": max(values), "mean": float(np.mean(values))}
+    return {"judges": per_judge, **spread}
 
 
 def record(run_dir, result):
@@ -311,6 +347,18 @@ def _fd(value):
     return "n/a" if value is None else f"{value:.2f}"
 
 
+def across_judges_text(across):
+    """'conditional accuracy 74.7%-81.1% (mean 77.5%), Fréchet distance 21.5-22.9, ...' for the report."""
+    def span(key, fmt):
+        m = across.get(key)
+        return m and f"{format(m['min'], fmt)}-{format(m['max'], fmt)} (mean {format(m['mean'], fmt)})"
+
+    parts = [("conditional accuracy", span("conditional_accuracy", ".1%")),
+             ("Fréchet distance", span("frechet_distance", ".2f")),
+             ("mean per-class Fréchet distance", span("frechet_distance_class_mean", ".2f"))]
+    return ", ".join(f"{name} {text}" for name, text in parts if text)
+
+
 def render_markdown(result):
     """The report.md section for one evaluation."""
     judge = result.get("judge") or {}
@@ -327,6 +375,9 @@ def render_markdown(result):
         ("conditional accuracy (judge)",
          f"{_pct(result['conditional_accuracy'])} (chance {_pct(result['chance'])}; "
          f"real test images: {_pct(result.get('real_conditional_accuracy'))})"),
+        *([(f"across {len(result['across_judges']['judges'])} judges (seeds "
+            f"{', '.join(str(j['seed']) for j in result['across_judges']['judges'])}; the same samples)",
+            across_judges_text(result["across_judges"]))] if result.get("across_judges") else []),
         ("Fréchet distance, judge features", f"{result['frechet_distance']:.2f} ({sizes})"),
         *([("Fréchet distance, real vs real (reference)", _reference_text(result["real_reference"]))]
           if result.get("real_reference") else []),

@@ -281,19 +281,34 @@ def test_evaluate_refuses_a_folder_without_a_run(tmp_path):
     assert result.returncode == 2 and "not a readable acgan run folder" in result.stderr
 
 
-def test_evaluate_judges_with_another_judge_seed(comparison, data_dir):
-    """--judge_seed N: a judge trained from another initialisation and order, cached beside seed 0's."""
+def test_evaluate_judges_with_other_judge_seeds(comparison, data_dir):
+    """--judge_seed N: a judge trained from another initialisation and order, cached beside seed 0's;
+    --judges 2: the same samples judged again by the next seed's judge, the spread reported."""
     run_dir = comparison / "mixed_bfloat16"
     result = _run("acgan.evaluate", "--run", str(run_dir), "--num_samples", "100", "--data_dir", str(data_dir),
-                  "--judge_seed", "1")
+                  "--judge_seed", "1", "--judges", "2")
     assert result.returncode == 0, result.stderr[-3000:]
-    judge = json.loads((run_dir / "quality.json").read_text())["judge"]
+    saved = json.loads((run_dir / "quality.json").read_text())
+    judge = saved["judge"]
     assert judge["seed"] == 1 and judge["test_accuracy"] > 0.9
     seed_0 = json.loads((comparison / "compare.json").read_text())["judge"]["path"]
     assert judge["path"] != seed_0 and Path(judge["path"]).exists() and Path(seed_0).exists()  # both cached
-    assert "CNN (seed 1)" in (run_dir / "report.md").read_text()
-    bad = _run("acgan.evaluate", "--run", str(run_dir), "--judge_seed", "-1")
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == "error: --judge_seed must be non-negative, got -1"
+    across = saved["across_judges"]
+    assert [j["seed"] for j in across["judges"]] == [1, 2]
+    first, second = across["judges"]
+    assert first["conditional_accuracy"] == saved["conditional_accuracy"]  # the headline is the first judge's
+    assert first["frechet_distance"] == saved["frechet_distance"] and second["test_accuracy"] > 0.9
+    for key in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean"):
+        values = [first[key], second[key]]
+        assert across[key]["min"] == min(values) and across[key]["max"] == max(values)
+        assert across[key]["mean"] == pytest.approx(sum(values) / 2)
+    report = (run_dir / "report.md").read_text()
+    assert "CNN (seed 1)" in report and "| across 2 judges (seeds 1, 2; the same samples) |" in report
+    assert "across 2 judges: conditional accuracy" in result.stdout
+    for flag, message in (("--judge_seed", "--judge_seed must be non-negative, got -1"),
+                          ("--judges", "--judges must be at least 1, got -1")):
+        bad = _run("acgan.evaluate", "--run", str(run_dir), flag, "-1")
+        assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == f"error: {message}"
 
 
 @pytest.mark.parametrize("saved_status, carries_on", [("diverged", True), ("completed", False)])
