@@ -14,6 +14,8 @@ cli.define_seed_flag("Seed shared by every policy's run and by the evaluation.")
 cli.define_price_flag()
 cli.define_labels_flag()
 flags.DEFINE_integer("num_samples", 10_000, "Generated samples judged per run (real test images: as many, or all).")
+flags.DEFINE_integer("judges", 1, "Judge every run with this many judges (seeds 0, 1, ...) and show how the accuracy "
+                     "and its change move with the judge; the verdict stays judge 0's.")
 flags.DEFINE_string("output_dir", None, "Folder for the runs and the page (default: a new folder under outputs/).")
 FLAGS = flags.FLAGS
 
@@ -40,6 +42,7 @@ def main(argv):
         backend=FLAGS.backend,
         price_per_hour=FLAGS.price_per_hour,
         num_samples=FLAGS.num_samples,
+        judges=FLAGS.judges,
         labels=FLAGS.labels,
         output_dir=FLAGS.output_dir,
     ).validate()

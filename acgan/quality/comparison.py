@@ -52,6 +52,7 @@ class CompareSettings:
     backend: str = "tensorflow"       # every run trains, and is judged, on this Keras backend
     price_per_hour: Optional[float] = None
     num_samples: int = 10_000         # generated samples judged per run (real test images: as many, or all)
+    judges: int = 1                   # judges (seeds 0..judges-1) per run; the verdict stays judge 0's
     labels: bool = True               # class names beside the grids' rows (acgan.train --no-labels otherwise)
     output_dir: Optional[str] = None
 
@@ -67,6 +68,8 @@ class CompareSettings:
             raise UserError("give exactly one of --steps (equal steps) or --minutes (equal time)")
         if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples < 2:
             raise UserError(f"--num_samples must be an integer of at least 2, got {self.num_samples!r}")
+        if isinstance(self.judges, bool) or not isinstance(self.judges, int) or self.judges < 1:
+            raise UserError(f"--judges must be an integer of at least 1, got {self.judges!r}")
         for policy in self.policies:
             self.train_config(policy).validate()
         from acgan import data
@@ -186,7 +189,7 @@ def run_compare(settings, command=None, echo=print):
         echo(f"[{i}/{n}] judging {policy}")
         run_dir = out / policy
         result = evaluation.evaluate_run(run_dir, settings.num_samples, settings.seed, data_dir=settings.data_dir,
-                                      judge=judge, command=command, echo=echo)
+                                         judge=judge, command=command, echo=echo, judges=settings.judges)
         report = json.loads((run_dir / "report.json").read_text())
         rows.append(make_row(policy, run_dir, report, result, out))
     add_baseline(rows)
@@ -238,6 +241,7 @@ def make_row(policy, run_dir, report, result, out):
         "num_generated": result["num_generated"],
         "real_reference": result.get("real_reference"),
         "judge": result["judge"],
+        "across_judges": result.get("across_judges"),
     }
 
 
@@ -275,6 +279,12 @@ def add_baseline(rows):
         r["class_frechet_limit"] = class_limit
         r["class_frechet_held"] = None if mean is None or class_limit is None else mean <= class_limit
         r["quality_held"] = r["accuracy_held"] and r["frechet_held"] and r["class_frechet_held"] is not False
+        # With several judges: the accuracy change under each judge (the same judge on both sides), so a
+        # reader sees whether a verdict near the margin would survive another judge.
+        judges, base_judges = ((x.get("across_judges") or {}).get("judges") for x in (r, base))
+        r["accuracy_change_across_judges"] = (
+            [a["conditional_accuracy"] - b["conditional_accuracy"] for a, b in zip(judges, base_judges)]
+            if judges and base_judges and len(judges) == len(base_judges) else None)
 
 
 def verdict(rows):
@@ -301,9 +311,20 @@ def verdict(rows):
     if base.get("class_frechet_limit") is not None:
         rule += (f"; and the mean per-class Fréchet distance likewise, at most {base['class_frechet_limit']:.2f} "
                  f"against {base['policy']}'s {base['frechet_distance_class_mean']:.2f}")
+    spread = ""
+    changes = [(r, r.get("accuracy_change_across_judges")) for r in rows if r is not base]
+    if changes and all(c for _, c in changes):
+        n = len(changes[0][1])
+        spread = " Judged again by judges of other seeds (the verdict is judge 0's): " + "; ".join(
+            f"{r['policy']}'s accuracy change was {100 * min(c):+.1f} to {100 * max(c):+.1f} points, within the "
+            f"margin under {sum(x >= -QUALITY_TOLERANCE for x in c)} of {n} judges" for r, c in changes) + "."
     if missed:
-        return f"Quality did not hold for {'; '.join(missed)}. Held means: {rule}."
-    return f"Quality held for every policy: {rule}."
+        return f"Quality did not hold for {'; '.join(missed)}. Held means: {rule}.{spread}"
+    return f"Quality held for every policy: {rule}.{spread}"
+
+
+def _span(spread, fmt):
+    return f"{format(spread['min'], fmt)}-{format(spread['max'], fmt)}"
 
 
 def _f(value, fmt, suffix=""):
@@ -391,6 +412,11 @@ def render_markdown(doc):
         line("skipped (non-finite) updates", lambda r: f"{r['skipped_steps']:g}"),
         line("**conditional accuracy (judge)**", lambda r: f"**{r['conditional_accuracy']:.1%}**"),
         line(f"change vs {base}", lambda r: f"{100 * r['accuracy_change']:+.1f} points"),
+        *([line(f"accuracy across {len(rows[0]['across_judges']['judges'])} judges (min-max)",
+                lambda r: _span(r["across_judges"]["conditional_accuracy"], ".1%")),
+           line(f"change vs {base} under each judge",
+                lambda r: ", ".join(f"{100 * c:+.1f}" for c in r["accuracy_change_across_judges"] or []) or "n/a")]
+          if all(r.get("across_judges") for r in rows) else []),
         line("Fréchet distance, judge features", lambda r: f"{r['frechet_distance']:.2f}"),
         line(f"change vs {base}", lambda r: _f(r["frechet_change"] and 100 * r["frechet_change"], "+.0f", "%")),
         line("Fréchet distance, real vs real (reference)",

@@ -214,7 +214,7 @@ def comparison(judge, data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("compare") / "cmp"
     result = _run("acgan.compare", "--policies", "float32,mixed_bfloat16", "--steps", "8", "--batch", "16",
                   "--width", "0.125", "--no-jit", "--num_samples", "200", "--max_per_class", str(PER_CLASS),
-                  "--data_dir", str(data_dir), "--price_per_hour", "0.54", "--output_dir", str(out))
+                  "--data_dir", str(data_dir), "--price_per_hour", "0.54", "--judges", "2", "--output_dir", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -231,6 +231,17 @@ def test_compare_writes_its_page_and_figure(comparison):
     reference = doc["rows"][0]["real_reference"]
     assert reference["num_real"] == reference["num_train"] == 200 and reference["frechet_distance"] > 0
     assert all(r["quality_held"] == (r["accuracy_held"] and r["frechet_held"]) for r in doc["rows"])
+    # --judges 2: each run judged again by seed 1's judge, the accuracy change vs float32 under each judge.
+    base, other = doc["rows"]
+    for row in doc["rows"]:
+        assert [j["seed"] for j in row["across_judges"]["judges"]] == [0, 1]
+        assert row["across_judges"]["judges"][0]["conditional_accuracy"] == row["conditional_accuracy"]
+    changes = other["accuracy_change_across_judges"]
+    assert changes[0] == pytest.approx(other["accuracy_change"]) and base["accuracy_change_across_judges"] == [0, 0]
+    assert changes[1] == pytest.approx(other["across_judges"]["judges"][1]["conditional_accuracy"]
+                                       - base["across_judges"]["judges"][1]["conditional_accuracy"])
+    assert "| accuracy across 2 judges (min-max) |" in page and "| change vs float32 under each judge |" in page
+    assert "Judged again by judges of other seeds" in page and "of 2 judges" in page
     for policy in ("float32", "mixed_bfloat16"):
         run = json.loads((comparison / policy / "report.json").read_text())
         assert run["policy"] == policy and run["jit"] is False and "quality" in run
@@ -255,6 +266,7 @@ def test_evaluate_cli_writes_quality_into_the_run(comparison, data_dir):
     (["--steps", "5", "--policies", "float32,float8"], "unknown policy 'float8'"),
     (["--steps", "5", "--policies", "float32,float32"], "twice"),
     (["--steps", "5", "--batch", "0"], "--batch must be a positive integer"),
+    (["--steps", "5", "--judges", "0"], "--judges must be an integer of at least 1"),
     (["--steps", "5", "--dataset", "mnist"], "unknown dataset"),
 ])
 def test_compare_flag_errors_are_one_line_and_exit_2(args, message, tmp_path):
