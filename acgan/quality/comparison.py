@@ -20,6 +20,7 @@ from typing import Optional
 
 from acgan.config import POLICIES, Config, validate_policy
 from acgan.errors import UserError
+from acgan.quality.evaluation import span_text  # numpy only: no framework loads
 from acgan.util.children import child_env, last_log_line
 from acgan.util.files import write_atomically, write_json
 
@@ -323,10 +324,6 @@ def verdict(rows):
     return f"Quality held for every policy: {rule}.{spread}"
 
 
-def _span(spread, fmt):
-    return f"{format(spread['min'], fmt)}-{format(spread['max'], fmt)}"
-
-
 def _f(value, fmt, suffix=""):
     return "n/a" if value is None else f"{value:{fmt}}{suffix}"
 
@@ -413,7 +410,7 @@ def render_markdown(doc):
         line("**conditional accuracy (judge)**", lambda r: f"**{r['conditional_accuracy']:.1%}**"),
         line(f"change vs {base}", lambda r: f"{100 * r['accuracy_change']:+.1f} points"),
         *([line(f"accuracy across {len(rows[0]['across_judges']['judges'])} judges (min-max)",
-                lambda r: _span(r["across_judges"]["conditional_accuracy"], ".1%")),
+                lambda r: span_text(r["across_judges"]["conditional_accuracy"], ".1%")),
            line(f"change vs {base} under each judge",
                 lambda r: ", ".join(f"{100 * c:+.1f}" for c in r["accuracy_change_across_judges"] or []) or "n/a")]
           if all(r.get("across_judges") for r in rows) else []),

@@ -35,19 +35,22 @@ def q_accuracy(gan, images, labels, batch=500):
     return hits / len(images) if len(images) else float("nan")
 
 
-def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True):
+def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fake=None):
     """Scores `gan` against real held-out images; pure of file I/O, cheap enough to call during training.
 
     gan: an acgan.step.tf_step.ACGAN; test_set: the real TEST ImageSet; judge: an acgan.quality.judge.Judge for the same
     dataset. Generates num_samples class-balanced samples from noise fixed by `seed`, and compares them
     with min(num_samples, len(test_set)) real test images (a fixed subset; the judge memoises their
-    features, so repeated calls only pay for the generated side). Returns a JSON-ready dict.
+    features, so repeated calls only pay for the generated side). `fake`: those samples, when the caller
+    already generated them (the same `sample_inputs`), to judge them again without generating again.
+    Returns a JSON-ready dict.
     """
     from acgan.training.sampling import generate_images
 
     num_classes = test_set.num_classes
     z, labels = sample_inputs(num_classes, gan.noise_dim, num_samples, seed)
-    fake = generate_images(gan, z, labels)
+    if fake is None:
+        fake = generate_images(gan, z, labels)
     fake_features, fake_probs = judge.predict(fake)
     real_features, real_probs, real_labels = judge.real_reference(test_set, num_samples, seed)
     overall, per_class = conditional_accuracy(fake_probs, labels, num_classes)
@@ -226,22 +229,32 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
                                      max_per_class=config.max_per_class)
     if list(test_set.class_names) != list(info["class_names"]):
         raise UserError(f"the test split of {config.dataset} has other classes than {run_dir} was trained on")
+
+    def cached_judge(judge_seed):
+        return judge_lib.load_or_train(config.dataset, data_dir=data_dir, classes=config.classes,
+                                       max_per_class=config.max_per_class, test_set=test_set, seed=judge_seed,
+                                       echo=echo)
+
     if judge is None:
-        judge = judge_lib.load_or_train(config.dataset, data_dir=data_dir, classes=config.classes,
-                                        max_per_class=config.max_per_class, test_set=test_set, seed=judge_seed,
-                                        echo=echo)
+        judge = cached_judge(judge_seed)
     elif judge.info.get("class_names") != list(test_set.class_names):
         raise ValueError("the judge passed in was trained on other classes than this run's")
-    result = evaluate_gan(gan, test_set, judge, num_samples, seed)
+    # The samples, once: every judge (and Inception) scores these same images.
+    fake = sampling.generate_images(gan, *sample_inputs(test_set.num_classes, gan.noise_dim, num_samples, seed))
     train_set = data_lib.load_dataset(config.dataset, split="train", data_dir=data_dir, classes=config.classes,
                                       max_per_class=config.max_per_class)
-    result["real_reference"] = real_reference(judge, test_set, train_set, num_samples, seed)
+
+    def judged_by(judge, with_q=True):
+        judged = evaluate_gan(gan, test_set, judge, num_samples, seed, with_q=with_q, fake=fake)
+        judged["real_reference"] = real_reference(judge, test_set, train_set, num_samples, seed)
+        return judged
+
+    result = judged_by(judge)
     step = int(gan.step.numpy())
     why_not = inception_unavailable(config.dataset)
     if why_not is None:
-        z, labels = sample_inputs(test_set.num_classes, gan.noise_dim, num_samples, seed)
         real_images, _ = real_subset(test_set, num_samples, seed)
-        result["inception"] = inception_fid(real_images, sampling.generate_images(gan, z, labels))
+        result["inception"] = inception_fid(real_images, fake)
     else:
         result["inception"] = {"fid": None, "note": why_not}
     result.update({
@@ -254,24 +267,15 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
         "judge": {k: judge.info.get(k) for k in ("path", "test_accuracy", "num_test", "num_train", "epochs",
                                                  "seed", "train_seconds", "feature_dim")},
     })
-    if judges > 1:
-        result["across_judges"] = across_judges(
-            [result] + [_judged_again(gan, config, test_set, train_set, data_dir, num_samples, seed, judge_seed + i,
-                                      echo) for i in range(1, judges)])
+    if judges > 1:  # the same samples, judged again by the judges of the next seeds
+        others = []
+        for other_seed in range(judge_seed + 1, judge_seed + judges):
+            other = judged_by(cached_judge(other_seed), with_q=False)
+            other["judge"] = {"seed": other_seed, "test_accuracy": other["judge_test_accuracy"]}
+            others.append(other)
+        result["across_judges"] = across_judges([result] + others)
     result["seconds"] = time.perf_counter() - started
     record(run_dir, result)
-    return result
-
-
-def _judged_again(gan, config, test_set, train_set, data_dir, num_samples, seed, judge_seed, echo):
-    """The same samples (the same noise and labels) scored by the judge of another seed."""
-    from acgan.quality import judge as judge_lib
-
-    judge = judge_lib.load_or_train(config.dataset, data_dir=data_dir, classes=config.classes,
-                                    max_per_class=config.max_per_class, test_set=test_set, seed=judge_seed, echo=echo)
-    result = evaluate_gan(gan, test_set, judge, num_samples, seed, with_q=False)
-    result["real_reference"] = real_reference(judge, test_set, train_set, num_samples, seed)
-    result["judge"] = {"seed": judge_seed, "test_accuracy": judge.test_accuracy}
     return result
 
 
@@ -347,11 +351,16 @@ def _fd(value):
     return "n/a" if value is None else f"{value:.2f}"
 
 
+def span_text(spread, fmt):
+    """'74.7%-81.1%' from one of across_judges' {min, max, mean} entries."""
+    return f"{format(spread['min'], fmt)}-{format(spread['max'], fmt)}"
+
+
 def across_judges_text(across):
     """'conditional accuracy 74.7%-81.1% (mean 77.5%), Fréchet distance 21.5-22.9, ...' for the report."""
     def span(key, fmt):
         m = across.get(key)
-        return m and f"{format(m['min'], fmt)}-{format(m['max'], fmt)} (mean {format(m['mean'], fmt)})"
+        return m and f"{span_text(m, fmt)} (mean {format(m['mean'], fmt)})"
 
     parts = [("conditional accuracy", span("conditional_accuracy", ".1%")),
              ("Fréchet distance", span("frechet_distance", ".2f")),
