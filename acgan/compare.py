@@ -1,4 +1,5 @@
-"""CLI: python -m acgan.compare --steps N | --minutes M [--policies float32,mixed_float16] [--batch 64] ..."""
+"""CLI: python -m acgan.compare --steps N | --minutes M [--policies float32,mixed_float16] [--batch 64]
+[--seeds 3] [--judges 3] ..."""
 from absl import flags
 
 from acgan import cli
@@ -16,6 +17,8 @@ cli.define_labels_flag()
 flags.DEFINE_integer("num_samples", 10_000, "Generated samples judged per run (real test images: as many, or all).")
 flags.DEFINE_integer("judges", 1, "Judge every run with this many judges (seeds 0, 1, ...) and show how the accuracy "
                      "and its change move with the judge; the verdict stays judge 0's.")
+flags.DEFINE_integer("seeds", 1, "Train every policy at this many training seeds (--seed, --seed + 1, ...) and rule "
+                     "on the means; each seed's numbers stay on the page.")
 flags.DEFINE_string("output_dir", None, "Folder for the runs and the page (default: a new folder under outputs/).")
 FLAGS = flags.FLAGS
 
@@ -43,6 +46,7 @@ def main(argv):
         price_per_hour=FLAGS.price_per_hour,
         num_samples=FLAGS.num_samples,
         judges=FLAGS.judges,
+        seeds=FLAGS.seeds,
         labels=FLAGS.labels,
         output_dir=FLAGS.output_dir,
     ).validate()

@@ -5,6 +5,10 @@ fresh process keeps one run's memory, threads and crashes out of the next one's 
 one after another, never side by side, so they do not share the machine while being timed. Then each
 run is evaluated in this process with one shared judge (acgan.quality.evaluation.evaluate_run), and the page
 compare.md, the figure compare.png and compare.json are written to the output folder.
+
+With seeds > 1 every policy trains once per training seed (seed, seed + 1, ...; the policies interleaved
+seed by seed, so a drift in the machine's load touches them alike); a policy's row holds the means over its
+seeds, the verdict is on those means, and each seed's numbers stay in the row (`across_seeds`).
 """
 import dataclasses
 import io
@@ -31,7 +35,7 @@ QUALITY_TOLERANCE = 0.03  # conditional accuracy may trail the baseline by at mo
 # generated vs 5,000 real (README, "Sample quality"): float32 scored 24.6; other evaluation noise moved it
 # 0.3%, a rerun of the same command 1.4% (24.3 in the README's table), and the real-vs-real reference is
 # 0.21-0.29 (1% of it). 15% is ten times the largest of those and half the +30% that mixed_float16 showed.
-# Seed-to-seed training spread was not measured: GANs can spread more, so revisit this with several seeds.
+# Seed-to-seed training spread can be larger (GANs): `--seeds N` rules on the means over N training seeds.
 FD_RELATIVE_TOLERANCE = 0.15
 FD_REFERENCE_MULTIPLE = 3.0
 
@@ -54,6 +58,7 @@ class CompareSettings:
     price_per_hour: Optional[float] = None
     num_samples: int = 10_000         # generated samples judged per run (real test images: as many, or all)
     judges: int = 1                   # judges (seeds 0..judges-1) per run; the verdict stays judge 0's
+    seeds: int = 1                    # training seeds per policy (seed..seed+seeds-1); the verdict is on their means
     labels: bool = True               # class names beside the grids' rows (acgan.train --no-labels otherwise)
     output_dir: Optional[str] = None
 
@@ -71,6 +76,8 @@ class CompareSettings:
             raise UserError(f"--num_samples must be an integer of at least 2, got {self.num_samples!r}")
         if isinstance(self.judges, bool) or not isinstance(self.judges, int) or self.judges < 1:
             raise UserError(f"--judges must be an integer of at least 1, got {self.judges!r}")
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
+            raise UserError(f"--seeds must be an integer of at least 1, got {self.seeds!r}")
         for policy in self.policies:
             self.train_config(policy).validate()
         from acgan import data
@@ -87,6 +94,16 @@ class CompareSettings:
     def budget(self):
         return f"{self.steps:,} steps" if self.steps is not None else f"{self.minutes:g} minutes"
 
+    def training_seeds(self):
+        return [self.seed + k for k in range(self.seeds)]
+
+    def runs(self, out):
+        """(policy, training seed, run folder) for every run, in training order: seed by seed, every policy
+        at each; the first seed's run of a policy is out/POLICY (as with one seed), the others out/POLICY-seedN."""
+        first = self.seed
+        return [(policy, seed, out / (policy if seed == first else f"{policy}-seed{seed}"))
+                for seed in self.training_seeds() for policy in self.policies]
+
 
 def default_output_dir(settings, now=None):
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
@@ -98,23 +115,25 @@ def prepare_output_dir(settings):
     out = Path(settings.output_dir) if settings.output_dir else default_output_dir(settings)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output_dir {out} is a file, not a folder")
-    taken = [p for p in [out / "compare.md"] + [out / p / "config.json" for p in settings.policies] if p.exists()]
+    runs = settings.runs(out)
+    taken = [p for p in [out / "compare.md"] + [run_dir / "config.json" for _, _, run_dir in runs] if p.exists()]
     if taken:
         raise UserError(f"{out} already holds a comparison ({taken[0]}); choose another --output_dir")
     try:
-        for policy in settings.policies:
-            (out / policy).mkdir(parents=True, exist_ok=True)
+        for _, _, run_dir in runs:
+            run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot write to output folder {out}: {e.strerror}") from None
     return out
 
 
-def train_command(settings, policy, run_dir):
-    """The `python -m acgan.train` command line for one policy."""
+def train_command(settings, policy, run_dir, seed=None):
+    """The `python -m acgan.train` command line for one policy (at the training seed given, else --seed)."""
     s = settings
     args = [sys.executable, "-m", "acgan.train", "--policy", policy, "--output_dir", str(run_dir),
             "--dataset", s.dataset, "--data_dir", s.data_dir, "--batch", str(s.batch), "--width", repr(s.width),
-            "--arch", s.arch, "--seed", str(s.seed), "--jit" if s.jit else "--nojit", "--backend", s.backend]
+            "--arch", s.arch, "--seed", str(s.seed if seed is None else seed), "--jit" if s.jit else "--nojit",
+            "--backend", s.backend]
     args += ["--steps", str(s.steps)] if s.steps is not None else ["--minutes", repr(s.minutes)]
     if s.classes:
         args += ["--classes", ",".join(s.classes)]
@@ -127,11 +146,11 @@ def train_command(settings, policy, run_dir):
     return args
 
 
-def train_policy(settings, policy, run_dir, echo=print):
+def train_policy(settings, policy, run_dir, echo=print, seed=None):
     """Trains one policy in a fresh process, its output in run_dir/train.log; UserError if it fails."""
     log_path = run_dir / "train.log"
     env = child_env()
-    command = train_command(settings, policy, run_dir)
+    command = train_command(settings, policy, run_dir, seed)
     started = time.perf_counter()
     with open(log_path, "w") as log:
         log.write(" ".join(command) + "\n")
@@ -152,7 +171,7 @@ def train_policy(settings, policy, run_dir, echo=print):
         last = last_log_line(log_path)
         raise UserError(f"training under {policy} failed ({how}{': ' + last if last else ''}); "
                         f"see {log_path}")
-    echo(f"{policy}: trained in {time.perf_counter() - started:.0f} s")
+    echo(f"{policy}{'' if seed is None else f' (seed {seed})'}: trained in {time.perf_counter() - started:.0f} s")
     return run_dir
 
 
@@ -172,10 +191,13 @@ def run_compare(settings, command=None, echo=print):
     """Trains, evaluates and compares every policy; returns the output folder."""
     settings.validate()
     out = prepare_output_dir(settings)
-    n = len(settings.policies)
-    for i, policy in enumerate(settings.policies, 1):
-        echo(f"[{i}/{n}] training {policy} for {settings.budget()} (log: {out / policy / 'train.log'})")
-        train_policy(settings, policy, out / policy, echo)
+    runs = settings.runs(out)
+    several = settings.seeds > 1
+    n = len(runs)
+    for i, (policy, seed, run_dir) in enumerate(runs, 1):
+        at = f" at seed {seed}" if several else ""
+        echo(f"[{i}/{n}] training {policy}{at} for {settings.budget()} (log: {run_dir / 'train.log'})")
+        train_policy(settings, policy, run_dir, echo, seed=seed if several else None)
 
     from acgan import backend
 
@@ -185,14 +207,15 @@ def run_compare(settings, command=None, echo=print):
 
     judge = judge_lib.load_or_train(settings.dataset, data_dir=settings.data_dir, classes=settings.classes,
                                     max_per_class=settings.max_per_class, echo=echo)
-    rows = []
-    for i, policy in enumerate(settings.policies, 1):
-        echo(f"[{i}/{n}] judging {policy}")
-        run_dir = out / policy
+    per_run = {}
+    for i, (policy, seed, run_dir) in enumerate(runs, 1):
+        echo(f"[{i}/{n}] judging {policy}{f' at seed {seed}' if several else ''}")
+        # The same generator inputs (settings.seed) for every run: only the training seed differs.
         result = evaluation.evaluate_run(run_dir, settings.num_samples, settings.seed, data_dir=settings.data_dir,
                                          judge=judge, command=command, echo=echo, judges=settings.judges)
         report = json.loads((run_dir / "report.json").read_text())
-        rows.append(make_row(policy, run_dir, report, result, out))
+        per_run.setdefault(policy, []).append(dict(make_row(policy, run_dir, report, result, out), seed=seed))
+    rows = [combine_seeds(per_run[policy]) for policy in settings.policies]
     add_baseline(rows)
     doc = {
         "format": "acgan-compare/1",
@@ -204,7 +227,9 @@ def run_compare(settings, command=None, echo=print):
     }
     write_json(out / "compare.json", doc)
     write_figure(rows, out / "compare.png", title=f"{settings.dataset}, batch {settings.batch}, "
-                                                  f"width {settings.width:g}, {settings.budget()} each")
+                                                  f"width {settings.width:g}, {settings.budget()} each"
+                                                  + (f"; means of {settings.seeds} seeds, grids of seed "
+                                                     f"{settings.seed}" if several else ""))
     write_atomically(out / "compare.md", render_markdown(doc))
     return out
 
@@ -244,6 +269,60 @@ def make_row(policy, run_dir, report, result, out):
         "judge": result["judge"],
         "across_judges": result.get("across_judges"),
     }
+
+
+# A policy's row over several training seeds: these are averaged; the run folder, grid, judge and
+# references stay the first seed's (the references depend on the judge and the sample sizes, not the run).
+MEAN_OVER_SEEDS = ("steps", "loop_seconds", "compile_seconds", "time_per_batch_ms", "time_per_batch_median_ms",
+                   "time_per_1000_samples_ms", "cost_per_million_batches", "peak_memory_bytes",
+                   "conditional_accuracy", "frechet_distance", "frechet_distance_class_mean", "classifier_score",
+                   "q_accuracy_real", "inception_fid")
+PER_SEED = ("seed", "steps", "run_dir", "status", "time_per_batch_median_ms", "conditional_accuracy",
+            "frechet_distance", "frechet_distance_class_mean")
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _spread(values):
+    values = [v for v in values if v is not None]
+    return {"min": min(values), "max": max(values), "mean": sum(values) / len(values)} if values else None
+
+
+def combine_seeds(runs):
+    """One policy's row from its runs at several training seeds (a single run is returned as it is): the
+    means of MEAN_OVER_SEEDS, skipped updates summed, the per-class distances and, with several judges,
+    each judge's numbers averaged over the seeds; each seed's own numbers in row["across_seeds"]."""
+    if len(runs) == 1:
+        return runs[0]
+    row = dict(runs[0])
+    for key in MEAN_OVER_SEEDS:
+        row[key] = _mean([r[key] for r in runs])
+    row["steps"] = round(row["steps"])
+    row["skipped_steps"] = sum(r["skipped_steps"] for r in runs)
+    row["status"] = next((r["status"] for r in runs if r["status"] != "completed"), "completed")
+    if all(r.get("frechet_distance_per_class") for r in runs):
+        row["frechet_distance_per_class"] = {k: _mean([r["frechet_distance_per_class"][k] for r in runs])
+                                             for k in runs[0]["frechet_distance_per_class"]}
+    if all(r.get("across_judges") for r in runs):
+        judges = []
+        for j, first in enumerate(runs[0]["across_judges"]["judges"]):
+            judge = dict(first)
+            for key in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean"):
+                judge[key] = _mean([r["across_judges"]["judges"][j][key] for r in runs])
+            judge["conditional_accuracy_per_class"] = {
+                k: _mean([r["across_judges"]["judges"][j]["conditional_accuracy_per_class"][k] for r in runs])
+                for k in first["conditional_accuracy_per_class"]}
+            judges.append(judge)
+        row["across_judges"] = {"judges": judges, **{
+            key: _spread([j[key] for j in judges])
+            for key in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean")}}
+    row["across_seeds"] = {"runs": [{k: r.get(k) for k in PER_SEED} for r in runs], **{
+        key: _spread([r[key] for r in runs])
+        for key in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean")}}
+    return row
 
 
 def frechet_limit(base_distance, reference_distance=None):
@@ -286,6 +365,15 @@ def add_baseline(rows):
         r["accuracy_change_across_judges"] = (
             [a["conditional_accuracy"] - b["conditional_accuracy"] for a, b in zip(judges, base_judges)]
             if judges and base_judges and len(judges) == len(base_judges) else None)
+        # With several training seeds: the change at each seed (the same seed on both sides), and the
+        # distances' changes likewise, so a reader sees how far one pair of runs could have misled.
+        seeds, base_seeds = ((x.get("across_seeds") or {}).get("runs") for x in (r, base))
+        paired = seeds and base_seeds and [a["seed"] for a in seeds] == [b["seed"] for b in base_seeds]
+        for key, change in (("conditional_accuracy", lambda a, b: a - b),
+                            ("frechet_distance", lambda a, b: a / b - 1.0 if b else None),
+                            ("frechet_distance_class_mean", lambda a, b: None if a is None or not b else a / b - 1.0)):
+            r[f"{key}_change_across_seeds"] = (
+                [change(a[key], b[key]) for a, b in zip(seeds, base_seeds)] if paired else None)
 
 
 def verdict(rows):
@@ -319,6 +407,13 @@ def verdict(rows):
         spread = " Judged again by judges of other seeds (the verdict is judge 0's): " + "; ".join(
             f"{r['policy']}'s accuracy change was {100 * min(c):+.1f} to {100 * max(c):+.1f} points, within the "
             f"margin under {sum(x >= -QUALITY_TOLERANCE for x in c)} of {n} judges" for r, c in changes) + "."
+    seeded = [(r, r.get("conditional_accuracy_change_across_seeds")) for r in rows if r is not base]
+    if seeded and all(c for _, c in seeded):
+        n = len(seeded[0][1])
+        spread = (f" The verdict is on the means over {n} training seeds; seed by seed (each against "
+                  f"{base['policy']} at the same seed): ") + "; ".join(
+            f"{r['policy']}'s accuracy change was {100 * min(c):+.1f} to {100 * max(c):+.1f} points, within the "
+            f"margin at {sum(x >= -QUALITY_TOLERANCE for x in c)} of {n} seeds" for r, c in seeded) + "." + spread
     if missed:
         return f"Quality did not hold for {'; '.join(missed)}. Held means: {rule}.{spread}"
     return f"Quality held for every policy: {rule}.{spread}"
@@ -383,11 +478,20 @@ def _reference_sizes(row):
     return f"{reference['num_real']:,} real test images and {reference['num_train']:,} real train images"
 
 
+def _seeds_text(s):
+    seeds = s.get("seeds", 1)
+    if seeds == 1:
+        return f"seed {s['seed']}"
+    return f"training seeds {s['seed']} to {s['seed'] + seeds - 1} (every run judged on the same generator inputs)"
+
+
 def render_markdown(doc):
     rows, s = doc["rows"], doc["settings"]
     base = rows[0]["baseline"]
     device = doc["device"] or {}
     budget = f"{s['steps']:,} steps" if s["steps"] is not None else f"{s['minutes']:g} minutes"
+    seeds = s.get("seeds", 1)
+    seeded = seeds > 1 and all(r.get("across_seeds") for r in rows)
     sizes = f"{rows[0]['num_real']:,} real test images vs {rows[0]['num_generated']:,} generated"
 
     def line(name, fn):
@@ -409,6 +513,15 @@ def render_markdown(doc):
         line("skipped (non-finite) updates", lambda r: f"{r['skipped_steps']:g}"),
         line("**conditional accuracy (judge)**", lambda r: f"**{r['conditional_accuracy']:.1%}**"),
         line(f"change vs {base}", lambda r: f"{100 * r['accuracy_change']:+.1f} points"),
+        *([line(f"accuracy at each of {seeds} seeds", lambda r: ", ".join(
+              f"{x['conditional_accuracy']:.1%}" for x in r["across_seeds"]["runs"])),
+           line(f"change vs {base} at each seed", lambda r: ", ".join(
+              f"{100 * c:+.1f}" for c in r["conditional_accuracy_change_across_seeds"] or []) or "n/a"),
+           line(f"distance / per-class distance change vs {base} at each seed", lambda r: ", ".join(
+              f"{_f(a and 100 * a, '+.0f', '%')} / {_f(b and 100 * b, '+.0f', '%')}" for a, b in zip(
+                  r["frechet_distance_change_across_seeds"] or [], r["frechet_distance_class_mean_change_across_seeds"]
+                  or [])) or "n/a")]
+          if seeded else []),
         *([line(f"accuracy across {len(rows[0]['across_judges']['judges'])} judges (min-max)",
                 lambda r: span_text(r["across_judges"]["conditional_accuracy"], ".1%")),
            line(f"change vs {base} under each judge",
@@ -433,14 +546,18 @@ def render_markdown(doc):
     judge = doc["judge"] or {}
     price = f"${s['price_per_hour']}/h" if s["price_per_hour"] else "no --price_per_hour given"
     lines = [
-        f"# Mixed precision compared: {s['dataset']}, batch {s['batch']}, width {s['width']:g}, {budget} each",
+        f"# Mixed precision compared: {s['dataset']}, batch {s['batch']}, width {s['width']:g}, {budget} each"
+        + (f", {seeds} seeds" if seeds > 1 else ""),
         "",
         f"`{doc['command']}`",
         "",
         f"Device: {device.get('kind', '?')}: {device.get('name', '?')}. XLA {'on' if s['jit'] else 'off'}; "
-        f"seed {s['seed']}; {price}. Each policy trained alone, in its own process, on the same data "
-        "and seed; times exclude compilation and warm-up.",
+        f"{_seeds_text(s)}; {price}. Each policy trained alone, in its own process, on the same data "
+        f"and seed{'s' if seeds > 1 else ''}; times exclude compilation and warm-up.",
         "",
+        *([f"Every number is the mean over the {seeds} training seeds' runs of each policy (the grids are seed "
+           f"{s['seed']}'s; the other seeds' runs are in POLICY-seedN/); the rows \"at each seed\" pair each "
+           f"seed's run with {base}'s at the same seed.", ""] if seeded else []),
         *table,
         "",
         page_verdict,

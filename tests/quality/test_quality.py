@@ -214,7 +214,7 @@ def comparison(judge, data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("compare") / "cmp"
     result = _run("acgan.compare", "--policies", "float32,mixed_bfloat16", "--steps", "8", "--batch", "16",
                   "--width", "0.125", "--no-jit", "--num_samples", "200", "--max_per_class", str(PER_CLASS),
-                  "--data_dir", str(data_dir), "--price_per_hour", "0.54", "--judges", "2", "--output_dir", str(out))
+                  "--data_dir", str(data_dir), "--price_per_hour", "0.54", "--judges", "2", "--seeds", "2", "--output_dir", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -242,6 +242,19 @@ def test_compare_writes_its_page_and_figure(comparison):
                                        - base["across_judges"]["judges"][1]["conditional_accuracy"])
     assert "| accuracy across 2 judges (min-max) |" in page and "| change vs float32 under each judge |" in page
     assert "Judged again by judges of other seeds" in page and "of 2 judges" in page
+    # --seeds 2: every policy trained again at seed 1 (its own folder); the row holds the means, the verdict
+    # says how each seed's pair came out.
+    for row in doc["rows"]:
+        runs = row["across_seeds"]["runs"]
+        assert [r["seed"] for r in runs] == [0, 1] and runs[0]["run_dir"] == row["run_dir"]
+        assert row["conditional_accuracy"] == pytest.approx(sum(r["conditional_accuracy"] for r in runs) / 2)
+        assert json.loads((Path(runs[1]["run_dir"]) / "config.json").read_text())["seed"] == 1
+    assert Path(base["across_seeds"]["runs"][1]["run_dir"]) == comparison / "float32-seed1"
+    assert other["conditional_accuracy_change_across_seeds"] == pytest.approx(
+        [a["conditional_accuracy"] - b["conditional_accuracy"]
+         for a, b in zip(other["across_seeds"]["runs"], base["across_seeds"]["runs"])])
+    assert "| accuracy at each of 2 seeds |" in page and "| change vs float32 at each seed |" in page
+    assert "The verdict is on the means over 2 training seeds" in page and "of 2 seeds" in page
     for policy in ("float32", "mixed_bfloat16"):
         run = json.loads((comparison / policy / "report.json").read_text())
         assert run["policy"] == policy and run["jit"] is False and "quality" in run
@@ -267,6 +280,7 @@ def test_evaluate_cli_writes_quality_into_the_run(comparison, data_dir):
     (["--steps", "5", "--policies", "float32,float32"], "twice"),
     (["--steps", "5", "--batch", "0"], "--batch must be a positive integer"),
     (["--steps", "5", "--judges", "0"], "--judges must be an integer of at least 1"),
+    (["--steps", "5", "--seeds", "0"], "--seeds must be an integer of at least 1"),
     (["--steps", "5", "--dataset", "mnist"], "unknown dataset"),
 ])
 def test_compare_flag_errors_are_one_line_and_exit_2(args, message, tmp_path):
@@ -333,7 +347,7 @@ def test_compare_carries_on_past_a_diverged_policy_only(saved_status, carries_on
     run_dir.mkdir()
     (run_dir / "report.json").write_text(json.dumps({"status": saved_status}))
     monkeypatch.setattr(comparison, "train_command",
-                        lambda settings, policy, run_dir: [sys.executable, "-c", "import sys; sys.exit(3)"])
+                        lambda settings, policy, run_dir, seed=None: [sys.executable, "-c", "import sys; sys.exit(3)"])
     settings = comparison.CompareSettings(steps=5)
     if carries_on:
         seen = []

@@ -57,3 +57,48 @@ def test_the_mean_per_class_distance_is_judged_by_the_same_rule_when_both_runs_h
     rows = [row("float32", 0.95, 10.0), row("mixed_float16", 0.95, 10.5)]
     comparison.add_baseline(rows)
     assert rows[1]["class_frechet_held"] is None and rows[1]["quality_held"]
+
+
+def test_several_training_seeds_are_averaged_and_the_verdict_is_on_the_means():
+    def run(policy, seed, accuracy, fd, class_fd, judge_accuracies):
+        r = row(policy, accuracy, fd)
+        r["real_reference"]["frechet_distance_class_mean"] = 1.0
+        r.update(seed=seed, steps=100 + seed, run_dir=f"{policy}-seed{seed}", status="completed", skipped_steps=1,
+                 frechet_distance_class_mean=class_fd, frechet_distance_per_class={"a": class_fd, "b": 2 * class_fd},
+                 across_judges={"judges": [{"seed": j, "conditional_accuracy": a, "frechet_distance": fd,
+                                            "frechet_distance_class_mean": class_fd,
+                                            "conditional_accuracy_per_class": {"a": a, "b": a}}
+                                           for j, a in enumerate(judge_accuracies)]})
+        for key in ("loop_seconds", "compile_seconds", "time_per_batch_ms", "time_per_1000_samples_ms",
+                    "cost_per_million_batches", "peak_memory_bytes", "classifier_score", "q_accuracy_real",
+                    "inception_fid"):
+            r[key] = None
+        return r
+
+    # mixed_float16 trails by 5 points at seed 0 and leads by 1 at seed 1: -2 points on the means, held.
+    rows = [comparison.combine_seeds([run("float32", 0, 0.80, 20.0, 40.0, [0.80, 0.70]),
+                                      run("float32", 1, 0.70, 30.0, 60.0, [0.70, 0.74])]),
+            comparison.combine_seeds([run("mixed_float16", 0, 0.75, 21.0, 42.0, [0.75, 0.70]),
+                                      run("mixed_float16", 1, 0.71, 33.0, 63.0, [0.71, 0.70])])]
+    base, mixed = rows
+    assert base["conditional_accuracy"] == pytest.approx(0.75) and base["frechet_distance"] == pytest.approx(25.0)
+    assert base["steps"] == 100 and base["skipped_steps"] == 2 and base["run_dir"] == "float32-seed0"
+    assert base["frechet_distance_per_class"] == pytest.approx({"a": 50.0, "b": 100.0})
+    assert base["across_seeds"]["conditional_accuracy"] == pytest.approx({"min": 0.70, "max": 0.80, "mean": 0.75})
+    assert [r["seed"] for r in base["across_seeds"]["runs"]] == [0, 1]
+    # Each judge's numbers are that judge's mean over the seeds; the spread is over those means.
+    assert [j["conditional_accuracy"] for j in mixed["across_judges"]["judges"]] == pytest.approx([0.73, 0.70])
+    assert mixed["across_judges"]["conditional_accuracy"]["min"] == pytest.approx(0.70)
+    comparison.add_baseline(rows)
+    assert mixed["accuracy_change"] == pytest.approx(-0.02) and mixed["accuracy_held"]
+    assert mixed["conditional_accuracy_change_across_seeds"] == pytest.approx([-0.05, 0.01])
+    assert mixed["frechet_distance_change_across_seeds"] == pytest.approx([0.05, 0.10])
+    assert mixed["frechet_distance_class_mean_change_across_seeds"] == pytest.approx([0.05, 0.05])
+    assert mixed["accuracy_change_across_judges"] == pytest.approx([-0.02, -0.02])
+    assert mixed["quality_held"]  # distance 27.0 <= 28.75, per class 52.5 <= 57.5
+    text = comparison.verdict(rows)
+    assert text.startswith("Quality held for every policy")
+    assert "means over 2 training seeds" in text and "-5.0 to +1.0 points, within the margin at 1 of 2 seeds" in text
+    # One seed: the run is the row, as before.
+    single = run("float32", 0, 0.8, 20.0, 40.0, [0.8])
+    assert comparison.combine_seeds([single]) is single
