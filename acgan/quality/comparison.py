@@ -24,7 +24,7 @@ from typing import Optional
 
 from acgan.config import POLICIES, Config, validate_policy
 from acgan.errors import UserError
-from acgan.quality.evaluation import span_text  # numpy only: no framework loads
+from acgan.quality.evaluation import ACROSS_JUDGES, span_text  # numpy only: no framework loads
 from acgan.util.children import child_env, last_log_line
 from acgan.util.files import write_atomically, write_json
 
@@ -310,7 +310,7 @@ def combine_seeds(runs):
         judges = []
         for j, first in enumerate(runs[0]["across_judges"]["judges"]):
             judge = dict(first)
-            for key in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean"):
+            for key in ACROSS_JUDGES:
                 judge[key] = _mean([r["across_judges"]["judges"][j][key] for r in runs])
             judge["conditional_accuracy_per_class"] = {
                 k: _mean([r["across_judges"]["judges"][j]["conditional_accuracy_per_class"][k] for r in runs])
@@ -318,10 +318,10 @@ def combine_seeds(runs):
             judges.append(judge)
         row["across_judges"] = {"judges": judges, **{
             key: _spread([j[key] for j in judges])
-            for key in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean")}}
+            for key in ACROSS_JUDGES}}
     row["across_seeds"] = {"runs": [{k: r.get(k) for k in PER_SEED} for r in runs], **{
         key: _spread([r[key] for r in runs])
-        for key in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean")}}
+        for key in ACROSS_JUDGES}}
     return row
 
 
