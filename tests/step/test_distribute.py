@@ -100,9 +100,18 @@ def test_two_replicas_match_one_device(policy, mirrored, set_policy):
     batch = _global_batch()
     expected = single.train_step(*batch)
     got = distributed.train_step(*_distributed(distributed, batch))
-    loss_tolerance = 1e-5 if policy == "float32" else 1e-3
-    for name in ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake"):
+    # Under a mixed policy the two paths round differently (synchronized BN, the all-reduce). Measured,
+    # seeds 0-7 (weights and batch), width 0.25, batch 16: losses differ by up to 0.25% (g_loss under
+    # mixed_bfloat16; 0.21% under mixed_float16), and the near-random classifier's accuracy on the fake
+    # batch by one sample at 4 of 16 (policy, seed) pairs, where two logits nearly tie. The CI machine
+    # hit the one-sample flip at this test's seed; a relative tolerance around an accuracy of 0 cannot
+    # allow it. Summing instead of averaging over replicas would double a loss, far outside these.
+    loss_tolerance = 1e-5 if policy == "float32" else 5e-3
+    accuracy_tolerance = 0.0 if policy == "float32" else 1 / BATCH
+    for name in ("d_loss", "g_loss", "q_loss"):
         assert float(got[name]) == pytest.approx(float(expected[name]), rel=loss_tolerance), name
+    for name in ("q_accuracy_real", "q_accuracy_fake"):
+        assert abs(float(got[name]) - float(expected[name])) <= accuracy_tolerance + 1e-6, name
     for name in ("d_skipped", "g_skipped", "q_skipped", "d_loss_scale", "g_loss_scale", "q_loss_scale"):
         assert float(got[name]) == float(expected[name]), name
     for name in ("d", "g", "q"):
