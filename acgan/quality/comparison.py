@@ -24,7 +24,7 @@ from typing import Optional
 
 from acgan.config import POLICIES, Config, validate_policy
 from acgan.errors import UserError
-from acgan.quality.evaluation import ACROSS_JUDGES, span_text  # numpy only: no framework loads
+from acgan.quality.evaluation import ACROSS_JUDGES, span_text, spread  # numpy only: no framework loads
 from acgan.util.children import child_env, last_log_line
 from acgan.util.files import write_atomically, write_json
 
@@ -286,9 +286,9 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
-def _spread(values):
-    values = [v for v in values if v is not None]
-    return {"min": min(values), "max": max(values), "mean": sum(values) / len(values)} if values else None
+def _relative(a, b):
+    """a's change against b as a fraction (None where either is missing or b is 0)."""
+    return None if a is None or not b else a / b - 1.0
 
 
 def combine_seeds(runs):
@@ -316,12 +316,9 @@ def combine_seeds(runs):
                 k: _mean([r["across_judges"]["judges"][j]["conditional_accuracy_per_class"][k] for r in runs])
                 for k in first["conditional_accuracy_per_class"]}
             judges.append(judge)
-        row["across_judges"] = {"judges": judges, **{
-            key: _spread([j[key] for j in judges])
-            for key in ACROSS_JUDGES}}
-    row["across_seeds"] = {"runs": [{k: r.get(k) for k in PER_SEED} for r in runs], **{
-        key: _spread([r[key] for r in runs])
-        for key in ACROSS_JUDGES}}
+        row["across_judges"] = {"judges": judges, **{key: spread([j[key] for j in judges]) for key in ACROSS_JUDGES}}
+    row["across_seeds"] = {"runs": [{k: r.get(k) for k in PER_SEED} for r in runs],
+                           **{key: spread([r[key] for r in runs]) for key in ACROSS_JUDGES}}
     return row
 
 
@@ -350,12 +347,11 @@ def add_baseline(rows):
         r["speedup"] = bt / t if t and bt else None
         r["accuracy_change"] = r["conditional_accuracy"] - base["conditional_accuracy"]
         r["accuracy_held"] = r["accuracy_change"] >= -QUALITY_TOLERANCE
-        base_fd = base["frechet_distance"]
-        r["frechet_change"] = r["frechet_distance"] / base_fd - 1.0 if base_fd else None
+        r["frechet_change"] = _relative(r["frechet_distance"], base["frechet_distance"])
         r["frechet_limit"] = limit
         r["frechet_held"] = r["frechet_distance"] <= limit
         mean = r.get("frechet_distance_class_mean")
-        r["class_frechet_change"] = mean / base_class - 1.0 if mean is not None and base_class else None
+        r["class_frechet_change"] = _relative(mean, base_class)
         r["class_frechet_limit"] = class_limit
         r["class_frechet_held"] = None if mean is None or class_limit is None else mean <= class_limit
         r["quality_held"] = r["accuracy_held"] and r["frechet_held"] and r["class_frechet_held"] is not False
@@ -370,8 +366,7 @@ def add_baseline(rows):
         seeds, base_seeds = ((x.get("across_seeds") or {}).get("runs") for x in (r, base))
         paired = seeds and base_seeds and [a["seed"] for a in seeds] == [b["seed"] for b in base_seeds]
         for key, change in (("conditional_accuracy", lambda a, b: a - b),
-                            ("frechet_distance", lambda a, b: a / b - 1.0 if b else None),
-                            ("frechet_distance_class_mean", lambda a, b: None if a is None or not b else a / b - 1.0)):
+                            ("frechet_distance", _relative), ("frechet_distance_class_mean", _relative)):
             r[f"{key}_change_across_seeds"] = (
                 [change(a[key], b[key]) for a, b in zip(seeds, base_seeds)] if paired else None)
 
@@ -400,23 +395,25 @@ def verdict(rows):
     if base.get("class_frechet_limit") is not None:
         rule += (f"; and the mean per-class Fréchet distance likewise, at most {base['class_frechet_limit']:.2f} "
                  f"against {base['policy']}'s {base['frechet_distance_class_mean']:.2f}")
-    spread = ""
-    changes = [(r, r.get("accuracy_change_across_judges")) for r in rows if r is not base]
-    if changes and all(c for _, c in changes):
-        n = len(changes[0][1])
-        spread = " Judged again by judges of other seeds (the verdict is judge 0's): " + "; ".join(
-            f"{r['policy']}'s accuracy change was {100 * min(c):+.1f} to {100 * max(c):+.1f} points, within the "
-            f"margin under {sum(x >= -QUALITY_TOLERANCE for x in c)} of {n} judges" for r, c in changes) + "."
-    seeded = [(r, r.get("conditional_accuracy_change_across_seeds")) for r in rows if r is not base]
-    if seeded and all(c for _, c in seeded):
-        n = len(seeded[0][1])
-        spread = (f" The verdict is on the means over {n} training seeds; seed by seed (each against "
-                  f"{base['policy']} at the same seed): ") + "; ".join(
-            f"{r['policy']}'s accuracy change was {100 * min(c):+.1f} to {100 * max(c):+.1f} points, within the "
-            f"margin at {sum(x >= -QUALITY_TOLERANCE for x in c)} of {n} seeds" for r, c in seeded) + "." + spread
+    others = [r for r in rows if r is not base]
+    seeds = _accuracy_changes_text(others, "conditional_accuracy_change_across_seeds", "at", "seeds")
+    judges = _accuracy_changes_text(others, "accuracy_change_across_judges", "under", "judges")
+    n_seeds = seeds and len(others[0]["conditional_accuracy_change_across_seeds"])
+    spread = ((f" The verdict is on the means over {n_seeds} training seeds; seed by seed (each against {base['policy']} "
+               f"at the same seed): {seeds}." if seeds else "")
+              + (f" Judged again by judges of other seeds (the verdict is judge 0's): {judges}." if judges else ""))
     if missed:
         return f"Quality did not hold for {'; '.join(missed)}. Held means: {rule}.{spread}"
     return f"Quality held for every policy: {rule}.{spread}"
+
+
+def _accuracy_changes_text(rows, key, preposition, what):
+    """"P's accuracy change was a to b points, within the margin at k of n seeds; ..." ('' without them)."""
+    if not rows or not all(r.get(key) for r in rows):
+        return ""
+    return "; ".join(f"{r['policy']}'s accuracy change was {100 * min(r[key]):+.1f} to {100 * max(r[key]):+.1f} "
+                     f"points, within the margin {preposition} {sum(x >= -QUALITY_TOLERANCE for x in r[key])} "
+                     f"of {len(r[key])} {what}" for r in rows)
 
 
 def _f(value, fmt, suffix=""):

@@ -290,12 +290,14 @@ def across_judges(results):
                   "real_reference": {k: r["real_reference"][k]
                                      for k in ("frechet_distance", "frechet_distance_class_mean")},
                   **{k: r[k] for k in ACROSS_JUDGES}} for r in results]
-    spread = {}
-    for key in ACROSS_JUDGES:
-        values = [j[key] for j in per_judge if j[key] is not None]
-        if values:
-            spread[key] = {"min": min(values), "max": max(values), "mean": float(np.mean(values))}
-    return {"judges": per_judge, **spread}
+    spreads = {key: spread([j[key] for j in per_judge]) for key in ACROSS_JUDGES}
+    return {"judges": per_judge, **{key: s for key, s in spreads.items() if s}}
+
+
+def spread(values):
+    """min / max / mean of the values that are not None (None when none is)."""
+    values = [v for v in values if v is not None]
+    return {"min": min(values), "max": max(values), "mean": float(np.mean(values))} if values else None
 
 
 def record(run_dir, result):
