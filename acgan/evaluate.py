@@ -61,7 +61,8 @@ def summary_line(result):
             + (f"mean per-class Fréchet distance {class_mean:.2f}{ref('frechet_distance_class_mean')}, "
                if class_mean is not None else "")
             + f"classifier score "
-            f"{result['classifier_score']:.2f}, Q on real test images {result['q_accuracy_real']:.1%}")
+            f"{result['classifier_score']:.2f}, Q on real test images {result['q_accuracy_real']:.1%}, "
+            f"Q on the generated samples {result['q_accuracy_generated']:.1%}")
 
 
 if __name__ == "__main__":

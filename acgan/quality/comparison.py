@@ -261,6 +261,7 @@ def make_row(policy, run_dir, report, result, out):
         "frechet_distance_per_class": result.get("frechet_distance_per_class"),
         "classifier_score": result["classifier_score"],
         "q_accuracy_real": result.get("q_accuracy_real"),
+        "q_accuracy_generated": result.get("q_accuracy_generated"),
         "inception_fid": result["inception"].get("fid"),
         "inception_note": result["inception"].get("note"),
         "num_real": result["num_real"],
@@ -276,7 +277,7 @@ def make_row(policy, run_dir, report, result, out):
 MEAN_OVER_SEEDS = ("steps", "loop_seconds", "compile_seconds", "time_per_batch_ms", "time_per_batch_median_ms",
                    "time_per_1000_samples_ms", "cost_per_million_batches", "peak_memory_bytes",
                    "conditional_accuracy", "frechet_distance", "frechet_distance_class_mean", "classifier_score",
-                   "q_accuracy_real", "inception_fid")
+                   "q_accuracy_real", "q_accuracy_generated", "inception_fid")
 PER_SEED = ("seed", "steps", "run_dir", "status", "time_per_batch_median_ms", "conditional_accuracy",
             "frechet_distance", "frechet_distance_class_mean")
 
@@ -536,6 +537,7 @@ def render_markdown(doc):
         line("quality held", lambda r: "yes" if r["quality_held"] else "**no**"),
         line("classifier score", lambda r: f"{r['classifier_score']:.2f}"),
         line("Q's accuracy on real test images", lambda r: _f(r["q_accuracy_real"], ".1%")),
+        line("Q's accuracy on the generated samples", lambda r: _f(r.get("q_accuracy_generated"), ".1%")),
         line("Inception FID", lambda r: _f(r["inception_fid"], ".2f")),
         line("run", lambda r: f"[report]({r['report_md']})"),
     ]

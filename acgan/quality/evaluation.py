@@ -23,16 +23,20 @@ def sample_inputs(num_classes, noise_dim, num_samples, seed=0):
     return z, labels
 
 
-def q_accuracy(gan, images, labels, batch=500):
-    """The GAN's own Q (trunk + Q head) as a classifier: accuracy on real images (uint8 [N, H, W, C])."""
+def q_probabilities(gan, images, batch=500):
+    """The GAN's own Q (trunk + Q head) as a classifier: its class scores [N, K] for uint8 [N, H, W, C]
+    images (the argmax is what matters; they are logits, not normalised)."""
     from acgan.model.networks import build_classifier
 
     classifier = build_classifier(gan.models)
-    hits = 0
-    for i in range(0, len(images), batch):
-        probs = np.asarray(classifier(images[i : i + batch].astype(np.float32) / 255.0, training=False))
-        hits += int(np.sum(np.argmax(probs, axis=-1) == labels[i : i + batch]))
-    return hits / len(images) if len(images) else float("nan")
+    scores = [np.asarray(classifier(images[i : i + batch].astype(np.float32) / 255.0, training=False))
+              for i in range(0, len(images), batch)]
+    return np.concatenate(scores) if scores else np.zeros((0, gan.num_classes), np.float32)
+
+
+def q_accuracy(gan, images, labels, batch=500):
+    """Q's accuracy on the images (overall, per class): conditional_accuracy of its class scores."""
+    return conditional_accuracy(q_probabilities(gan, images, batch), labels, gan.num_classes)
 
 
 def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fake=None):
@@ -76,8 +80,14 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fa
         "judge_test_accuracy": judge.test_accuracy,
     }
     if with_q:
+        # The GAN's own Q on the real test images, and on the samples: does Q name the class G was asked
+        # for? G is trained to make Q say yes, so Q far above the judge on the samples means G found
+        # images Q accepts that the real class does not look like (AC-GAN's weak spot).
         images, q_labels = real_subset(test_set, num_samples, seed)
-        result["q_accuracy_real"] = q_accuracy(gan, images, q_labels)
+        result["q_accuracy_real"], q_real_per_class = q_accuracy(gan, images, q_labels)
+        result["q_accuracy_generated"], q_generated_per_class = q_accuracy(gan, fake, labels)
+        result["q_accuracy_real_per_class"] = dict(zip(test_set.class_names, q_real_per_class))
+        result["q_accuracy_generated_per_class"] = dict(zip(test_set.class_names, q_generated_per_class))
     return result
 
 
@@ -325,7 +335,8 @@ def record(run_dir, result):
 def scalars(result):
     """The TensorBoard scalars of an evaluation (also what the trainer logs every --eval_every steps)."""
     out = {f"quality/{k}": result[k] for k in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean",
-                                                "classifier_score", "q_accuracy_real") if result.get(k) is not None}
+                                                "classifier_score", "q_accuracy_real", "q_accuracy_generated")
+           if result.get(k) is not None}
     for name, value in (result.get("frechet_distance_per_class") or {}).items():
         if value is not None:
             out[f"quality/frechet_distance_class/{name}"] = value
@@ -402,6 +413,10 @@ def render_markdown(result):
         ("classifier score", f"{result['classifier_score']:.2f} (1 to {result['num_classes']}; real test "
                              f"images: {result.get('real_classifier_score', float('nan')):.2f})"),
         ("Q's accuracy on real test images", _pct(result.get("q_accuracy_real"))),
+        *([("Q's accuracy on the generated samples (names the class G was asked for)",
+            f"{_pct(result['q_accuracy_generated'])} (the judge: {_pct(result['conditional_accuracy'])}; Q far "
+            "above the judge: G draws what its own Q accepts, not what the class looks like)")]
+          if result.get("q_accuracy_generated") is not None else []),
         ("Inception FID", fid),
     ]
     lines = [SECTION_TITLE, "", judge_line, "", "| | |", "|---|---|"]
@@ -409,10 +424,15 @@ def render_markdown(result):
     per_class = result.get("conditional_accuracy_per_class") or {}
     class_fd = result.get("frechet_distance_per_class") or {}
     reference_fd = (result.get("real_reference") or {}).get("frechet_distance_per_class") or {}
+    q_real = result.get("q_accuracy_real_per_class") or {}
+    q_generated = result.get("q_accuracy_generated_per_class") or {}
     if per_class:
-        lines += ["", "| class | conditional accuracy | Fréchet distance | real vs real (reference) |",
-                  "|---|---|---|---|"]
+        q_columns = bool(q_real and q_generated)
+        lines += ["", "| class | conditional accuracy | Fréchet distance | real vs real (reference) |"
+                  + (" Q on real | Q on generated |" if q_columns else ""),
+                  "|---|---|---|---|" + ("---|---|" if q_columns else "")]
         lines += [f"| {name} | {_pct(acc)} | {_fd(class_fd.get(name))} | {_fd(reference_fd.get(name))} |"
+                  + (f" {_pct(q_real.get(name))} | {_pct(q_generated.get(name))} |" if q_columns else "")
                   for name, acc in per_class.items()]
     lines += ["", f"`{result.get('command', '')}`"]
     return "\n".join(lines) + "\n"

@@ -170,12 +170,17 @@ def test_a_small_acgan_really_learns_the_classes(policy, judge, data_dir, tmp_pa
     assert result["conditional_accuracy"] >= 0.6, result  # chance is 0.1
     assert result["frechet_distance"] > 0 and result["classifier_score"] > 3
     assert result["q_accuracy_real"] > 0.9
+    # Q on the samples, against the labels G was asked for (misaligned labels would score ~chance).
+    assert result["q_accuracy_generated"] >= 0.6
+    assert list(result["q_accuracy_generated_per_class"]) == list(result["conditional_accuracy_per_class"])
+    assert result["q_accuracy_generated"] == pytest.approx(np.mean(list(result["q_accuracy_generated_per_class"].values())))
     saved = json.loads((run_dir / "quality.json").read_text())
     assert saved["conditional_accuracy"] == pytest.approx(result["conditional_accuracy"])
     report = json.loads((run_dir / "report.json").read_text())
     assert report["quality"]["frechet_distance"] == pytest.approx(result["frechet_distance"])
     markdown = (run_dir / "report.md").read_text()
     assert "time per batch" in markdown and markdown.count("## Sample quality") == 1
+    assert "| Q on real | Q on generated |" in markdown and "Q's accuracy on the generated samples" in markdown
     assert "not applicable" in markdown  # no Inception FID for doodles, and the report says why
     assert len(list((run_dir / "tensorboard").iterdir())) >= 2  # the trainer's events and the evaluation's
 
