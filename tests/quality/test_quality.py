@@ -1,6 +1,7 @@
 """Sample quality: the metrics against closed forms, the judge, a GAN that really learns, and acgan.compare."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -276,6 +277,17 @@ def test_evaluate_cli_writes_quality_into_the_run(comparison, data_dir):
     saved = json.loads((run_dir / "quality.json").read_text())
     assert saved["num_generated"] == 100 and saved["step"] == 8 and "evaluate" in saved["command"]
     assert (run_dir / "report.md").read_text().count("## Sample quality") == 1  # replaced, not appended twice
+    assert "Sample quality\" section of" in result.stdout
+
+
+def test_evaluate_cli_says_so_when_the_run_has_no_report_yet(comparison, data_dir, tmp_path):
+    """A run killed before its report (or still training) has no report.md to write into: say so."""
+    run_dir = tmp_path / "killed"
+    shutil.copytree(comparison / "float32", run_dir, ignore=shutil.ignore_patterns("report.*", "quality.json"))
+    result = _run("acgan.evaluate", "--run", str(run_dir), "--num_samples", "100", "--data_dir", str(data_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no report.md" in result.stdout and not (run_dir / "report.md").exists()
+    assert json.loads((run_dir / "quality.json").read_text())["num_generated"] == 100
 
 
 @pytest.mark.parametrize("args, message", [
