@@ -414,8 +414,8 @@ def render_markdown(result):
                              f"images: {result.get('real_classifier_score', float('nan')):.2f})"),
         ("Q's accuracy on real test images", _pct(result.get("q_accuracy_real"))),
         *([("Q's accuracy on the generated samples (names the class G was asked for)",
-            f"{_pct(result['q_accuracy_generated'])} (the judge: {_pct(result['conditional_accuracy'])}; Q far "
-            "above the judge: G draws what its own Q accepts, not what the class looks like)")]
+            f"{_pct(result['q_accuracy_generated'])} (the judge: {_pct(result['conditional_accuracy'])}; where Q is "
+            "far above the judge, G draws what its own Q accepts rather than what the class looks like)")]
           if result.get("q_accuracy_generated") is not None else []),
         ("Inception FID", fid),
     ]
