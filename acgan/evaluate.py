@@ -45,7 +45,7 @@ def main(argv):
     if result.get("across_judges"):
         across = result["across_judges"]
         print(f"across {len(across['judges'])} judges: {evaluation.across_judges_text(across)}")
-    if (run_dir / "report.json").exists():
+    if evaluation.has_report(run_dir):
         print(f"wrote {run_dir / 'quality.json'} and the \"Sample quality\" section of {run_dir / 'report.md'}")
     else:  # a run stopped before its report (killed, or still training): only quality.json to write into
         print(f"wrote {run_dir / 'quality.json'} (no report.md: the run has not written its report yet)")

@@ -23,20 +23,13 @@ def sample_inputs(num_classes, noise_dim, num_samples, seed=0):
     return z, labels
 
 
-def q_probabilities(gan, images, batch=500):
-    """The GAN's own Q (trunk + Q head) as a classifier: its class scores [N, K] for uint8 [N, H, W, C]
-    images (the argmax is what matters; they are logits, not normalised)."""
-    from acgan.model.networks import build_classifier
-
-    classifier = build_classifier(gan.models)
-    scores = [np.asarray(classifier(images[i : i + batch].astype(np.float32) / 255.0, training=False))
-              for i in range(0, len(images), batch)]
-    return np.concatenate(scores) if scores else np.zeros((0, gan.num_classes), np.float32)
-
-
-def q_accuracy(gan, images, labels, batch=500):
-    """Q's accuracy on the images (overall, per class): conditional_accuracy of its class scores."""
-    return conditional_accuracy(q_probabilities(gan, images, batch), labels, gan.num_classes)
+def q_accuracy(classifier, images, labels, num_classes, batch=500):
+    """The GAN's own Q as a classifier (networks.build_classifier) on uint8 [N, H, W, C] images:
+    (overall, per-class) accuracy against `labels`, as conditional_accuracy computes it."""
+    probs = [np.asarray(classifier(images[i : i + batch].astype(np.float32) / 255.0, training=False))
+             for i in range(0, len(images), batch)]
+    probs = np.concatenate(probs) if probs else np.zeros((0, num_classes), np.float32)
+    return conditional_accuracy(probs, labels, num_classes)
 
 
 def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fake=None):
@@ -83,9 +76,12 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fa
         # The GAN's own Q on the real test images, and on the samples: does Q name the class G was asked
         # for? G is trained to make Q say yes, so Q far above the judge on the samples means G found
         # images Q accepts that the real class does not look like (AC-GAN's weak spot).
+        from acgan.model.networks import build_classifier
+
+        classifier = build_classifier(gan.models)  # once, for both image sets
         images, q_labels = real_subset(test_set, num_samples, seed)
-        result["q_accuracy_real"], q_real_per_class = q_accuracy(gan, images, q_labels)
-        result["q_accuracy_generated"], q_generated_per_class = q_accuracy(gan, fake, labels)
+        result["q_accuracy_real"], q_real_per_class = q_accuracy(classifier, images, q_labels, num_classes)
+        result["q_accuracy_generated"], q_generated_per_class = q_accuracy(classifier, fake, labels, num_classes)
         result["q_accuracy_real_per_class"] = dict(zip(test_set.class_names, q_real_per_class))
         result["q_accuracy_generated_per_class"] = dict(zip(test_set.class_names, q_generated_per_class))
     return result
@@ -310,6 +306,12 @@ def spread(values):
     return {"min": min(values), "max": max(values), "mean": float(np.mean(values))} if values else None
 
 
+def has_report(run_dir):
+    """Whether the run has written its report (report.json), the one record() adds its section to; a run
+    killed before the end, or still training, has not."""
+    return (run_dir / "report.json").exists()
+
+
 def record(run_dir, result):
     """Writes quality.json, merges "quality" into report.json and a section into report.md, logs scalars."""
     import json
@@ -320,7 +322,7 @@ def record(run_dir, result):
 
     write_json(run_dir / "quality.json", result)
     report_path = run_dir / "report.json"
-    if report_path.exists():
+    if has_report(run_dir):
         report = json.loads(report_path.read_text())
         report["quality"] = result
         write_json(report_path, report)
