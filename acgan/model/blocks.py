@@ -167,3 +167,13 @@ def minibatch_stddev(x, name, group_size=4):
 def float32_logits(x, units, name):
     """A final dense layer computed in float32: logits feed from_logits losses."""
     return dense(x, units, name, dtype="float32")
+
+
+def class_projection(features, labels, num_classes, name):
+    """<embed(label), features>, one float32 number per image: the class-conditional term of a
+    projection discriminator (Miyato and Koyama, "cGANs with Projection Discriminator", ICLR 2018). The
+    embedding and the inner product are a float32 island: a sum over thousands of float16 products can
+    overflow, and this number is a logit."""
+    embedded = layers.Embedding(num_classes, features.shape[-1], embeddings_initializer=init(), dtype="float32",
+                                name=f"{name}_embedding")(labels)
+    return layers.Dot(axes=-1, dtype="float32", name=name)([embedded, features])

@@ -23,7 +23,7 @@ NOISE_DIM = 62
 class ACGANModels(NamedTuple):
     generator: keras.Model      # (z [B, noise], labels [B] int) -> images [B, H, W, C] float32 in [0, 1]
     trunk: keras.Model          # images [B, H, W, C] in [0, 1] -> features [B, F] (reference: 1024*width)
-    d_head: keras.Model         # features -> real/fake logit [B, 1] float32
+    d_head: keras.Model         # (features, labels [B] int) -> real/fake logit [B, 1] float32
     q_head: keras.Model         # features -> class logits [B, K] float32
 
 
@@ -80,8 +80,12 @@ def build_trunk(image_shape, width=1.0):
 
 
 def build_d_head(feature_dim):
+    """The reference model's D head: one float32 logit from the features. It takes the images' labels,
+    as every preset's D head does (the step passes them), and ignores them: this D is unconditional
+    and the classes are Q's alone."""
     features = keras.Input((feature_dim,), name="features")
-    return keras.Model(features, blocks.float32_logits(features, 1, "d_logit"), name="d_head")
+    labels = keras.Input((), dtype="int32", name="labels")
+    return keras.Model([features, labels], blocks.float32_logits(features, 1, "d_logit"), name="d_head")
 
 
 def build_q_head(feature_dim, num_classes, width=1.0):
@@ -104,7 +108,7 @@ def build_models(image_shape, num_classes, width=1.0, noise_dim=None, arch="refe
         return ACGANModels(
             generator=paper_cifar.build_generator(image_shape, num_classes, width, noise_dim or paper_cifar.NOISE_DIM),
             trunk=trunk,
-            d_head=build_d_head(feature_dim),
+            d_head=paper_cifar.build_d_head(feature_dim, num_classes),
             q_head=paper_cifar.build_q_head(feature_dim, num_classes),
         )
     noise_dim = noise_dim or NOISE_DIM

@@ -108,6 +108,7 @@ UPSAMPLE = "resize"  # "transpose": the table's stride-2 transposed convolutions
 D_KERNEL = 3
 MINIBATCH_STDDEV = True
 SPECTRAL_NORM = True  # D's convolutions spectrally normalised, no batch norm in D (see the docstring)
+PROJECTION = True  # D's real/fake logit has a class term <embed(label), features> (see the docstring)
 
 
 def build_generator(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
@@ -143,6 +144,19 @@ def build_trunk(image_shape, width=1.0):
         x = blocks.minibatch_stddev(x, "d_minibatch_stddev")
     features = layers.Flatten(name="d_flatten")(x)
     return keras.Model(images, features, name="trunk")
+
+
+def build_d_head(feature_dim, num_classes):
+    """D's real/fake logit from the trunk's features and the images' labels (real labels for real
+    images, the labels G was asked for on fakes): a float32 dense logit, plus with PROJECTION the class
+    term <embed(label), features> (blocks.class_projection)."""
+    features = keras.Input((feature_dim,), name="features")
+    labels = keras.Input((), dtype="int32", name="labels")
+    logit = blocks.float32_logits(features, 1, "d_logit")
+    if PROJECTION:
+        logit = layers.Add(dtype="float32", name="d_logit_projected")(
+            [logit, blocks.class_projection(features, labels, num_classes, "d_projection")])
+    return keras.Model([features, labels], logit, name="d_head")
 
 
 def build_q_head(feature_dim, num_classes):

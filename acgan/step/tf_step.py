@@ -120,7 +120,7 @@ class ACGAN(tf.Module):
         # The iteration's one G forward, recorded for G's backward pass at the end.
         with tf.GradientTape(persistent=True) as g_tape:
             fake = self._g_pass(z, fake_labels)
-        d_loss, d_grads = self._d_pass(real, tf.stop_gradient(fake))
+        d_loss, d_grads = self._d_pass(real, tf.stop_gradient(fake), labels, fake_labels)
         self._apply(self.d_optimizer, d_grads, self.d_variables)
         # G and Q through the freshly updated D: gradients for the trunk and Q head, and the cotangents
         # of G's and Q's (scaled) losses with respect to the fake images.
@@ -141,13 +141,14 @@ class ACGAN(tf.Module):
     def _g_forward(self, z, fake_labels):
         return self.models.generator([z, fake_labels], training=True)
 
-    def _d_forward_backward(self, real, fake):
-        """D's loss (this replica's share) and its still-scaled gradients; `fake` is a constant here."""
+    def _d_forward_backward(self, real, fake, labels, fake_labels):
+        """D's loss (this replica's share) and its still-scaled gradients; `fake` is a constant here. D's
+        head sees each image's label (the real one; the one G was asked for), which a projection head uses."""
         m = self.models
         batch = tf.shape(real)[0]
         with tf.GradientTape() as tape:
-            d_real = m.d_head(m.trunk(real, training=True), training=True)
-            d_fake = m.d_head(m.trunk(fake, training=True), training=True)
+            d_real = m.d_head([m.trunk(real, training=True), labels], training=True)
+            d_fake = m.d_head([m.trunk(fake, training=True), fake_labels], training=True)
             d_loss = (losses.bce(tf.ones((batch, 1)), d_real) + losses.bce(tf.zeros((batch, 1)), d_fake)) / self.replicas
             scaled = precision.scale_loss(self.d_optimizer, d_loss)
         return tf.cast(d_loss, tf.float32), tape.gradient(scaled, self.d_variables)
@@ -167,7 +168,7 @@ class ACGAN(tf.Module):
             with keras.StatelessScope():
                 fake_features = m.trunk(fake, training=True)
                 real_features = m.trunk(real, training=True)
-            g_loss = losses.bce(tf.ones((batch, 1)), m.d_head(fake_features, training=True)) / self.replicas
+            g_loss = losses.bce(tf.ones((batch, 1)), m.d_head([fake_features, fake_labels], training=True)) / self.replicas
             q_real = m.q_head(real_features, training=True)
             q_fake = m.q_head(fake_features, training=True)
             q_real_loss = losses.ce(labels, q_real) / self.replicas

@@ -30,13 +30,15 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
     assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0  # (tanh + 1) / 2
     features = m.trunk(images, training=False)
     assert tuple(features.shape) == (4, 4 * 4 * (256 + 1))  # + the minibatch standard deviation channel
-    logit, classes = m.d_head(features), m.q_head(features)
+    labels = np.array([0, 1, 2, 3], np.int32)
+    logit, classes = m.d_head([np.asarray(features), labels]), m.q_head(features)
     assert tuple(logit.shape) == (4, 1) and tuple(classes.shape) == (4, 10)
     assert logit.dtype == "float32" and classes.dtype == "float32"
     layers = {l.name: l for part in m for l in part.layers}
     for name, layer in layers.items():
-        if isinstance(layer, keras.layers.BatchNormalization) or name in ("g_image", "g_image_tanh", "d_logit",
-                                                                           "q_logits", "d_minibatch_stddev"):
+        if isinstance(layer, keras.layers.BatchNormalization) or name in (
+                "g_image", "g_image_tanh", "d_logit", "q_logits", "d_minibatch_stddev", "d_projection",
+                "d_projection_embedding", "d_logit_projected"):
             assert layer.compute_dtype == "float32", name
         elif isinstance(layer, (keras.layers.Conv2D, keras.layers.Conv2DTranspose, keras.layers.Dense)):
             assert layer.compute_dtype == compute and layer.variable_dtype == "float32", name
@@ -83,6 +85,30 @@ def test_the_minibatch_stddev_channel_is_each_groups_spread_in_float32(policy, s
     # 6 images: groups of 2 (the largest size that divides both); 5: groups of 1, no spread to see.
     np.testing.assert_allclose(np.asarray(model(x[:6]))[2:4, ..., 3], spread(compute[2:4]), rtol=1e-5)
     np.testing.assert_allclose(np.asarray(model(x[:5]))[..., 3], 1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_paper_presets_d_head_adds_the_class_projection_in_float32(policy, set_policy):
+    """acgan_cifar's D head: logit = dense(features) + <embedding[label], features>, all in float32
+    (the projection discriminator); the reference model's D head takes the labels and ignores them."""
+    set_policy(policy)
+    head = paper_cifar.build_d_head(6, 3)
+    rng = np.random.default_rng(0)
+    features = rng.normal(0, 1, (4, 6)).astype(np.float32)
+    labels = np.array([0, 1, 2, 1], np.int32)
+    dense, embedding = head.get_layer("d_logit"), head.get_layer("d_projection_embedding")
+    embedding.embeddings.assign(rng.normal(0, 1, (3, 6)).astype(np.float32))
+    kernel, bias = (np.asarray(v) for v in dense.weights)
+    expected = features @ kernel + bias + np.sum(np.asarray(embedding.embeddings)[labels] * features, axis=1,
+                                                 keepdims=True)
+    logit = head([features, labels])
+    assert logit.dtype == "float32" and embedding.compute_dtype == "float32"
+    np.testing.assert_allclose(np.asarray(logit), expected, rtol=1e-5, atol=1e-5)
+    other = np.asarray(head([features, (labels + 1) % 3]))
+    assert np.all(np.abs(other - expected) > 1e-4)  # the label moves the logit
+    reference = networks.build_d_head(6)
+    np.testing.assert_array_equal(np.asarray(reference([features, labels])),
+                                  np.asarray(reference([features, (labels + 1) % 3])))
 
 
 @pytest.mark.parametrize("policy", POLICIES)
