@@ -23,7 +23,7 @@ NOISE_DIM = 62
 class ACGANModels(NamedTuple):
     generator: keras.Model      # (z [B, noise], labels [B] int) -> images [B, H, W, C] float32 in [0, 1]
     trunk: keras.Model          # images [B, H, W, C] in [0, 1] -> features [B, F] (reference: 1024*width)
-    d_head: keras.Model         # (features, labels [B] int) -> real/fake logit [B, 1] float32
+    d_head: keras.Model         # features (acgan_cifar: [features, labels [B] int]) -> real/fake logit [B, 1] float32
     q_head: keras.Model         # features -> class logits [B, K] float32
 
 
@@ -80,12 +80,17 @@ def build_trunk(image_shape, width=1.0):
 
 
 def build_d_head(feature_dim):
-    """The reference model's D head: one float32 logit from the features. It takes the images' labels,
-    as every preset's D head does (the step passes them), and ignores them: this D is unconditional
-    and the classes are Q's alone."""
+    """The reference model's D head: one float32 logit from the features alone (the classes are Q's)."""
     features = keras.Input((feature_dim,), name="features")
-    labels = keras.Input((), dtype="int32", name="labels")
-    return keras.Model([features, labels], blocks.float32_logits(features, 1, "d_logit"), name="d_head")
+    return keras.Model(features, blocks.float32_logits(features, 1, "d_logit"), name="d_head")
+
+
+def d_head_inputs(d_head, features, labels):
+    """What `d_head` is called on: the features, and the images' labels too when it is class-conditional
+    (acgan_cifar's projection head takes [features, labels]). The reference model's head keeps its one
+    input, so its checkpoints from before the projection head still restore (a Keras model's
+    checkpoint keys number its layers, and a second input layer would shift them)."""
+    return [features, labels] if len(d_head.inputs) == 2 else features
 
 
 def build_q_head(feature_dim, num_classes, width=1.0):

@@ -27,6 +27,7 @@ import keras
 import numpy as np
 
 from acgan.model import precision
+from acgan.model.networks import d_head_inputs
 from acgan.step import common, losses
 from acgan.step.common import BETA_1, OPTIMIZER_NAMES, StepMetrics
 
@@ -236,12 +237,12 @@ class JaxACGAN:
             trunk_trainable, head_trainable = d_trainable[:n_trunk], d_trainable[n_trunk:]
             trunk_state, head_state = t["non_trainable"], dh["non_trainable"]
             features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, real, training=True)
-            d_real, head_state = m.d_head.stateless_call(head_trainable, head_state, [features, labels],
-                                                         training=True)
+            d_real, head_state = m.d_head.stateless_call(head_trainable, head_state,
+                                                         d_head_inputs(m.d_head, features, labels), training=True)
             features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, fake_constant,
                                                            training=True)
-            d_fake, head_state = m.d_head.stateless_call(head_trainable, head_state, [features, fake_labels],
-                                                         training=True)
+            d_fake, head_state = m.d_head.stateless_call(head_trainable, head_state,
+                                                         d_head_inputs(m.d_head, features, fake_labels), training=True)
             d_loss = losses.bce(ones, d_real) + losses.bce(zeros, d_fake)
             return self._scaled("d", optimizer_values["d"], d_loss), (d_loss, trunk_state, head_state)
 
@@ -258,8 +259,8 @@ class JaxACGAN:
         # fake batch is then written twice; under jit XLA computes it once.
         def g_loss_fn(fake_images):
             features, _ = m.trunk.stateless_call(t_trainable, t_non_trainable, fake_images, training=True)
-            d_fake, _ = m.d_head.stateless_call(dh_trainable, dh_non_trainable, [features, fake_labels],
-                                                training=True)
+            d_fake, _ = m.d_head.stateless_call(dh_trainable, dh_non_trainable,
+                                                d_head_inputs(m.d_head, features, fake_labels), training=True)
             g_loss = losses.bce(ones, d_fake)
             return self._scaled("g", optimizer_values["g"], g_loss), g_loss
 

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from acgan.model import precision
+from acgan.model.networks import d_head_inputs
 from acgan.step import common, distribute, losses
 # The backend-neutral names live in common.py; re-exported so `from acgan.step.tf_step import ...` keeps working.
 from acgan.step.common import BETA_1, LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, StepMetrics  # noqa: F401
@@ -134,6 +135,11 @@ class ACGAN(tf.Module):
         return tf.stack([d_loss, g_loss, q_loss, q_accuracy_real, q_accuracy_fake])
 
     def _apply(self, optimizer, grads, variables):
+        # Sparse gradients (acgan_cifar's class embedding: tf.IndexedSlices, one slice per image) made
+        # dense first: Keras 3.15's Adam squares an IndexedSlices slice by slice before summing repeated
+        # indices, so a class seen k times got velocity sum(g_i^2) instead of (sum g_i)^2 (the JAX step's,
+        # whose gradients are dense). Measured in the README's notes.
+        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         if precision.is_loss_scaled(optimizer):
             grads = distribute.agree_on_finite(grads)
         optimizer.apply(grads, variables)
@@ -143,12 +149,12 @@ class ACGAN(tf.Module):
 
     def _d_forward_backward(self, real, fake, labels, fake_labels):
         """D's loss (this replica's share) and its still-scaled gradients; `fake` is a constant here. D's
-        head sees each image's label (the real one; the one G was asked for), which a projection head uses."""
+        head gets each image's label (the real one; the one G was asked for) when it is class-conditional."""
         m = self.models
         batch = tf.shape(real)[0]
         with tf.GradientTape() as tape:
-            d_real = m.d_head([m.trunk(real, training=True), labels], training=True)
-            d_fake = m.d_head([m.trunk(fake, training=True), fake_labels], training=True)
+            d_real = m.d_head(d_head_inputs(m.d_head, m.trunk(real, training=True), labels), training=True)
+            d_fake = m.d_head(d_head_inputs(m.d_head, m.trunk(fake, training=True), fake_labels), training=True)
             d_loss = (losses.bce(tf.ones((batch, 1)), d_real) + losses.bce(tf.zeros((batch, 1)), d_fake)) / self.replicas
             scaled = precision.scale_loss(self.d_optimizer, d_loss)
         return tf.cast(d_loss, tf.float32), tape.gradient(scaled, self.d_variables)
@@ -165,10 +171,15 @@ class ACGAN(tf.Module):
         q_trunk_and_head = m.trunk.trainable_variables + m.q_head.trainable_variables
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(fake)
+            # One scope per call: inside a scope a state update is visible to the next read, so with one
+            # scope the real batch would see the spectral norms' u as the fake batch's call left it (a
+            # further power-iteration step), where the JAX step gives both calls D's state.
             with keras.StatelessScope():
                 fake_features = m.trunk(fake, training=True)
+            with keras.StatelessScope():
                 real_features = m.trunk(real, training=True)
-            g_loss = losses.bce(tf.ones((batch, 1)), m.d_head([fake_features, fake_labels], training=True)) / self.replicas
+            d_fake = m.d_head(d_head_inputs(m.d_head, fake_features, fake_labels), training=True)
+            g_loss = losses.bce(tf.ones((batch, 1)), d_fake) / self.replicas
             q_real = m.q_head(real_features, training=True)
             q_fake = m.q_head(fake_features, training=True)
             q_real_loss = losses.ce(labels, q_real) / self.replicas

@@ -42,7 +42,7 @@ def test_policy_dtypes(policy, set_policy):
     assert {n for n in dtypes if "_bn" in n} >= {"g_bn1", "g_bn2", "g_bn3", "d_bn2", "d_bn3", "q_bn1"}
 
     assert m.generator([z, labels]).dtype == "float32"
-    assert m.d_head([np.asarray(features), labels]).dtype == "float32"
+    assert m.d_head(features).dtype == "float32"
     assert m.q_head(features).dtype == "float32"
     probabilities = classifier(images)
     assert probabilities.dtype == "float32"

@@ -6,7 +6,8 @@ TensorFlow, and Keras picks its backend once per process).
 IN.npz holds the job: `mode` ("steps" or "overflow"), `policy`, `width`, `jit`, the initial weights
 (`weights/<model>/<i>` with `paths/<model>/<i>`, in each model's `variables` order), the batch (`images`,
 `labels`, `z`, `fake_labels`, made with numpy), and optional overrides written into the step's state:
-`d_learning_rate`, `scale/<d|g|q>` (pinned loss scales), `steps`, `q_learns_from_fakes`. OUT.npz holds what the mode measured.
+`d_learning_rate`, `scale/<d|g|q>` (pinned loss scales), `steps`, `q_learns_from_fakes`, `arch` and
+`shape` (the model preset and image shape; default reference, 28x28x1). OUT.npz holds what the mode measured.
 
 TensorFlow is blocked here (sys.modules["tensorflow"] = None), so a run also shows the JAX step never
 needs it.
@@ -30,7 +31,8 @@ def main(in_path, out_path):
     job = dict(np.load(in_path))
     policy = str(job["policy"])
     precision.set_policy(policy)
-    models = networks.build_models((28, 28, 1), 10, width=float(job["width"]))
+    shape = tuple(int(n) for n in job["shape"]) if "shape" in job else (28, 28, 1)
+    models = networks.build_models(shape, 10, width=float(job["width"]), arch=str(job.get("arch", "reference")))
     for model in models:
         for i, variable in enumerate(model.variables):
             assert variable.path == str(job[f"paths/{model.name}/{i}"]), variable.path

@@ -25,7 +25,7 @@ except ImportError as error:
     pytest.skip(f"jax is not installed ({error}); pip install -e '.[jax]' to test the JAX step",
                 allow_module_level=True)
 
-from acgan.model import networks, precision  # noqa: E402
+from acgan.model import networks, paper_cifar, precision  # noqa: E402
 from acgan.model.blocks import BN_MOMENTUM  # noqa: E402
 from acgan.step import tf_step  # noqa: E402
 from acgan.step.common import LOSS_METRICS, METRIC_NAMES  # noqa: E402
@@ -33,6 +33,7 @@ from acgan.step.common import LOSS_METRICS, METRIC_NAMES  # noqa: E402
 RUNNER = Path(__file__).with_name("jax_step_runner.py")
 REPO = Path(__file__).resolve().parents[2]
 WIDTH, BATCH, SEED = 0.125, 16, 0
+SHAPES = {"reference": (28, 28, 1), "acgan_cifar": (32, 32, 3)}
 NAMES = ("d", "g", "q")
 PINNED_SCALES = {"d": 64.0, "g": 256.0, "q": 1024.0}  # distinct, so a scale used by the wrong optimizer shows
 LOSSES = slice(0, 3)
@@ -40,28 +41,30 @@ FLOAT32_LOSSES = 1e-5  # relative, each loss
 FLOAT32_MOMENTS = 1e-4  # relative L2 per optimizer; measured 2.6e-5 at most, see test_float32_step_matches_the_tf_step
 
 
-def _initial_weights():
+def _initial_weights(arch="reference"):
     """{model name: [values in model.variables order]}, {model name: [paths]}: float32, seeded."""
     with precision.float32_policy():
         keras.utils.set_random_seed(SEED)
-        models = networks.build_models((28, 28, 1), 10, width=WIDTH)
+        models = networks.build_models(SHAPES[arch], 10, width=WIDTH, arch=arch)
     return ({m.name: [v.numpy() for v in m.variables] for m in models},
             {m.name: [v.path for v in m.variables] for m in models})
 
 
-def _batch(n=BATCH, seed=SEED):
+def _batch(n=BATCH, seed=SEED, arch="reference"):
     """(uint8 images, labels, z uniform in [-1, 1] as sample_noise draws it, fake labels), with numpy."""
     rng = np.random.default_rng(seed)
-    return (rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, n).astype(np.int32),
-            rng.uniform(-1.0, 1.0, (n, networks.NOISE_DIM)).astype(np.float32),
+    noise_dim = paper_cifar.NOISE_DIM if arch == "acgan_cifar" else networks.NOISE_DIM
+    return (rng.integers(0, 256, (n,) + SHAPES[arch], dtype=np.uint8), rng.integers(0, 10, n).astype(np.int32),
+            rng.uniform(-1.0, 1.0, (n, noise_dim)).astype(np.float32),
             rng.integers(0, 10, n).astype(np.int32))
 
 
 def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=None, scales=None, steps=1,
-             q_learns_from_fakes=True):
+             q_learns_from_fakes=True, arch="reference"):
     """Runs jax_step_runner.py on this job; returns what it saved."""
     values, paths = weights
-    job = {"mode": mode, "policy": policy, "width": WIDTH, "jit": jit, "steps": steps,
+    job = {"mode": mode, "policy": policy, "width": WIDTH, "jit": jit, "steps": steps, "arch": arch,
+           "shape": np.array(SHAPES[arch]),
            "q_learns_from_fakes": q_learns_from_fakes,
            "images": batch[0], "labels": batch[1], "z": batch[2], "fake_labels": batch[3]}
     for model, arrays in values.items():
@@ -83,13 +86,14 @@ def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=
         return dict(out)
 
 
-def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns_from_fakes=True):
+def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns_from_fakes=True,
+             arch="reference"):
     """One TF step (graph, XLA off) under `policy` from `weights`: its metric vector, first moments,
     fingerprint of the initial weights, and the models before the step (for batch statistics)."""
     values, _ = weights
     try:
         precision.set_policy(policy)
-        models = networks.build_models((28, 28, 1), 10, width=WIDTH)
+        models = networks.build_models(SHAPES[arch], 10, width=WIDTH, arch=arch)
         for model in models:
             for variable, value in zip(model.variables, values[model.name]):
                 variable.assign(value)
@@ -204,6 +208,29 @@ def test_q_learning_from_real_images_only_matches_the_tf_step(float32_runs, weig
     assert _relative(q_new[-n_g:], q_default[-n_g:]) < 1e-6  # G still gets the fake batch's class loss
     assert _relative(q_new[:-n_g], q_default[:-n_g]) > 1e-2  # the trunk and Q head no longer learn from it
     assert _relative(tf_run["moments"]["d"], default_tf["moments"]["d"]) < 1e-6
+
+
+@pytest.mark.slow
+def test_the_paper_preset_step_matches_the_tf_step(tmp_path):
+    """acgan_cifar (spectral norm, minibatch spread, the projection D head, Q learning from real images
+    only) on both backends from the same weights and batch: the same losses and first moments."""
+    weights, batch = _initial_weights("acgan_cifar"), _batch(arch="acgan_cifar")
+    tf_run = _tf_step("float32", weights, batch, q_learns_from_fakes=False, arch="acgan_cifar")
+    jax_run = _run_jax(tmp_path, "steps", "float32", weights, batch, q_learns_from_fakes=False, arch="acgan_cifar")
+    print("LOSSES", _relative_losses(jax_run["metrics"][0], tf_run["metrics"]))
+    jax_moments = _jax_moments(jax_run)
+    for name in NAMES:
+        difference = _relative(jax_moments[name], tf_run["moments"][name])
+        print("MOMENT", name, difference, _worst(jax_moments[name], tf_run["moments"][name]))
+        assert difference < FLOAT32_MOMENTS, (name, difference, _worst(jax_moments[name], tf_run["moments"][name]))
+    # D's projection embedding ([10, features], the one such matrix D trains) learned from both batches'
+    # labels, the real ones and G's: a class in neither has a zero moment, on both backends.
+    real, fake = set(batch[1]), set(batch[3])
+    real_only, fake_only, seen = real - fake, fake - real, real | fake
+    assert real_only and fake_only and len(seen) < 10  # so each batch's labels show on their own
+    for moments in (jax_moments["d"], tf_run["moments"]["d"]):
+        [embedding] = [m for m in moments if m.ndim == 2 and m.shape[0] == 10]
+        assert [bool(np.abs(row).max() > 0) for row in embedding] == [k in seen for k in range(10)]
 
 
 def _batch_mean(model, layer, inputs):
