@@ -63,6 +63,7 @@ def test_train_writes_grids_report_checkpoints_and_logs(runs, policy):
     assert report["final_metrics"]["d_loss_scale"] <= expected_scale
     assert report["learning_rates"] == {"d": 2e-4, "g": 1e-3, "q": 1e-3}  # the reference model's
     assert report["q_learns_from_fakes"] is True  # the paper's AC-GAN (acgan_cifar: real images only)
+    assert report["g_learns_from_q"] is True  # the paper's class term for G (acgan_cifar: from D alone)
     assert report["adam_beta_1"] == 0.5  # the seed's (acgan_cifar: 0)
     markdown = (run_dir / "report.md").read_text()
     assert "time per batch" in markdown

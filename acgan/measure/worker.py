@@ -56,8 +56,9 @@ def _run_bare_tensorflow(job, images, labels):
 
     from acgan.data.batches import sample_noise
     from acgan.measure import device
-    from acgan.model.networks import build_models
+    from acgan.model.networks import build_models, resolve_arch
     from acgan.step import distribute
+    from acgan.step.common import step_options
     from acgan.step.tf_step import ACGAN
 
     batch = job["batch"]
@@ -69,7 +70,8 @@ def _run_bare_tensorflow(job, images, labels):
     keras.utils.set_random_seed(job["seed"])
     with strategy.scope():
         models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=job.get("arch", "auto"))
-    gan = ACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], strategy=strategy)
+    gan = ACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], strategy=strategy,
+                **step_options(resolve_arch(job.get("arch", "auto"), images.shape[1:])))
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
     if strategy.num_replicas_in_sync > 1:  # each replica's slice, once, on its device
@@ -97,7 +99,8 @@ def _run_bare_jax(job, images, labels):
     from acgan.config import validate_backend
     from acgan.data.batches import sample_noise
     from acgan.measure import device
-    from acgan.model.networks import build_models
+    from acgan.model.networks import build_models, resolve_arch
+    from acgan.step.common import step_options
     from acgan.step.jax_step import JaxACGAN
 
     validate_backend("jax", job.get("strategy", "default"))
@@ -106,7 +109,8 @@ def _run_bare_jax(job, images, labels):
     baseline = device.peak_memory_bytes()   # JAX cannot reset its peak: a fresh process starts low
     backend.set_random_seed(job["seed"])
     models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=job.get("arch", "auto"))
-    gan = JaxACGAN(models, job["num_classes"], job["policy"], jit=job["jit"])
+    gan = JaxACGAN(models, job["num_classes"], job["policy"], jit=job["jit"],
+                   **step_options(resolve_arch(job.get("arch", "auto"), images.shape[1:])))
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]
     jax.block_until_ready(inputs)

@@ -1,14 +1,15 @@
 """The AC-GAN train step, behind one small interface that the training loop, sampling and the
 benchmark use, so a second backend's step sits beside the TensorFlow one:
 
-    step = ACGAN(models, num_classes, policy, jit=..., strategy=..., sync_bn=...)   # tf_step
-    step = JaxACGAN(models, num_classes, policy, jit=...)                          # jax_step, one device
+    step = ACGAN(models, num_classes, policy, jit=..., strategy=..., sync_bn=...,   # tf_step
+                 **common.step_options(arch))     # the preset's learning rates, beta_1, what Q and G learn from
+    step = JaxACGAN(models, num_classes, policy, jit=..., **common.step_options(arch))   # jax_step, one device
     step.train_step(images, labels, z, fake_labels) -> StepMetrics
         one iteration: the D update, then G and Q from the same single G forward; the metrics are one
         vector in METRIC_NAMES order, left on the device until StepMetrics.read() copies it once
     step.generate(z, labels) -> images in [0, 1], inference mode
     step.noise_dim, step.step (the step counter), step.compile_mode, step.compile_reason,
-    step.learning_rates (D, G, Q), step.q_learns_from_fakes
+    step.learning_rates (D, G, Q), step.q_learns_from_fakes, step.g_learns_from_q
     step.skipped_steps(), step.loss_scales(), step.weights_fingerprint()
 
     step.sync_variables()   (JAX: the step's state written back into the Keras variables; TF: nothing)

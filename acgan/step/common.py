@@ -15,6 +15,10 @@ LEARNING_RATES = {"reference": (2e-4, 1e-3, 1e-3), "acgan_cifar": (2e-4, 2e-4, 2
 # AC-GAN paper, or learns from real images only, the fake images' class loss then moving G alone
 # (paper_cifar.py says what was measured).
 Q_LEARNS_FROM_FAKES = {"reference": True, "acgan_cifar": False}
+# Whether the fake images' class loss moves G (through Q's optimizer, the AC-GAN paper's class term for
+# G), or the class reaches G only through D (acgan_cifar's projection discriminator): the AC term pulls G
+# towards what Q finds easiest to name, one swatch per class (paper_cifar.py says what was measured).
+G_LEARNS_FROM_Q = {"reference": True, "acgan_cifar": False}
 # Adam's beta_1 (momentum) for all three optimizers, per preset: the reference model keeps the seed's
 # 0.5; acgan_cifar, whose D is spectrally normalised, uses 0 as the spectral-norm GANs do (Miyato et al.
 # 2018; paper_cifar.py says what was measured).
@@ -40,6 +44,19 @@ def adam_beta_1(arch="reference"):
 def q_learns_from_fakes(arch="reference"):
     """Whether the preset's Q classifier trains on fake images too (Q_LEARNS_FROM_FAKES)."""
     return Q_LEARNS_FROM_FAKES[arch]
+
+
+def g_learns_from_q(arch="reference"):
+    """Whether the preset's G learns from Q's class loss on its images (G_LEARNS_FROM_Q)."""
+    return G_LEARNS_FROM_Q[arch]
+
+
+def step_options(arch="reference"):
+    """A preset's keyword arguments for the train step (tf_step.ACGAN, jax_step.JaxACGAN): its learning
+    rates, what Q and G learn from, Adam's beta_1. Every place that builds a step for a preset's weights
+    (training, sampling from a checkpoint, the benchmark) builds the same step."""
+    return {"learning_rates": learning_rates(arch), "q_learns_from_fakes": q_learns_from_fakes(arch),
+            "g_learns_from_q": g_learns_from_q(arch), "beta_1": adam_beta_1(arch)}
 
 
 class StepMetrics:

@@ -74,7 +74,7 @@ class JaxACGAN:
     """Holds the models, the three optimizers and the step's state, and runs the step on one device."""
 
     def __init__(self, models, num_classes, policy, jit=True, learning_rates=None, q_learns_from_fakes=True,
-                 beta_1=BETA_1):
+                 g_learns_from_q=True, beta_1=BETA_1):
         if keras.backend.backend() != "jax":
             raise RuntimeError(f"JaxACGAN needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
         self.models = models
@@ -85,6 +85,9 @@ class JaxACGAN:
         self.learning_rates = d_rate, g_rate, q_rate = tuple(learning_rates or common.learning_rates())
         # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
         self.q_learns_from_fakes = bool(q_learns_from_fakes)
+        # False: the fake batch's class loss moves nothing (it is only measured); the class reaches G
+        # through D alone (acgan_cifar's projection D head).
+        self.g_learns_from_q = bool(g_learns_from_q)
         self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (common.adam_beta_1(arch) gives a preset's)
         self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
         self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
@@ -93,7 +96,8 @@ class JaxACGAN:
         # The same lists, in the same order, as tf_step.ACGAN's.
         self.d_variables = m.trunk.trainable_variables + m.d_head.trainable_variables
         self.g_variables = m.generator.trainable_variables
-        self.q_variables = m.trunk.trainable_variables + m.q_head.trainable_variables + m.generator.trainable_variables
+        self.q_variables = m.trunk.trainable_variables + m.q_head.trainable_variables + (
+            m.generator.trainable_variables if self.g_learns_from_q else [])
         for optimizer, variables in self._optimizers_and_variables():
             optimizer.build(variables)
         self._optimizers = dict(zip(OPTIMIZER_NAMES, (self.d_optimizer, self.g_optimizer, self.q_optimizer)))
@@ -281,20 +285,23 @@ class JaxACGAN:
 
         # The still-scaled cotangents of G's and Q's losses w.r.t. the fake images, and Q's gradients.
         g_cotangent, g_loss = jax.grad(g_loss_fn, has_aux=True)(fake_constant)
-        (q_trunk_grads, q_head_grads, q_cotangent), aux = jax.grad(q_loss_fn, argnums=(0, 1, 2), has_aux=True)(
+        # Without g_learns_from_q the fake batch's class loss reaches no weight of G: no cotangent.
+        q_argnums = (0, 1, 2) if self.g_learns_from_q else (0, 1)
+        q_grads, aux = jax.grad(q_loss_fn, argnums=q_argnums, has_aux=True)(
             t_trainable, qh["trainable"], fake_constant)
         q_loss, q_accuracy_real, q_accuracy_fake, qh_non_trainable = aux
         (g_grads,) = g_pullback(g_cotangent)
-        (q_g_grads,) = g_pullback(q_cotangent)
+        q_g_grads = list(g_pullback(q_grads[2])[0]) if self.g_learns_from_q else []
         g_trainable, optimizer_values["g"] = self.g_optimizer.stateless_apply(
             optimizer_values["g"], g_grads, g["trainable"])
         q_trainable, optimizer_values["q"] = self.q_optimizer.stateless_apply(
-            optimizer_values["q"], list(q_trunk_grads) + list(q_head_grads) + list(q_g_grads),
-            t_trainable + qh["trainable"] + g_trainable)
+            optimizer_values["q"], list(q_grads[0]) + list(q_grads[1]) + q_g_grads,
+            t_trainable + qh["trainable"] + (g_trainable if self.g_learns_from_q else []))
         n_q_head = len(qh["trainable"])
         t_trainable = q_trainable[:n_trunk]
         qh_trainable = q_trainable[n_trunk:n_trunk + n_q_head]
-        g_trainable = q_trainable[n_trunk + n_q_head:]
+        if self.g_learns_from_q:
+            g_trainable = q_trainable[n_trunk + n_q_head:]
 
         step = state["step"] + 1
         iterations = self._iterations(optimizer_values)

@@ -35,7 +35,7 @@ class ACGAN(tf.Module):
     """
 
     def __init__(self, models, num_classes, policy, jit=True, strategy=None, sync_bn=True, learning_rates=None,
-                 q_learns_from_fakes=True, beta_1=BETA_1):
+                 q_learns_from_fakes=True, g_learns_from_q=True, beta_1=BETA_1):
         super().__init__(name="acgan")
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
@@ -49,6 +49,9 @@ class ACGAN(tf.Module):
         self.learning_rates = d_rate, g_rate, q_rate = tuple(learning_rates or common.learning_rates())
         # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
         self.q_learns_from_fakes = bool(q_learns_from_fakes)
+        # False: the fake batch's class loss moves nothing (it is only measured); the class reaches G
+        # through D alone (acgan_cifar's projection D head).
+        self.g_learns_from_q = bool(g_learns_from_q)
         self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (common.adam_beta_1(arch) gives a preset's)
         with self.strategy.scope():
             self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
@@ -58,10 +61,9 @@ class ACGAN(tf.Module):
             m = models
             self.d_variables = m.trunk.trainable_variables + m.d_head.trainable_variables
             self.g_variables = m.generator.trainable_variables
-            # Q trains the shared trunk, its head and G (the mutual-information term reaches G).
-            self.q_variables = (
-                m.trunk.trainable_variables + m.q_head.trainable_variables + m.generator.trainable_variables
-            )
+            # Q trains the shared trunk, its head and (with g_learns_from_q) G: the mutual-information term.
+            self.q_variables = m.trunk.trainable_variables + m.q_head.trainable_variables + (
+                m.generator.trainable_variables if self.g_learns_from_q else [])
             for optimizer, variables in self._optimizers_and_variables():
                 optimizer.build(variables)
             # Consecutive skipped steps per optimizer, for the divergence check between metric reads.
@@ -128,7 +130,8 @@ class ACGAN(tf.Module):
         g_loss, q_loss, q_accuracy_real, q_accuracy_fake, q_head_grads, g_cotangent, q_cotangent = \
             self._gq_pass(real, labels, tf.stop_gradient(fake), fake_labels)
         g_grads = g_tape.gradient(fake, self.g_variables, output_gradients=g_cotangent)
-        q_g_grads = g_tape.gradient(fake, self.g_variables, output_gradients=q_cotangent)
+        q_g_grads = (g_tape.gradient(fake, self.g_variables, output_gradients=q_cotangent)
+                     if self.g_learns_from_q else [])
         del g_tape
         self._apply(self.g_optimizer, g_grads, self.g_variables)
         self._apply(self.q_optimizer, list(q_head_grads) + list(q_g_grads), self.q_variables)
@@ -161,7 +164,8 @@ class ACGAN(tf.Module):
 
     def _gq_forward_backward(self, real, labels, fake, fake_labels):
         """G's and Q's losses and accuracies (this replica's shares), Q's still-scaled gradients for the
-        trunk and its head, and the still-scaled cotangents of G's and Q's losses w.r.t. `fake`.
+        trunk and its head, and the still-scaled cotangents of G's and Q's losses w.r.t. `fake` (Q's None
+        when G does not learn from Q).
 
         The trunk already saw these real and fake batches in D's pass, so here its batch-norm layers use
         the batch statistics without moving their averages again (a StatelessScope drops the updates).
@@ -189,11 +193,13 @@ class ACGAN(tf.Module):
             if not self.q_learns_from_fakes:  # the trunk and Q head then learn from the real batch alone
                 q_real_scaled = precision.scale_loss(self.q_optimizer, q_real_loss)
         g_cotangent = tape.gradient(g_scaled, fake)
-        if self.q_learns_from_fakes:  # one backward pass: Q's gradients and the cotangent that moves G
+        q_cotangent = None
+        if self.q_learns_from_fakes and self.g_learns_from_q:  # one backward pass: Q's gradients and G's cotangent
             *q_grads, q_cotangent = tape.gradient(q_scaled, q_trunk_and_head + [fake])
         else:
-            q_grads = tape.gradient(q_real_scaled, q_trunk_and_head)
-            q_cotangent = tape.gradient(q_scaled, fake)
+            q_grads = tape.gradient(q_scaled if self.q_learns_from_fakes else q_real_scaled, q_trunk_and_head)
+            if self.g_learns_from_q:
+                q_cotangent = tape.gradient(q_scaled, fake)
         del tape
         return (tf.cast(g_loss, tf.float32), tf.cast(q_loss, tf.float32), _accuracy(labels, q_real) / self.replicas,
                 _accuracy(fake_labels, q_fake) / self.replicas, q_grads, g_cotangent, q_cotangent)

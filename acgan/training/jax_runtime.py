@@ -6,7 +6,7 @@ import contextlib
 import jax
 
 from acgan.data.batches import BatchPlan, prefetched
-from acgan.step.common import adam_beta_1, learning_rates, q_learns_from_fakes
+from acgan.step.common import step_options
 from acgan.step.jax_step import JaxACGAN
 from acgan.training.jax_checkpoints import JaxCheckpoints
 
@@ -27,9 +27,7 @@ class JaxRuntime:
         return contextlib.nullcontext()
 
     def make_step(self, models, num_classes, config):
-        return JaxACGAN(models, num_classes, config.policy, jit=config.jit,
-                        learning_rates=learning_rates(config.arch),
-                        q_learns_from_fakes=q_learns_from_fakes(config.arch), beta_1=adam_beta_1(config.arch))
+        return JaxACGAN(models, num_classes, config.policy, jit=config.jit, **step_options(config.arch))
 
     def layout(self, gan):
         return {

@@ -389,6 +389,7 @@ def assemble_report(setup, outcome, config, command, started):
         "batch": config.batch,
         "learning_rates": dict(zip(OPTIMIZER_NAMES, s.gan.learning_rates)),  # what the step's optimizers use
         "q_learns_from_fakes": s.gan.q_learns_from_fakes,
+        "g_learns_from_q": s.gan.g_learns_from_q,
         "adam_beta_1": s.gan.beta_1,
         "distribution": s.layout,
         "steps": outcome.step,

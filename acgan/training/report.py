@@ -176,6 +176,8 @@ def _model(report):
         text += f", Adam beta_1 {report['adam_beta_1']:g}"
     if report.get("q_learns_from_fakes") is False:
         text += ", Q learns classes from real images only"
+    if report.get("g_learns_from_q") is False:
+        text += ", G learns its classes from D's projection alone (not from Q)"
     return text
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from acgan.errors import UserError
 from acgan.model import precision
 from acgan.model.networks import build_models
+from acgan.step.common import step_options
 from acgan.training import grids
 from acgan.training.checkpoints import first_line
 from acgan.training.run_dir import read_run
@@ -40,7 +41,8 @@ def load_run(run_dir):
     if running == "jax":  # then a JAX run: the step takes its whole saved state
         from acgan.step.jax_step import JaxACGAN
 
-        gan = JaxACGAN(models, num_classes, config.policy, jit=True)  # jit: generate() compiles once
+        # jit: generate() compiles once; the preset's step, so the saved optimizers' state fits
+        gan = JaxACGAN(models, num_classes, config.policy, jit=True, **step_options(config.arch))
         with _mismatch_as_user_error(run_dir, latest, config):
             gan.load_state(saved.read_state(latest))
         gan.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
@@ -49,7 +51,7 @@ def load_run(run_dir):
 
     from acgan.step.tf_step import ACGAN
 
-    gan = ACGAN(models, num_classes, config.policy, jit=False)
+    gan = ACGAN(models, num_classes, config.policy, jit=False, **step_options(config.arch))
     with _mismatch_as_user_error(run_dir, latest, config):
         if config.backend == "jax":  # a JAX run on TensorFlow: its model weights by variable path, and its step
             arrays = saved.read_state(latest)

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from acgan.data.pipeline import training_batches
 from acgan.step import distribute
-from acgan.step.common import adam_beta_1, learning_rates, q_learns_from_fakes
+from acgan.step.common import step_options
 from acgan.step.tf_step import ACGAN
 from acgan.training import checkpoints as checkpoint_files
 from acgan.training import report as run_report
@@ -76,8 +76,7 @@ class TensorFlowRuntime:
 
     def make_step(self, models, num_classes, config):
         return ACGAN(models, num_classes, config.policy, jit=config.jit, strategy=self.strategy,
-                     sync_bn=config.sync_bn, learning_rates=learning_rates(config.arch),
-                     q_learns_from_fakes=q_learns_from_fakes(config.arch), beta_1=adam_beta_1(config.arch))
+                     sync_bn=config.sync_bn, **step_options(config.arch))
 
     def layout(self, gan):
         return run_report.distribution_summary(self.strategy, gan)

@@ -148,17 +148,20 @@ def test_spectral_conv_divides_the_kernel_by_its_largest_singular_value(policy, 
 
 
 def test_each_preset_trains_with_its_own_learning_rates(set_policy):
-    from acgan.step.common import LEARNING_RATES, adam_beta_1, learning_rates, q_learns_from_fakes
+    from acgan.step.common import (LEARNING_RATES, adam_beta_1, g_learns_from_q, learning_rates,
+                                   q_learns_from_fakes, step_options)
     from acgan.step.tf_step import ACGAN
 
     assert learning_rates("reference") == (2e-4, 1e-3, 1e-3)  # the seed's, unchanged
     assert learning_rates("acgan_cifar") == LEARNING_RATES["acgan_cifar"] == (2e-4, 2e-4, 2e-4)  # the paper's
     assert q_learns_from_fakes("reference") and not q_learns_from_fakes("acgan_cifar")
+    assert g_learns_from_q("reference") and not g_learns_from_q("acgan_cifar")
     assert adam_beta_1("reference") == 0.5 and adam_beta_1("acgan_cifar") == 0.0
     set_policy("mixed_float16")
     m = networks.build_models(SHAPE, 10, width=0.25, arch="acgan_cifar")
-    gan = ACGAN(m, 10, "mixed_float16", jit=False, learning_rates=learning_rates("acgan_cifar"),
-                beta_1=adam_beta_1("acgan_cifar"))
+    gan = ACGAN(m, 10, "mixed_float16", jit=False, **step_options("acgan_cifar"))  # as training builds it
+    assert not gan.q_learns_from_fakes and not gan.g_learns_from_q
+    assert len(gan.q_variables) == len(m.trunk.trainable_variables) + len(m.q_head.trainable_variables)
     optimizers = (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer)
     rates = [float(o.learning_rate) for o in optimizers]
     np.testing.assert_allclose(rates, LEARNING_RATES["acgan_cifar"])

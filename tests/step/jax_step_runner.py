@@ -6,7 +6,7 @@ TensorFlow, and Keras picks its backend once per process).
 IN.npz holds the job: `mode` ("steps" or "overflow"), `policy`, `width`, `jit`, the initial weights
 (`weights/<model>/<i>` with `paths/<model>/<i>`, in each model's `variables` order), the batch (`images`,
 `labels`, `z`, `fake_labels`, made with numpy), and optional overrides written into the step's state:
-`d_learning_rate`, `scale/<d|g|q>` (pinned loss scales), `steps`, `q_learns_from_fakes`, `arch` and
+`d_learning_rate`, `scale/<d|g|q>` (pinned loss scales), `steps`, `q_learns_from_fakes`, `g_learns_from_q`, `arch` and
 `shape` (the model preset and image shape; default reference, 28x28x1). OUT.npz holds what the mode measured.
 
 TensorFlow is blocked here (sys.modules["tensorflow"] = None), so a run also shows the JAX step never
@@ -38,7 +38,8 @@ def main(in_path, out_path):
             assert variable.path == str(job[f"paths/{model.name}/{i}"]), variable.path
             variable.assign(job[f"weights/{model.name}/{i}"])
     gan = jax_step.JaxACGAN(models, 10, policy, jit=bool(job["jit"]),
-                            q_learns_from_fakes=bool(job.get("q_learns_from_fakes", True)))
+                            q_learns_from_fakes=bool(job.get("q_learns_from_fakes", True)),
+                            g_learns_from_q=bool(job.get("g_learns_from_q", True)))
     state = gan.state()
     if "d_learning_rate" in job:
         state["optimizers/d_optimizer_adam/learning_rate"] = np.float32(job["d_learning_rate"])

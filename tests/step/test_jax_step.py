@@ -60,12 +60,12 @@ def _batch(n=BATCH, seed=SEED, arch="reference"):
 
 
 def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=None, scales=None, steps=1,
-             q_learns_from_fakes=True, arch="reference"):
+             q_learns_from_fakes=True, g_learns_from_q=True, arch="reference"):
     """Runs jax_step_runner.py on this job; returns what it saved."""
     values, paths = weights
     job = {"mode": mode, "policy": policy, "width": WIDTH, "jit": jit, "steps": steps, "arch": arch,
            "shape": np.array(SHAPES[arch]),
-           "q_learns_from_fakes": q_learns_from_fakes,
+           "q_learns_from_fakes": q_learns_from_fakes, "g_learns_from_q": g_learns_from_q,
            "images": batch[0], "labels": batch[1], "z": batch[2], "fake_labels": batch[3]}
     for model, arrays in values.items():
         for i, (value, path) in enumerate(zip(arrays, paths[model])):
@@ -87,7 +87,7 @@ def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=
 
 
 def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns_from_fakes=True,
-             arch="reference"):
+             g_learns_from_q=True, arch="reference"):
     """One TF step (graph, XLA off) under `policy` from `weights`: its metric vector, first moments,
     fingerprint of the initial weights, and the models before the step (for batch statistics)."""
     values, _ = weights
@@ -97,7 +97,8 @@ def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns
         for model in models:
             for variable, value in zip(model.variables, values[model.name]):
                 variable.assign(value)
-        gan = tf_step.ACGAN(models, 10, policy, jit=False, q_learns_from_fakes=q_learns_from_fakes)
+        gan = tf_step.ACGAN(models, 10, policy, jit=False, q_learns_from_fakes=q_learns_from_fakes,
+                            g_learns_from_q=g_learns_from_q)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     if d_learning_rate is not None:
@@ -111,7 +112,8 @@ def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns
         adam = optimizer.inner_optimizer if precision.is_loss_scaled(optimizer) else optimizer
         moments[name] = [v.numpy() for v in adam.variables if v.path.endswith("_momentum")]
         assert len(moments[name]) == len(variables)
-    return {"metrics": vector, "moments": moments, "fingerprint": fingerprint}
+    return {"metrics": vector, "moments": moments, "fingerprint": fingerprint,
+            "trainable_counts": {m.name: len(m.trainable_variables) for m in models}}
 
 
 def _jax_moments(out):
@@ -213,10 +215,14 @@ def test_q_learning_from_real_images_only_matches_the_tf_step(float32_runs, weig
 @pytest.mark.slow
 def test_the_paper_preset_step_matches_the_tf_step(tmp_path):
     """acgan_cifar (spectral norm, minibatch spread, the projection D head, Q learning from real images
-    only) on both backends from the same weights and batch: the same losses and first moments."""
+    only, G learning from D alone) on both backends from the same weights and batch: the same losses and
+    first moments; Q's optimizer holds the trunk and Q head only."""
     weights, batch = _initial_weights("acgan_cifar"), _batch(arch="acgan_cifar")
-    tf_run = _tf_step("float32", weights, batch, q_learns_from_fakes=False, arch="acgan_cifar")
-    jax_run = _run_jax(tmp_path, "steps", "float32", weights, batch, q_learns_from_fakes=False, arch="acgan_cifar")
+    options = {"q_learns_from_fakes": False, "g_learns_from_q": False}  # the preset's (common.step_options)
+    tf_run = _tf_step("float32", weights, batch, arch="acgan_cifar", **options)
+    jax_run = _run_jax(tmp_path, "steps", "float32", weights, batch, arch="acgan_cifar", **options)
+    trainable = tf_run["trainable_counts"]
+    assert len(tf_run["moments"]["q"]) == trainable["trunk"] + trainable["q_head"]  # no G in Q's list
     assert np.all(_relative_losses(jax_run["metrics"][0], tf_run["metrics"]) < FLOAT32_LOSSES)
     jax_moments = _jax_moments(jax_run)
     for name in NAMES:

@@ -104,3 +104,34 @@ def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_clas
             assert difference > 0.05 * size, (difference, size)
     np.testing.assert_allclose(np.asarray(results[False][6]), np.asarray(results[True][6]), rtol=1e-6, atol=1e-12)
     np.testing.assert_allclose(np.asarray(results[False][1]), np.asarray(results[True][1]), rtol=1e-6)  # q_loss
+
+
+@pytest.mark.parametrize("g_learns_from_q", [True, False])
+def test_without_g_learns_from_q_the_class_loss_does_not_reach_g(g_learns_from_q, set_policy):
+    """g_learns_from_q=False (acgan_cifar): Q's optimizer holds the trunk and Q head only, and G's update
+    does not depend on Q's head at all (its class arrives through D); with True, changing Q's head changes
+    G's update (the AC-GAN class term). Q's metrics on the fake batch are still reported."""
+    set_policy("float32")
+    batch = _batch()
+
+    def g_after_one_step(q_head_factor):
+        keras.utils.set_random_seed(3)
+        gan = ACGAN(build_models((28, 28, 1), 10, width=0.125), 10, "float32", jit=False,
+                    q_learns_from_fakes=False, g_learns_from_q=g_learns_from_q)
+        for variable in gan.models.q_head.trainable_variables:
+            variable.assign(variable * q_head_factor)
+        values = gan.train_step(*batch).read()
+        assert np.isfinite(values["q_accuracy_fake"]) and values["q_loss"] > 0
+        return gan, [np.asarray(v) for v in gan.models.generator.trainable_variables]
+
+    gan, g = g_after_one_step(1.0)
+    _, g_other_q = g_after_one_step(3.0)
+    m = gan.models
+    in_q = {id(v) for v in gan.q_variables}
+    assert all(id(v) in in_q for v in m.trunk.trainable_variables + m.q_head.trainable_variables)
+    assert any(id(v) in in_q for v in m.generator.trainable_variables) == g_learns_from_q
+    difference = max(float(np.abs(a - b).max()) for a, b in zip(g, g_other_q))
+    if g_learns_from_q:
+        assert difference > 1e-5
+    else:
+        assert difference == 0.0
