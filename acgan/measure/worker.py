@@ -68,10 +68,10 @@ def _run_bare_tensorflow(job, images, labels):
     strategy = distribute.make_strategy(job.get("strategy", "default"), job.get("devices"))
     distribute.check_global_batch(batch, strategy.num_replicas_in_sync, what="batch")
     keras.utils.set_random_seed(job["seed"])
+    arch = resolve_arch(job.get("arch", "auto"), images.shape[1:])
     with strategy.scope():
-        models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=job.get("arch", "auto"))
-    gan = ACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], strategy=strategy,
-                **step_options(resolve_arch(job.get("arch", "auto"), images.shape[1:])))
+        models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=arch)
+    gan = ACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], strategy=strategy, **step_options(arch))
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
     if strategy.num_replicas_in_sync > 1:  # each replica's slice, once, on its device
@@ -108,9 +108,9 @@ def _run_bare_jax(job, images, labels):
     target = jax.devices()[0]
     baseline = device.peak_memory_bytes()   # JAX cannot reset its peak: a fresh process starts low
     backend.set_random_seed(job["seed"])
-    models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=job.get("arch", "auto"))
-    gan = JaxACGAN(models, job["num_classes"], job["policy"], jit=job["jit"],
-                   **step_options(resolve_arch(job.get("arch", "auto"), images.shape[1:])))
+    arch = resolve_arch(job.get("arch", "auto"), images.shape[1:])
+    models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=arch)
+    gan = JaxACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], **step_options(arch))
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]
     jax.block_until_ready(inputs)
