@@ -97,7 +97,8 @@ Where this departs from the table, and why:
   146) and checks were blobs the judge named 3% of the time. Without it (float32, XLA off, 10,000
   samples): judge accuracy 92.4% / 89.9% at seeds 0 / 1 against 84.8% at seed 0, mean per-class distance
   31.5 / 30.6 against 49.6, checks 87% / 56% against 3%; a G backward pass fewer per step, so 27% more
-  steps in the same minutes (3,978 against 3,125). (An earlier 3,000-step trial, before two TF-step
+  steps in the same minutes (3,978 against 3,125, two pairs of runs one after the
+  other). (An earlier 3,000-step trial, before two TF-step
   fixes, had found it level: 84.8% against 87.7% on 1,000 samples.)
 - Minibatch standard deviation (MINIBATCH_STDDEV): one channel after D's last layer holding how
   much each group of 4 consecutive images varies (blocks.MinibatchStddev; batches come in class order,
