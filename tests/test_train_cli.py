@@ -211,3 +211,28 @@ def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys
 def test_generate_refuses_a_folder_without_a_run(tmp_path):
     result = _run("acgan.generate", "--run", str(tmp_path), "--out", str(tmp_path / "x.png"))
     assert result.returncode == 2 and "not a readable acgan run folder" in result.stderr
+
+
+def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path):
+    """The preset's decay in a real run (8 steps): full rates to step 6, then 50% and 0 at steps 7 and 8,
+    logged to TensorBoard; the report says so. Resumed to 12 steps, the rates are set from the new length
+    (the checkpoint held the last step's zero): full again at step 8, then down to 0 at step 12."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "run"
+    common = ["--output_dir", str(run_dir), "--no-jit", "--batch", "16", "--width", "0.125", "--sample_every", "8",
+              "--checkpoint_every", "8", "--warmup_steps", "1"]
+    result = _run("acgan.train", "--dataset", "swatches", "--arch", "acgan_cifar", "--max_per_class", "20",
+                  "--data_dir", str(tmp_path / "data"), "--steps", "8", *common)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["learning_rate_decay"] == 0.25 and report["final_learning_rate_scale"] == 0.0
+    assert "learning rates falling linearly to zero over the last 25% of the run (x0 at its end)" in (
+        run_dir / "report.md").read_text()
+    result = _run("acgan.train", "--resume", "--steps", "12", *common)
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    # Each session sets the rates before its first step, then after every step that changes them.
+    assert [(e.step, round(e.value, 2)) for e in events.Scalars("learning_rate_scale")] == [
+        (0, 1.0), (7, 0.5), (8, 0.0), (8, 1.0), (10, 0.67), (11, 0.33), (12, 0.0)]

@@ -100,6 +100,18 @@ Where this departs from the table, and why:
   steps in the same minutes (3,978 against 3,125, two pairs of runs one after the
   other). (An earlier 3,000-step trial, before two TF-step
   fixes, had found it level: 84.8% against 87.7% on 1,000 samples.)
+- The learning rates fall linearly to zero over the last quarter of a run (acgan.step.common.
+  LEARNING_RATE_DECAY; of --steps/--epochs, or of the session's --minutes; the table's are constant).
+  At constant rates the judge's readings of 20-minute runs on swatches swung by up to 11 points between
+  readings 500 steps apart from step 2,500 on, so a run's final numbers were decided by the step it
+  stopped at (float32 at seed 0 read 84.3% and 81.7% at steps 3,000 and 3,500, then 92.4% at its last;
+  mixed_bfloat16 read 91.2% at 3,500, then ended at 84.2%). Over the last quarter (seed 0, 20 minutes,
+  10,000 samples): float32 88.7% / 16.9 / 32.5 (accuracy / distance / per-class distance; 4,004 steps),
+  mixed_bfloat16 91.2% / 21.6 / 35.0 (5,805 steps), the mixed run 2.5 points ahead where it had been 8.2
+  behind. Over the last half, float32 began its decay at step 1,430, before it had learned the
+  classes (77.7%). Averaging G's weights (an EMA, as StyleGAN and BigGAN sample) instead trailed G's
+  own weights on every reading from step 2,000 on (by 5-12 points, per-class distance 50-78 against
+  29-42), with recomputed batch-norm statistics too; not kept. The README's colour table has all runs.
 - Minibatch standard deviation (MINIBATCH_STDDEV): one channel after D's last layer holding how
   much each group of 4 consecutive images varies (blocks.MinibatchStddev; batches come in class order,
   so a group mostly shares a class). Not in the table. Measured on swatches at the paper's learning

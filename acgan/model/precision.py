@@ -46,6 +46,12 @@ def scale_loss(optimizer, loss):
     return optimizer.scale_loss(loss) if is_loss_scaled(optimizer) else loss
 
 
+def learning_rate_variable(optimizer):
+    """The variable holding the (inner) Adam's learning rate."""
+    adam = optimizer.inner_optimizer if is_loss_scaled(optimizer) else optimizer
+    return adam._learning_rate  # Keras's Adam keeps a float rate as this variable; no public handle
+
+
 def current_loss_scale(optimizer):
     """The optimizer's dynamic loss scale, or 1.0 when it does no scaling."""
     return optimizer.dynamic_scale if is_loss_scaled(optimizer) else 1.0

@@ -11,6 +11,8 @@ benchmark use, so a second backend's step sits beside the TensorFlow one:
     step.noise_dim, step.step (the step counter), step.compile_mode, step.compile_reason,
     step.learning_rates (D, G, Q), step.q_learns_from_fakes, step.g_learns_from_q
     step.skipped_steps(), step.loss_scales(), step.weights_fingerprint()
+    step.set_learning_rate_scale(f): every optimizer's rate becomes its preset rate times f (the
+        training loop's decay, common.learning_rate_scale); step.learning_rate_scale is the factor now
 
     step.sync_variables()   (JAX: the step's state written back into the Keras variables; TF: nothing)
     JaxACGAN also has state() / load_state(): every variable and the step counter as numpy arrays.

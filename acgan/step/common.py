@@ -24,6 +24,13 @@ G_LEARNS_FROM_Q = {"reference": True, "acgan_cifar": False}
 # 2018; paper_cifar.py says what was measured).
 ADAM_BETA_1 = {"reference": 0.5, "acgan_cifar": 0.0}
 BETA_1 = ADAM_BETA_1["reference"]
+# The last fraction of a run over which the learning rates fall linearly to zero, or None: constant
+# rates. CycleGAN's schedule (Zhu et al. 2017: constant, then linearly to zero over the second half);
+# the run's progress is its steps out of --steps/--epochs or its time out of --minutes. acgan_cifar's
+# samples swung by up to 11 judge points between readings 500 steps apart late in a run at constant rates,
+# so the last step decided a run's numbers (paper_cifar.py says what the decay measured); the
+# reference model keeps the seed's constant rates.
+LEARNING_RATE_DECAY = {"reference": None, "acgan_cifar": 0.25}
 OPTIMIZER_NAMES = ("d", "g", "q")
 LOSS_METRICS = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake")
 # The order of the step's metric vector.
@@ -49,6 +56,22 @@ def q_learns_from_fakes(arch="reference"):
 def g_learns_from_q(arch="reference"):
     """Whether the preset's G learns from Q's class loss on its images (G_LEARNS_FROM_Q)."""
     return G_LEARNS_FROM_Q[arch]
+
+
+def learning_rate_decay(arch="reference"):
+    """The last fraction of a run over which the preset's learning rates fall to zero, or None
+    (LEARNING_RATE_DECAY)."""
+    return LEARNING_RATE_DECAY[arch]
+
+
+def learning_rate_scale(progress, decay):
+    """The factor on the learning rates at `progress` through a run (0 at its start, 1 at its end; None
+    when the run has no set length) when they fall linearly to zero over its last `decay` (None: no
+    decay). In steps of 1%, so the loop assigns new rates at most 100 times a run."""
+    if not decay or progress is None:
+        return 1.0
+    left = max(0.0, 1.0 - progress)
+    return min(100, round(100 * left / decay)) / 100
 
 
 def step_options(arch="reference"):

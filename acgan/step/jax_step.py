@@ -83,6 +83,7 @@ class JaxACGAN:
         self.noise_dim = models.generator.input[0].shape[-1]
         # (D, G, Q); None: the reference model's (common.learning_rates(arch) gives a preset's).
         self.learning_rates = d_rate, g_rate, q_rate = tuple(learning_rates or common.learning_rates())
+        self.learning_rate_scale = 1.0  # the factor on them now (set_learning_rate_scale: the preset's decay)
         # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
         self.q_learns_from_fakes = bool(q_learns_from_fakes)
         # False: the fake batch's class loss moves nothing (it is only measured); the class reaches G
@@ -106,6 +107,8 @@ class JaxACGAN:
         self._iterations_index = {n: _index(o.variables, o.iterations) for n, o in self._optimizers.items()}
         self._scale_index = {n: _index(o.variables, o.dynamic_scale) if precision.is_loss_scaled(o) else None
                              for n, o in self._optimizers.items()}
+        self._learning_rate_index = {n: _index(o.variables, precision.learning_rate_variable(o))
+                                     for n, o in self._optimizers.items()}
         self._state = self._state_from_variables()
         self._keys = self._state_keys()
         self.compile_mode = "step" if jit else "off"
@@ -179,6 +182,15 @@ class JaxACGAN:
             node[path[-1]] = jnp.array(value, dtype=old.dtype)
         new["skip_streak"] = jnp.zeros(len(OPTIMIZER_NAMES), jnp.int32)
         self._state = new
+
+    def set_learning_rate_scale(self, scale):
+        """Sets each optimizer's learning rate to its preset rate times `scale`: a new value in the state
+        (the compiled step takes it as an input, so no retrace)."""
+        optimizers = {name: list(values) for name, values in self._state["optimizers"].items()}
+        for (name, i), rate in zip(self._learning_rate_index.items(), self.learning_rates):
+            optimizers[name][i] = jnp.asarray(rate * scale, optimizers[name][i].dtype)
+        self._state = dict(self._state, optimizers=optimizers)
+        self.learning_rate_scale = scale
 
     def sync_variables(self):
         """Writes the state into the Keras variables (models and optimizers), e.g. to save with Keras or

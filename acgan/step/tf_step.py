@@ -47,6 +47,7 @@ class ACGAN(tf.Module):
             distribute.synchronize_batch_norm(models)
         # (D, G, Q); None: the reference model's (common.learning_rates(arch) gives a preset's).
         self.learning_rates = d_rate, g_rate, q_rate = tuple(learning_rates or common.learning_rates())
+        self.learning_rate_scale = 1.0  # the factor on them now (set_learning_rate_scale: the preset's decay)
         # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
         self.q_learns_from_fakes = bool(q_learns_from_fakes)
         # False: the fake batch's class loss moves nothing (it is only measured); the class reaches G
@@ -203,6 +204,13 @@ class ACGAN(tf.Module):
         del tape
         return (tf.cast(g_loss, tf.float32), tf.cast(q_loss, tf.float32), _accuracy(labels, q_real) / self.replicas,
                 _accuracy(fake_labels, q_fake) / self.replicas, q_grads, g_cotangent, q_cotangent)
+
+    def set_learning_rate_scale(self, scale):
+        """Sets each optimizer's learning rate to its preset rate times `scale` (the step reads the
+        variables, so no retrace)."""
+        for (optimizer, _), rate in zip(self._optimizers_and_variables(), self.learning_rates):
+            precision.learning_rate_variable(optimizer).assign(rate * scale)
+        self.learning_rate_scale = scale
 
     def sync_variables(self):
         """Nothing to copy: on TensorFlow the Keras variables are the step's state (jax_step's counterpart

@@ -27,7 +27,7 @@ from acgan.errors import UserError
 from acgan.measure import advice, device
 from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.model.precision import needs_loss_scaling
-from acgan.step.common import OPTIMIZER_NAMES
+from acgan.step.common import OPTIMIZER_NAMES, learning_rate_decay, learning_rate_scale
 from acgan.training import report as run_report
 from acgan.training import run_lock
 from acgan.training.health import DivergenceMonitor
@@ -236,6 +236,26 @@ def train_loop(setup, config, started):
     clock = SessionClock()
     earlier = s.earlier_sessions
     last = {"step": None, "values": {}}
+    decay = learning_rate_decay(config.arch)
+    if decay and deadline and s.layout["workers"] > 1:
+        # Each worker would read its own clock, and the replicas' rates could differ for a step.
+        print("note: with several workers the preset's learning-rate decay needs --steps or --epochs; "
+              "with --minutes the rates stay constant")
+        decay = None
+
+    def schedule_learning_rates(step, force=False):
+        """The preset's decay: the rates' factor for this point of the run (of --steps/--epochs, or of
+        this session's --minutes), assigned when it changes."""
+        if not decay and not force:
+            return
+        fractions = [step / s.steps] if s.steps else []
+        if deadline:
+            fractions.append((time.perf_counter() - started) / (config.minutes * 60.0))
+        scale = learning_rate_scale(max(fractions) if fractions else None, decay)
+        if force or scale != gan.learning_rate_scale:
+            gan.set_learning_rate_scale(scale)
+            if decay:
+                writer.scalars({"learning_rate_scale": scale}, step)
 
     def read(step, metrics):
         """Copies one step's metrics to the host, logs them, checks them; a message if diverged."""
@@ -259,6 +279,8 @@ def train_loop(setup, config, started):
     # compile (one step) -> warmup (--warmup_steps ordinary steps) -> bare (as many, back to back) -> timed
     phase, warmup_left = "compile", config.warmup_steps
     with writer, StopSignals() as signals:
+        # Always: a restored checkpoint holds the rates its last step used, not this session's.
+        schedule_learning_rates(step, force=True)
         loop_started = time.perf_counter()
         while True:
             if phase == "timed":
@@ -290,6 +312,8 @@ def train_loop(setup, config, started):
             if message:
                 status = "diverged"
                 break  # no checkpoint: the weights may already be non-finite
+
+            schedule_learning_rates(step)
 
             # -- grids, evaluation, checkpoints: each reads (and checks) the step it follows --
             sample, evaluate = due(config.sample_every, step), s.evaluator and due(config.eval_every, step)
@@ -390,6 +414,8 @@ def assemble_report(setup, outcome, config, command, started):
         "learning_rates": dict(zip(OPTIMIZER_NAMES, s.gan.learning_rates)),  # what the step's optimizers use
         "q_learns_from_fakes": s.gan.q_learns_from_fakes,
         "g_learns_from_q": s.gan.g_learns_from_q,
+        "learning_rate_decay": learning_rate_decay(config.arch),  # the last fraction of the run they fall over
+        "final_learning_rate_scale": s.gan.learning_rate_scale,
         "adam_beta_1": s.gan.beta_1,
         "distribution": s.layout,
         "steps": outcome.step,

@@ -6,8 +6,9 @@ TensorFlow, and Keras picks its backend once per process).
 IN.npz holds the job: `mode` ("steps" or "overflow"), `policy`, `width`, `jit`, the initial weights
 (`weights/<model>/<i>` with `paths/<model>/<i>`, in each model's `variables` order), the batch (`images`,
 `labels`, `z`, `fake_labels`, made with numpy), and optional overrides written into the step's state:
-`d_learning_rate`, `scale/<d|g|q>` (pinned loss scales), `steps`, `q_learns_from_fakes`, `g_learns_from_q`, `arch` and
-`shape` (the model preset and image shape; default reference, 28x28x1). OUT.npz holds what the mode measured.
+`d_learning_rate`, `scale/<d|g|q>` (pinned loss scales), `steps`, `q_learns_from_fakes`, `g_learns_from_q`,
+`learning_rate_scale` (set with set_learning_rate_scale before the steps), `arch` and `shape` (the model
+preset and image shape; default reference, 28x28x1). OUT.npz holds what the mode measured.
 
 TensorFlow is blocked here (sys.modules["tensorflow"] = None), so a run also shows the JAX step never
 needs it.
@@ -49,6 +50,8 @@ def main(in_path, out_path):
             # keras#19244 trap) would show as gradients off by 2^15 / the pinned scale.
             state[f"optimizers/{name}_optimizer/dynamic_scale"] = np.float32(job[f"scale/{name}"])
     gan.load_state(state)
+    if "learning_rate_scale" in job:
+        gan.set_learning_rate_scale(float(job["learning_rate_scale"]))
     batch = tuple(job[k] for k in ("images", "labels", "z", "fake_labels"))
     out = {"fingerprint": np.array(gan.weights_fingerprint()), "compile_mode": np.array(gan.compile_mode)}
     if str(job["mode"]) == "steps":

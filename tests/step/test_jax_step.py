@@ -27,7 +27,7 @@ except ImportError as error:
 
 from acgan.model import networks, paper_cifar, precision  # noqa: E402
 from acgan.model.blocks import BN_MOMENTUM  # noqa: E402
-from acgan.step import tf_step  # noqa: E402
+from acgan.step import common, tf_step  # noqa: E402
 from acgan.step.common import LOSS_METRICS, METRIC_NAMES  # noqa: E402
 
 RUNNER = Path(__file__).with_name("jax_step_runner.py")
@@ -60,7 +60,7 @@ def _batch(n=BATCH, seed=SEED, arch="reference"):
 
 
 def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=None, scales=None, steps=1,
-             q_learns_from_fakes=True, g_learns_from_q=True, arch="reference"):
+             q_learns_from_fakes=True, g_learns_from_q=True, learning_rate_scale=None, arch="reference"):
     """Runs jax_step_runner.py on this job; returns what it saved."""
     values, paths = weights
     job = {"mode": mode, "policy": policy, "width": WIDTH, "jit": jit, "steps": steps, "arch": arch,
@@ -72,6 +72,8 @@ def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=
             job[f"weights/{model}/{i}"], job[f"paths/{model}/{i}"] = value, path
     if d_learning_rate is not None:
         job["d_learning_rate"] = d_learning_rate
+    if learning_rate_scale is not None:
+        job["learning_rate_scale"] = learning_rate_scale
     for name, scale in (scales or {}).items():
         job[f"scale/{name}"] = scale
     directory.mkdir(parents=True, exist_ok=True)
@@ -87,7 +89,7 @@ def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=
 
 
 def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns_from_fakes=True,
-             g_learns_from_q=True, arch="reference"):
+             g_learns_from_q=True, learning_rate_scale=None, arch="reference"):
     """One TF step (graph, XLA off) under `policy` from `weights`: its metric vector, first moments,
     fingerprint of the initial weights, and the models before the step (for batch statistics)."""
     values, _ = weights
@@ -101,6 +103,8 @@ def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns
                             g_learns_from_q=g_learns_from_q)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+    if learning_rate_scale is not None:
+        gan.set_learning_rate_scale(learning_rate_scale)
     if d_learning_rate is not None:
         gan.d_optimizer.learning_rate.assign(d_learning_rate)
     for name, scale in (scales or {}).items():
@@ -215,14 +219,24 @@ def test_q_learning_from_real_images_only_matches_the_tf_step(float32_runs, weig
 @pytest.mark.slow
 def test_the_paper_preset_step_matches_the_tf_step(tmp_path):
     """acgan_cifar (spectral norm, minibatch spread, the projection D head, Q learning from real images
-    only, G learning from D alone) on both backends from the same weights and batch: the same losses and
-    first moments; Q's optimizer holds the trunk and Q head only."""
+    only, G learning from D alone) on both backends from the same weights and batch, the learning rates
+    halved as the preset's decay halves them: the same losses and first moments, the rates the compiled
+    step used; Q's optimizer holds the trunk and Q head only."""
     weights, batch = _initial_weights("acgan_cifar"), _batch(arch="acgan_cifar")
     options = {"q_learns_from_fakes": False, "g_learns_from_q": False}  # the preset's (common.step_options)
+    options["learning_rate_scale"] = 0.5  # halfway through the preset's learning-rate decay
     tf_run = _tf_step("float32", weights, batch, arch="acgan_cifar", **options)
     jax_run = _run_jax(tmp_path, "steps", "float32", weights, batch, arch="acgan_cifar", **options)
     trainable = tf_run["trainable_counts"]
     assert len(tf_run["moments"]["q"]) == trainable["trunk"] + trainable["q_head"]  # no G in Q's list
+    # The compiled step used the halved rates: Adam's first step with beta_1 0 moves a weight by at most
+    # its rate (|g| / (|g| + eps)), and G's largest move is close to it.
+    rate = common.learning_rates()[1] * 0.5  # G's; the runner's step keeps the default rates
+    assert jax_run["state/optimizers/g_optimizer_adam/learning_rate"] == np.float32(rate)
+    moves = [np.abs(jax_run[f"state/models/generator/{path}"] - value).max()
+             for value, path in zip(weights[0]["generator"], weights[1]["generator"])
+             if f"state/models/generator/{path}" in jax_run and "moving" not in path]
+    assert 0.9 * rate < max(moves) <= rate * (1 + 1e-5), (max(moves), rate)
     assert np.all(_relative_losses(jax_run["metrics"][0], tf_run["metrics"]) < FLOAT32_LOSSES)
     jax_moments = _jax_moments(jax_run)
     for name in NAMES:

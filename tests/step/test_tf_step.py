@@ -135,3 +135,32 @@ def test_without_g_learns_from_q_the_class_loss_does_not_reach_g(g_learns_from_q
         assert difference > 1e-5
     else:
         assert difference == 0.0
+
+
+def test_learning_rate_scale_sets_every_optimizers_rate_and_zero_stops_the_weights(set_policy):
+    """set_learning_rate_scale(f): each optimizer's rate is its preset rate times f, read by the compiled
+    step without a retrace; at 0 a step leaves every trainable weight where it was."""
+    from acgan.model import precision
+
+    set_policy("mixed_float16")  # through the loss-scale wrappers
+    gan = _gan("mixed_float16", jit=False)
+    gan.set_learning_rate_scale(0.25)
+    optimizers = [optimizer for optimizer, _ in gan._optimizers_and_variables()]
+    np.testing.assert_allclose([float(precision.learning_rate_variable(o).numpy()) for o in optimizers],
+                               [rate * 0.25 for rate in gan.learning_rates], rtol=1e-6)
+    assert gan.learning_rate_scale == 0.25
+    set_policy("float32")  # no loss scaling: no step is skipped for an overflow below
+    gan = _gan("float32", jit=True)
+    gan.train_step(*_batch()).read()  # compiled at the full rates
+    gan.set_learning_rate_scale(0.0)
+    models = gan.models
+    before = [np.asarray(v).copy() for m in models for v in m.trainable_variables]
+    skipped = gan.skipped_steps()
+    gan.train_step(*_batch()).read()
+    assert gan.skipped_steps() == skipped  # each optimizer applied this step: at a rate of zero
+    after = [np.asarray(v) for m in models for v in m.trainable_variables]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+    gan.set_learning_rate_scale(1.0)
+    gan.train_step(*_batch()).read()
+    assert any(not np.array_equal(a, np.asarray(v)) for a, v in
+               zip(after, [v for m in models for v in m.trainable_variables]))
