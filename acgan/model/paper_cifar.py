@@ -105,11 +105,12 @@ Where this departs from the table, and why:
   At constant rates the judge's readings of 20-minute runs on swatches swung by up to 11 points between
   readings 500 steps apart from step 2,500 on, so a run's final numbers were decided by the step it
   stopped at (float32 at seed 0 read 84.3% and 81.7% at steps 3,000 and 3,500, then 92.4% at its last;
-  mixed_bfloat16 read 91.2% at 3,500, then ended at 84.2%). Over the last quarter (seed 0, 20 minutes,
-  10,000 samples): float32 88.7% / 16.9 / 32.5 (accuracy / distance / per-class distance; 4,004 steps),
-  mixed_bfloat16 91.2% / 21.6 / 35.0 (5,805 steps), the mixed run 2.5 points ahead where it had been 8.2
-  behind. Over the last half, float32 began its decay at step 1,430, before it had learned the
-  classes (77.7%). Averaging G's weights (an EMA, as StyleGAN and BigGAN sample) instead trailed G's
+  mixed_bfloat16 read 91.2% at 3,500, then ended at 84.2%). Over the last quarter (20 minutes, seeds 0
+  and 1, 10,000 samples; accuracy / distance / per-class distance): float32 87.6% / 17.7 / 31.4,
+  mixed_bfloat16 88.4% / 15.5 / 29.0, mixed_float16 80.5% / 16.7 / 37.7 (0.64-0.66x float32's steps on
+  this CPU), against 91.2%, 84.1% and 82.6% at constant rates: about level over the six runs, and the
+  readings from the decay's start to the end ranged over 1.2-7.7 points, against up to 11. Over the last
+  half, float32 began its decay at step 1,430, before it had learned the classes (77.7%). Averaging G's weights (an EMA, as StyleGAN and BigGAN sample) instead trailed G's
   own weights on every reading from step 2,000 on (by 5-12 points, per-class distance 50-78 against
   29-42), with recomputed batch-norm statistics too; not kept. The README's colour table has all runs.
 - Minibatch standard deviation (MINIBATCH_STDDEV): one channel after D's last layer holding how
