@@ -111,7 +111,7 @@ Where this departs from the table, and why:
   this CPU), against 91.2%, 84.1% and 82.6% at constant rates: about level over the six runs, and the
   readings from the decay's start to the end ranged over 1.2-7.7 points, against up to 11. Over the last
   half, float32 began its decay at step 1,430, before it had learned the classes (77.7%). Averaging G's weights (an EMA, as StyleGAN and BigGAN sample) instead trailed G's
-  own weights on every reading from step 2,000 on (by 5-12 points, per-class distance 50-78 against
+  own weights on every reading from step 2,000 on (by 1.6-13.2 points, per-class distance 50-78 against
   29-42), with recomputed batch-norm statistics too; not kept. The README's colour table has all runs.
 - Minibatch standard deviation (MINIBATCH_STDDEV): one channel after D's last layer holding how
   much each group of 4 consecutive images varies (blocks.MinibatchStddev; batches come in class order,
