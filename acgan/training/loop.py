@@ -159,6 +159,7 @@ class Setup:
     start_step: int
     steps: Optional[int]          # the step to stop at; None under --minutes
     evaluator: object             # quality.evaluation.TrainingEvaluator, or None
+    learning_rate_decay: Optional[float]  # the last fraction of the run the rates fall over; None: constant
 
 
 def set_up(config, runtime, data, run_dir, files_dir, resume):
@@ -179,6 +180,12 @@ def set_up(config, runtime, data, run_dir, files_dir, resume):
                                                    config.batch)
     if gan.compile_mode == "off" and config.jit:
         notes.append(f"XLA is off: {gan.compile_reason}")
+    decay = learning_rate_decay(config.arch)
+    if decay and config.minutes is not None and layout["workers"] > 1:
+        # Each worker would read its own clock, and the replicas' rates could differ for a step.
+        notes.append("with several workers the preset's learning-rate decay needs --steps or --epochs; "
+                     "with --minutes the rates stay constant")
+        decay = None
     for line in notes:
         print(f"note: {line}")
     if replicas > 1 or layout["workers"] > 1:
@@ -200,7 +207,7 @@ def set_up(config, runtime, data, run_dir, files_dir, resume):
     if resumed_from:
         print(f"resuming {run_dir} from step {start_step}")
     return Setup(runtime, data, run_dir, files_dir, chief, gan, machine, layout, notes, earlier, checkpoints,
-                 resumed_from, start_step, steps, evaluator)
+                 resumed_from, start_step, steps, evaluator, decay)
 
 
 # ---- The loop ----
@@ -236,22 +243,18 @@ def train_loop(setup, config, started):
     clock = SessionClock()
     earlier = s.earlier_sessions
     last = {"step": None, "values": {}}
-    decay = learning_rate_decay(config.arch)
-    if decay and deadline and s.layout["workers"] > 1:
-        # Each worker would read its own clock, and the replicas' rates could differ for a step.
-        print("note: with several workers the preset's learning-rate decay needs --steps or --epochs; "
-              "with --minutes the rates stay constant")
-        decay = None
+    decay = s.learning_rate_decay
 
     def schedule_learning_rates(step, force=False):
         """The preset's decay: the rates' factor for this point of the run (of --steps/--epochs, or of
-        this session's --minutes), assigned when it changes."""
+        this session's --minutes: a run has one of the two), assigned when it changes."""
         if not decay and not force:
             return
-        fractions = [step / s.steps] if s.steps else []
-        if deadline:
-            fractions.append((time.perf_counter() - started) / (config.minutes * 60.0))
-        scale = learning_rate_scale(max(fractions) if fractions else None, decay)
+        if s.steps:
+            progress = step / s.steps
+        else:
+            progress = (time.perf_counter() - started) / (config.minutes * 60.0) if deadline else None
+        scale = learning_rate_scale(progress, decay)
         if force or scale != gan.learning_rate_scale:
             gan.set_learning_rate_scale(scale)
             if decay:
@@ -414,7 +417,7 @@ def assemble_report(setup, outcome, config, command, started):
         "learning_rates": dict(zip(OPTIMIZER_NAMES, s.gan.learning_rates)),  # what the step's optimizers use
         "q_learns_from_fakes": s.gan.q_learns_from_fakes,
         "g_learns_from_q": s.gan.g_learns_from_q,
-        "learning_rate_decay": learning_rate_decay(config.arch),  # the last fraction of the run they fall over
+        "learning_rate_decay": s.learning_rate_decay,  # the last fraction of the run they fall over
         "final_learning_rate_scale": s.gan.learning_rate_scale,
         "adam_beta_1": s.gan.beta_1,
         "distribution": s.layout,
