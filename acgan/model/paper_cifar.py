@@ -110,9 +110,10 @@ Where this departs from the table, and why:
   mixed_bfloat16 88.4% / 15.5 / 29.0, mixed_float16 80.5% / 16.7 / 37.7 (0.64-0.66x float32's steps on
   this CPU), against 91.2%, 84.1% and 82.6% at constant rates: about level over the six runs, and the
   readings from the decay's start to the end ranged over 1.2-7.7 points, against up to 11. Over the last
-  half, float32 began its decay at step 1,430, before it had learned the classes (77.7%). Seeds 2 and 3 (stop 28,
-  another session): float32 81.3% / 81.9%, mixed_bfloat16 89.1% / 83.0%; over four seeds 84.6% against
-  87.2%, a seed-to-seed spread of 3.6 points, with checks the class G fails (0-31% in every run of stop 28). Averaging G's weights (an EMA, as StyleGAN and BigGAN sample) instead trailed G's
+  half, float32 began its decay at step 1,430, before it had learned the classes (77.7%). Seeds 2 and 3
+  (stop 28, another session): float32 81.3% / 81.9%, mixed_bfloat16 89.1% / 83.0%; over four seeds 84.6%
+  against 87.2%, a seed-to-seed spread of 3.6 points, with checks the class G fails (0-31% in every run
+  of stop 28). Averaging G's weights (an EMA, as StyleGAN and BigGAN sample) instead trailed G's
   own weights on every reading from step 2,000 on (by 1.6-13.2 points, per-class distance 50-78 against
   29-42), with recomputed batch-norm statistics too; not kept. The README's colour table has all runs.
 - Minibatch standard deviation (MINIBATCH_STDDEV): one channel after D's last layer holding how
