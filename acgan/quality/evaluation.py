@@ -339,9 +339,11 @@ def scalars(result):
     out = {f"quality/{k}": result[k] for k in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean",
                                                 "classifier_score", "q_accuracy_real", "q_accuracy_generated")
            if result.get(k) is not None}
-    for name, value in (result.get("frechet_distance_per_class") or {}).items():
-        if value is not None:
-            out[f"quality/frechet_distance_class/{name}"] = value
+    for key, tag in (("conditional_accuracy_per_class", "conditional_accuracy_class"),
+                     ("frechet_distance_per_class", "frechet_distance_class")):
+        for name, value in (result.get(key) or {}).items():
+            if value is not None:  # a class the judge saw no samples of
+                out[f"quality/{tag}/{name}"] = value
     if (result.get("inception") or {}).get("fid") is not None:
         out["quality/inception_fid"] = result["inception"]["fid"]
     return out

@@ -58,3 +58,15 @@ def test_metrics_stays_pure_numpy():
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert imported == {"numpy"}
+
+
+def test_tensorboard_gets_each_class_accuracy_and_distance_and_skips_unknown_ones():
+    from acgan.quality.evaluation import scalars
+
+    result = {"conditional_accuracy": 0.9, "frechet_distance": 3.0, "frechet_distance_class_mean": 4.0,
+              "conditional_accuracy_per_class": {"stripes": 1.0, "checks": 0.25, "dots": None},
+              "frechet_distance_per_class": {"stripes": 2.0, "checks": 6.0, "dots": None}}
+    out = scalars(result)
+    assert out["quality/conditional_accuracy_class/checks"] == 0.25  # the class an overall number hides
+    assert out["quality/frechet_distance_class/checks"] == 6.0 and out["quality/conditional_accuracy"] == 0.9
+    assert not any(k.endswith("/dots") for k in out)  # no samples of it: nothing logged, not a zero
