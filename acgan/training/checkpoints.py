@@ -102,6 +102,17 @@ def first_intact(found, damage_of, load, failure):
     return None, damaged
 
 
+def none_intact_error(directory, damaged, failure, then, doing="cannot resume: "):
+    """The UserError for checkpoints none of which is usable. When every one reads whole and only
+    loading failed (`failure`), the files are not damaged: the model this code builds differs from the
+    one that wrote them (another version of acgan, or a changed preset), and the message says so."""
+    listed = "; ".join(reason for _, reason in damaged)
+    if all(reason.startswith(f"{Path(found).name} {failure}: ") for found, reason in damaged):
+        return UserError(f"{doing}the checkpoints in {directory} read whole, but none fits the model this "
+                         f"code builds ({listed}); were they written by another version of acgan? {then}")
+    return UserError(f"{doing}no intact checkpoint in {directory} ({listed}); {then}")
+
+
 def restore_newest_intact(checkpoint, directory, move_damaged=True):
     """Restores `checkpoint` from the newest intact checkpoint in `directory`; returns its prefix, or
     None when the folder holds none. Damaged newer ones are moved to `directory`/damaged/ with a line
@@ -114,9 +125,8 @@ def restore_newest_intact(checkpoint, directory, move_damaged=True):
         found, damage, lambda prefix: checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial(),
         "does not restore")
     if good is None and damaged:
-        listed = "; ".join(reason for _, reason in damaged)
-        raise UserError(f"cannot resume: no intact checkpoint in {directory} ({listed}); "
-                        f"the files are left as they are; start a new run with another --output_dir")
+        raise none_intact_error(directory, damaged, "does not restore",
+                                "the files are left as they are; start a new run with another --output_dir")
     if damaged and move_damaged:
         for prefix, reason in damaged:
             where = move_aside(prefix)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from acgan.errors import DiskFull, UserError
-from acgan.training.checkpoints import first_intact, first_line, move_aside
+from acgan.errors import DiskFull
+from acgan.training.checkpoints import first_intact, first_line, move_aside, none_intact_error
 from acgan.util import disk
 from acgan.util.files import write_atomically
 
@@ -54,8 +54,7 @@ def _intact(directory, load, move_damaged):
     when checkpoints exist and none is intact (then nothing is moved)."""
     good, damaged = first_intact(candidates(directory), damage, lambda path: load(read(path)), "does not load")
     if good is None and damaged:
-        listed = "; ".join(reason for _, reason in damaged)
-        raise UserError(f"no intact checkpoint in {directory} ({listed}); the files are left as they are")
+        raise none_intact_error(directory, damaged, "does not load", "the files are left as they are", doing="")
     for path, reason in damaged:
         if move_damaged:
             where = move_aside(str(path.with_suffix("")))

@@ -13,7 +13,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS
+from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, UserError
 from acgan.training import checkpoints
 
 TINY = ["--batch", "16", "--width", "0.125", "--no-jit", "--sample_every", "1000", "--warmup_steps", "0"]
@@ -257,3 +257,23 @@ def test_a_file_size_limit_under_tensorboard_is_one_clear_line(tmp_path):
                 _fill_tensorboard(tmp_path / "tensorboard")
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+
+def test_whole_checkpoints_of_another_model_say_so_not_that_they_are_damaged(tmp_path):
+    """A checkpoint that reads whole but does not restore was written for another model (an older
+    preset, another version): the one line says that, and nothing is moved."""
+    written = tf.train.Checkpoint(kernel=tf.Variable(tf.zeros([3, 4])))
+    manager = tf.train.CheckpointManager(written, tmp_path, max_to_keep=3)
+    manager.save(checkpoint_number=2)
+    manager.save(checkpoint_number=4)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    other = tf.train.Checkpoint(kernel=tf.Variable(tf.zeros([3, 8])))
+    with pytest.raises(UserError) as raised:
+        checkpoints.restore_newest_intact(other, tmp_path)
+    line = str(raised.value)
+    assert "read whole, but none fits the model" in line and "damaged" not in line and "\n" not in line
+    assert "ckpt-4 does not restore" in line and "ckpt-2 does not restore" in line
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    _overwrite_with_noise(tmp_path / "ckpt-4.data-00000-of-00001", start=0, length=64)  # now one is damaged too
+    with pytest.raises(UserError, match="cannot resume: no intact checkpoint"):
+        checkpoints.restore_newest_intact(other, tmp_path)

@@ -203,6 +203,11 @@ def test_jax_checkpoints_keep_the_newest_and_set_damaged_ones_aside(tmp_path, ca
     assert "ckpt-6.npz is damaged" in capsys.readouterr().err
     assert (directory / "damaged" / "ckpt-6.npz").is_file() and _steps_saved(tmp_path) == [4]
 
+    other = _State()
+    other.values["models/generator/v"] = np.zeros(2)  # a model this checkpoint was not written for
+    with pytest.raises(UserError, match="read whole, but none fits the model .*ckpt-4.npz does not load"):
+        JaxCheckpoints(other, directory, keep=2).restore(directory)
+    assert (directory / "ckpt-4.npz").is_file()  # not taken for damage: not moved
     (directory / "ckpt-4.npz").write_bytes(b"not a zip")
     with pytest.raises(UserError, match="no intact checkpoint"):
         JaxCheckpoints(_State(), directory, keep=2).restore(directory)
