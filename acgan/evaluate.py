@@ -58,10 +58,8 @@ def summary_line(result):
         return f" (real vs real {reference[key]:.2f})" if reference.get(key) is not None else ""
 
     class_mean = result.get("frechet_distance_class_mean")
-    rejects = (f"; {result['judge_rejected']:.1%} judged no class's" if result.get("judge_rejected") is not None
-               else "")
     return (f"step {result['step']}: conditional accuracy {result['conditional_accuracy']:.1%} "
-            f"(chance {result['chance']:.0%}{rejects}), Fréchet distance {result['frechet_distance']:.2f}"
+            f"(chance {result['chance']:.0%}), Fréchet distance {result['frechet_distance']:.2f}"
             f"{ref('frechet_distance')} ({result['num_real']} real vs {result['num_generated']} generated), "
             + (f"mean per-class Fréchet distance {class_mean:.2f}{ref('frechet_distance_class_mean')}, "
                if class_mean is not None else "")

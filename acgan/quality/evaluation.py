@@ -6,14 +6,12 @@ import numpy as np
 
 from acgan.quality.metrics import (
     class_counts,
-    class_probs,
     classifier_score,
     conditional_accuracy,
     frechet_distance_of,
     per_class_frechet,
     per_class_subset,
     real_subset,
-    rejected,
 )
 
 
@@ -68,14 +66,10 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fa
         "frechet_distance_class_mean": class_fd_mean,
         "num_real_per_class": class_counts(real_labels, num_classes).tolist(),
         "num_generated_per_class": class_counts(labels, num_classes).tolist(),
-        # Which class each sample would be, if any: REJECT's column left out, so the score stays 1 to K.
-        "classifier_score": classifier_score(class_probs(fake_probs)),
-        # Samples the judge calls no class's (noise, speckle): each is a miss in the accuracy above.
-        "judge_rejected": rejected(fake_probs),
+        "classifier_score": classifier_score(fake_probs),
         # The same metrics on the real held-out images: the ceiling a perfect generator would reach.
         "real_conditional_accuracy": conditional_accuracy(real_probs, real_labels, num_classes)[0],
-        "real_classifier_score": classifier_score(class_probs(real_probs)),
-        "real_judge_rejected": rejected(real_probs),
+        "real_classifier_score": classifier_score(real_probs),
         "judge_test_accuracy": judge.test_accuracy,
     }
     if with_q:
@@ -343,8 +337,7 @@ def record(run_dir, result):
 def scalars(result):
     """The TensorBoard scalars of an evaluation (also what the trainer logs every --eval_every steps)."""
     out = {f"quality/{k}": result[k] for k in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean",
-                                                "classifier_score", "judge_rejected", "q_accuracy_real",
-                                                "q_accuracy_generated")
+                                                "classifier_score", "q_accuracy_real", "q_accuracy_generated")
            if result.get(k) is not None}
     for key, tag in (("conditional_accuracy_per_class", "conditional_accuracy_class"),
                      ("frechet_distance_per_class", "frechet_distance_class")):
@@ -408,9 +401,6 @@ def render_markdown(result):
         ("conditional accuracy (judge)",
          f"{_pct(result['conditional_accuracy'])} (chance {_pct(result['chance'])}; "
          f"real test images: {_pct(result.get('real_conditional_accuracy'))})"),
-        *([("samples the judge calls no class's (noise, speckle; each a miss above)",
-            f"{_pct(result['judge_rejected'])} (real test images: {_pct(result.get('real_judge_rejected'))})")]
-          if result.get("judge_rejected") is not None else []),
         *([(f"across {len(result['across_judges']['judges'])} judges (seeds "
             f"{', '.join(str(j['seed']) for j in result['across_judges']['judges'])}; the same samples)",
             across_judges_text(result["across_judges"]))] if result.get("across_judges") else []),

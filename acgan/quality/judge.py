@@ -4,14 +4,6 @@ It scores generated samples (conditional accuracy, classifier score) and gives t
 Fréchet distance. It is independent of the GAN: never the GAN's own Q, and always float32, whatever
 global dtype policy the process runs under (runs set mixed policies globally).
 
-It has one output more than the dataset has classes: "none of them" (REJECT), trained on images that
-are no class's: real train images with their pixels shuffled (each image's colours, no structure), the
-same with 2x2 blocks shuffled, and uniform pixel noise, one class's worth in all. A classifier trained
-on the classes alone must name *some* class for anything, and the first judge (format 1) named pixel
-noise "waves" on swatches with probability 1.00, so a generator drawing speckle for waves scored 100%
-on that class. With the reject output, a sample counts towards conditional accuracy only when the judge
-names its class over every other class and over "none"; how many samples it rejects is reported.
-
 Cache: <data_dir>/judges/<dataset>-<key>.keras plus <dataset>-<key>.json (its held-out TEST accuracy,
 training time and the key's contents). The key hashes the dataset name, classes, max_per_class, image
 shape, class names, a fingerprint of the test split, the judge's architecture version and its training
@@ -29,22 +21,18 @@ from pathlib import Path
 import numpy as np
 
 from acgan.model.precision import float32_policy
-from acgan.quality.metrics import real_subset, rejected
+from acgan.quality.metrics import real_subset
 
-FORMAT = "acgan-judge/2"  # 2: the reject output
+FORMAT = "acgan-judge/1"
 FEATURE_DIM = 128
-EPOCHS = 6  # 3 before the reject output; with it, 3 left swatches at 91% (waves taken for noise), 6 reach 96.7%
+EPOCHS = 3
 BATCH = 128
 MAX_PER_CLASS = 5000  # caps judge training data (Quick-Draw has ~100k drawings per class)
 PREDICT_BATCH = 500
 
 
-REJECT = "none of the classes"
-
-
 def build_model(image_shape, num_classes, seed=0):
-    """images (uint8 values as float32) [B, H, W, C] -> probabilities [B, K + 1] of the K classes and of
-    REJECT (last); layer "features" is 128-d."""
+    """images (uint8 values as float32) [B, H, W, C] -> class probabilities [B, K]; layer "features" is 128-d."""
     import keras
     from keras import layers
 
@@ -63,7 +51,7 @@ def build_model(image_shape, num_classes, seed=0):
         features = layers.Dense(FEATURE_DIM, activation="relu", kernel_initializer=init(2), dtype=f32,
                                 name="features")(x)
         x = layers.Dropout(0.3, seed=seed, dtype=f32, name="dropout")(features)
-        probs = layers.Dense(num_classes + 1, activation="softmax", kernel_initializer=init(3), dtype=f32,
+        probs = layers.Dense(num_classes, activation="softmax", kernel_initializer=init(3), dtype=f32,
                              name="probs")(x)
         return keras.Model(images, probs, name="judge")
 
@@ -84,16 +72,14 @@ class Judge:
 
     @property
     def num_classes(self):
-        """The dataset's classes; `predict`'s probabilities have one column more, REJECT's."""
-        return int(self.classifier.output.shape[-1]) - 1
+        return int(self.classifier.output.shape[-1])
 
     @property
     def test_accuracy(self):
         return self.info.get("test_accuracy")
 
     def predict(self, images, batch=PREDICT_BATCH):
-        """uint8 images [N, H, W, C] -> (features float64 [N, 128], probabilities float64 [N, K + 1], the
-        last column REJECT's: an argmax there is no class's)."""
+        """uint8 images [N, H, W, C] -> (features float64 [N, 128], probabilities float64 [N, K])."""
         images = np.asarray(images)
         feats, probs = [], []
         for i in range(0, len(images), batch):
@@ -101,7 +87,7 @@ class Judge:
             feats.append(np.asarray(f, np.float64))
             probs.append(np.asarray(p, np.float64))
         if not feats:
-            return np.zeros((0, FEATURE_DIM)), np.zeros((0, self.num_classes + 1))
+            return np.zeros((0, FEATURE_DIM)), np.zeros((0, self.num_classes))
         return np.concatenate(feats), np.concatenate(probs)
 
     def real_reference(self, test_set, num_samples, seed=0):
@@ -112,27 +98,6 @@ class Judge:
             features, probs = self.predict(images)
             self._real_cache = {key: (features, probs, labels, test_set)}  # holds test_set so its id stays its own
         return self._real_cache[key][:3]
-
-
-def negatives(images, count, seed=0):
-    """`count` uint8 images that are no class's, from real ones, a quarter of each kind: pixels shuffled
-    (the image's colours, no structure), 2x2 blocks shuffled (pixels again where a side is odd), uniform
-    noise per pixel, and per 2x2 block (speckle at the scale generators draw it)."""
-    rng = np.random.default_rng([seed, 11])
-    n, h, w, c = images.shape
-    out = images[rng.integers(0, n, count)].copy()
-    kind = np.arange(count) % 4
-    for i in np.flatnonzero((kind == 0) | ((kind == 1) & bool(h % 2 or w % 2))):
-        out[i] = out[i].reshape(h * w, c)[rng.permutation(h * w)].reshape(h, w, c)
-    if not (h % 2 or w % 2):
-        for i in np.flatnonzero(kind == 1):
-            blocks = out[i].reshape(h // 2, 2, w // 2, 2, c).transpose(0, 2, 1, 3, 4).reshape(-1, 2, 2, c)
-            blocks = blocks[rng.permutation(len(blocks))].reshape(h // 2, w // 2, 2, 2, c)
-            out[i] = blocks.transpose(0, 2, 1, 3, 4).reshape(h, w, c)
-    out[kind == 2] = rng.integers(0, 256, (int((kind == 2).sum()), h, w, c), dtype=np.uint8)
-    coarse = rng.integers(0, 256, (int((kind == 3).sum()), (h + 1) // 2, (w + 1) // 2, c), dtype=np.uint8)
-    out[kind == 3] = coarse.repeat(2, axis=1).repeat(2, axis=2)[:, :h, :w]
-    return out
 
 
 def accuracy(probs, labels):
@@ -149,13 +114,10 @@ def train(train_set, test_set, epochs=EPOCHS, batch=BATCH, seed=0, echo=print):
         model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy",
                       metrics=["accuracy"])
     rng = np.random.default_rng(seed)
-    k = train_set.num_classes
-    rejects = negatives(train_set.images, max(1, len(train_set) // k), seed)
-    images = np.concatenate([train_set.images, rejects]).astype(np.float32)
-    labels = np.concatenate([train_set.labels, np.full(len(rejects), k, train_set.labels.dtype)])
+    images = train_set.images.astype(np.float32)
     for epoch in range(epochs):
         order = rng.permutation(len(images))
-        history = model.fit(images[order], labels[order], batch_size=batch, epochs=1,
+        history = model.fit(images[order], train_set.labels[order], batch_size=batch, epochs=1,
                             shuffle=False, verbose=0)
         echo(f"judge epoch {epoch + 1}/{epochs}: train accuracy {history.history['accuracy'][-1]:.4f}")
     train_seconds = time.perf_counter() - started
@@ -164,8 +126,6 @@ def train(train_set, test_set, epochs=EPOCHS, batch=BATCH, seed=0, echo=print):
     judge.info.update({
         "format": FORMAT,
         "test_accuracy": accuracy(probs, test_set.labels),
-        "test_rejected": rejected(probs),  # real held-out images it calls no class's
-        "num_rejects_trained": len(rejects),
         "num_test": len(test_set),
         "num_train": len(train_set),
         "epochs": epochs,

@@ -16,19 +16,6 @@ def conditional_accuracy(probs, labels, num_classes=None):
     return float(np.mean(hits)), per_class
 
 
-def rejected(probs):
-    """The fraction of images whose most probable output is the judge's REJECT (its last column)."""
-    probs = np.asarray(probs)
-    return float(np.mean(np.argmax(probs, axis=-1) == probs.shape[-1] - 1)) if len(probs) else float("nan")
-
-
-def class_probs(probs):
-    """A judge's K classes' probabilities, renormalised without REJECT's (the last column): which class an
-    image would be, if any."""
-    probs = np.asarray(probs)[:, :-1]
-    return probs / np.maximum(probs.sum(axis=-1, keepdims=True), 1e-12)
-
-
 def classifier_score(probs, eps=1e-12):
     """exp(mean_x KL(p(y|x) || p(y))), p(y) the mean prediction: 1 (uninformative) to K (confident, balanced).
 
