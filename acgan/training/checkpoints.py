@@ -86,9 +86,10 @@ def damage(prefix):
 
 def first_intact(found, damage_of, load, failure):
     """(the first of `found`, newest first, that `damage_of` finds whole and `load` accepts, or None;
-    [(each newer one, why it is damaged)]). Loading is the last check: its error, "<name> <failure>:
-    <first line>", is the reason. Shared by the TensorFlow checkpoints and jax_checkpoints."""
-    damaged = []
+    [(each newer one, why it is damaged)]; [those of them whose files were whole, and only `load`
+    failed]). Loading is the last check: its error, "<name> <failure>: <first line>", is the reason.
+    Shared by the TensorFlow checkpoints and jax_checkpoints."""
+    damaged, unfit = [], []
     for candidate in found:
         reason = damage_of(candidate)
         if reason is None:
@@ -96,18 +97,20 @@ def first_intact(found, damage_of, load, failure):
                 load(candidate)
             except Exception as e:  # noqa: BLE001 - loading is the last check
                 reason = f"{Path(candidate).name} {failure}: {first_line(e)}"
+                unfit.append(candidate)
         if reason is None:
-            return candidate, damaged
+            return candidate, damaged, unfit
         damaged.append((candidate, reason))
-    return None, damaged
+    return None, damaged, unfit
 
 
-def none_intact_error(directory, damaged, failure, then, doing="cannot resume: "):
-    """The UserError for checkpoints none of which is usable. When every one reads whole and only
-    loading failed (`failure`), the files are not damaged: the model this code builds differs from the
-    one that wrote them (another version of acgan, or a changed preset), and the message says so."""
+def none_intact_error(directory, damaged, unfit, then, doing="cannot resume: "):
+    """The UserError for checkpoints none of which is usable (first_intact's `damaged` and `unfit`). When
+    every one read whole and only loading failed, the files are not damaged: the model this code builds
+    differs from the one that wrote them (another version of acgan, or a changed preset), and the
+    message says so."""
     listed = "; ".join(reason for _, reason in damaged)
-    if all(reason.startswith(f"{Path(found).name} {failure}: ") for found, reason in damaged):
+    if len(unfit) == len(damaged):
         return UserError(f"{doing}the checkpoints in {directory} read whole, but none fits the model this "
                          f"code builds ({listed}); were they written by another version of acgan? {then}")
     return UserError(f"{doing}no intact checkpoint in {directory} ({listed}); {then}")
@@ -121,11 +124,11 @@ def restore_newest_intact(checkpoint, directory, move_damaged=True):
     directory = Path(directory)
     found = candidates(directory)
     # expect_partial: the caller may restore a part (the models) and the rest on its own.
-    good, damaged = first_intact(
+    good, damaged, unfit = first_intact(
         found, damage, lambda prefix: checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial(),
         "does not restore")
     if good is None and damaged:
-        raise none_intact_error(directory, damaged, "does not restore",
+        raise none_intact_error(directory, damaged, unfit,
                                 "the files are left as they are; start a new run with another --output_dir")
     if damaged and move_damaged:
         for prefix, reason in damaged:

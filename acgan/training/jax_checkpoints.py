@@ -52,9 +52,9 @@ def _intact(directory, load, move_damaged):
     """The newest checkpoint whose arrays read whole and `load` accepts, or None when there is none;
     newer damaged ones are moved aside (when move_damaged) or skipped, with a line each. UserError
     when checkpoints exist and none is intact (then nothing is moved)."""
-    good, damaged = first_intact(candidates(directory), damage, lambda path: load(read(path)), "does not load")
+    good, damaged, unfit = first_intact(candidates(directory), damage, lambda path: load(read(path)), "does not load")
     if good is None and damaged:
-        raise none_intact_error(directory, damaged, "does not load", "the files are left as they are", doing="")
+        raise none_intact_error(directory, damaged, unfit, "the files are left as they are", doing="")
     for path, reason in damaged:
         if move_damaged:
             where = move_aside(str(path.with_suffix("")))
