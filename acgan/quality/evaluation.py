@@ -210,7 +210,7 @@ SECTION_TITLE = "## Sample quality"
 
 
 def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None, command=None, echo=print,
-                 judge_seed=0, judges=1):
+                 judge_seed=0, judges=1, cas=False):
     """Evaluates a run folder's latest checkpoint and records the result in the run; returns the dict.
 
     Sets the global dtype policy to the run's (acgan.training.sampling.load_run). `judge` may be passed in to share
@@ -218,6 +218,8 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
     trained): judges of other seeds are the same CNN trained from another initialisation and data order,
     to see how much a verdict depends on the judge. judges > 1: the same samples are judged again by the
     judges of the next judges - 1 seeds (result["across_judges"]); the headline numbers stay the first's.
+    cas: also the classification accuracy score of the same samples (acgan.quality.cas; its classifiers
+    train from seed `judge_seed`), in result["classification_accuracy_score"].
     """
     import time
     from pathlib import Path
@@ -246,7 +248,8 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
     elif judge.info.get("class_names") != list(test_set.class_names):
         raise ValueError("the judge passed in was trained on other classes than this run's")
     # The samples, once: every judge (and Inception) scores these same images.
-    fake = sampling.generate_images(gan, *sample_inputs(test_set.num_classes, gan.noise_dim, num_samples, seed))
+    z, labels = sample_inputs(test_set.num_classes, gan.noise_dim, num_samples, seed)
+    fake = sampling.generate_images(gan, z, labels)
     train_set = data_lib.load_dataset(config.dataset, split="train", data_dir=data_dir, classes=config.classes,
                                       max_per_class=config.max_per_class)
 
@@ -273,6 +276,13 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
         "judge": {k: judge.info.get(k) for k in ("path", "test_accuracy", "num_test", "num_train", "epochs",
                                                  "seed", "train_seconds", "feature_dim")},
     })
+    if cas:
+        from acgan.quality import cas as cas_lib
+
+        echo(f"classification accuracy score: training the judge's CNN on the {len(fake):,} samples, and on as "
+             "many real train images for its reference")
+        result["classification_accuracy_score"] = cas_lib.classification_accuracy_score(fake, labels, test_set,
+                                                                                        train_set, seed=judge_seed)
     if judges > 1:  # the same samples, judged again by the judges of the next seeds
         others = []
         for other_seed in range(judge_seed + 1, judge_seed + judges):
@@ -344,6 +354,11 @@ def scalars(result):
         for name, value in (result.get(key) or {}).items():
             if value is not None:  # a class the judge saw no samples of
                 out[f"quality/{tag}/{name}"] = value
+    score = result.get("classification_accuracy_score")
+    if score:
+        out["quality/classification_accuracy_score"] = score["accuracy"]
+        out.update({f"quality/classification_accuracy_score_class/{name}": value
+                    for name, value in score["per_class"].items() if value is not None})
     if (result.get("inception") or {}).get("fid") is not None:
         out["quality/inception_fid"] = result["inception"]["fid"]
     return out
@@ -385,6 +400,11 @@ def across_judges_text(across):
     return ", ".join(f"{name} {text}" for name, text in parts if text)
 
 
+def cas_text(score):
+    """'33.3% (real train images instead: 96.5%)' for one classification_accuracy_score entry."""
+    return f"{score['accuracy']:.1%} (real train images instead: {score['real_reference']['accuracy']:.1%})"
+
+
 def render_markdown(result):
     """The report.md section for one evaluation."""
     judge = result.get("judge") or {}
@@ -421,6 +441,12 @@ def render_markdown(result):
             f"{_pct(result['q_accuracy_generated'])} (the judge: {_pct(result['conditional_accuracy'])}; where Q is "
             "far above the judge, G draws what its own Q accepts rather than what the class looks like)")]
           if result.get("q_accuracy_generated") is not None else []),
+        *([("classification accuracy score (CAS)",
+            f"{cas_text(result['classification_accuracy_score'])}: the judge's CNN trained on the "
+            f"{result['classification_accuracy_score']['num_train']:,} samples, scored on the "
+            f"{result['classification_accuracy_score']['num_test']:,} real test images; the reference trained on "
+            "as many real train images per class. Low where G draws a class as something its real images are not")]
+          if result.get("classification_accuracy_score") else []),
         ("Inception FID", fid),
     ]
     lines = [SECTION_TITLE, "", judge_line, "", "| | |", "|---|---|"]
@@ -430,13 +456,16 @@ def render_markdown(result):
     reference_fd = (result.get("real_reference") or {}).get("frechet_distance_per_class") or {}
     q_real = result.get("q_accuracy_real_per_class") or {}
     q_generated = result.get("q_accuracy_generated_per_class") or {}
+    score = result.get("classification_accuracy_score") or {}
+    cas_real = (score.get("real_reference") or {}).get("per_class") or {}
     if per_class:
         q_columns = bool(q_real and q_generated)
         lines += ["", "| class | conditional accuracy | Fréchet distance | real vs real (reference) |"
-                  + (" Q on real | Q on generated |" if q_columns else ""),
-                  "|---|---|---|---|" + ("---|---|" if q_columns else "")]
+                  + (" Q on real | Q on generated |" if q_columns else "") + (" CAS | CAS, real |" if score else ""),
+                  "|---|---|---|---|" + ("---|---|" if q_columns else "") + ("---|---|" if score else "")]
         lines += [f"| {name} | {_pct(acc)} | {_fd(class_fd.get(name))} | {_fd(reference_fd.get(name))} |"
                   + (f" {_pct(q_real.get(name))} | {_pct(q_generated.get(name))} |" if q_columns else "")
+                  + (f" {_pct(score['per_class'].get(name))} | {_pct(cas_real.get(name))} |" if score else "")
                   for name, acc in per_class.items()]
     lines += ["", f"`{result.get('command', '')}`"]
     return "\n".join(lines) + "\n"
