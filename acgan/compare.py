@@ -1,5 +1,5 @@
 """CLI: python -m acgan.compare --steps N | --minutes M [--policies float32,mixed_float16] [--batch 64]
-[--seeds 3] [--judges 3] ..."""
+[--seeds 3] [--judges 3] [--cas] ..."""
 from absl import flags
 
 from acgan import cli
@@ -19,6 +19,8 @@ flags.DEFINE_integer("judges", 1, "Judge every run with this many judges (seeds 
                      "and its change move with the judge; the verdict stays judge 0's.")
 flags.DEFINE_integer("seeds", 1, "Train every policy at this many training seeds (--seed, --seed + 1, ...) and rule "
                      "on the means; each seed's numbers stay on the page.")
+flags.DEFINE_bool("cas", False, "Also each run's classification accuracy score (acgan.evaluate --cas): shown on the "
+                  "page, not part of the verdict.")
 flags.DEFINE_string("output_dir", None, "Folder for the runs and the page (default: a new folder under outputs/).")
 FLAGS = flags.FLAGS
 
@@ -47,6 +49,7 @@ def main(argv):
         num_samples=FLAGS.num_samples,
         judges=FLAGS.judges,
         seeds=FLAGS.seeds,
+        cas=FLAGS.cas,
         labels=FLAGS.labels,
         output_dir=FLAGS.output_dir,
     ).validate()

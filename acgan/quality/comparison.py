@@ -59,6 +59,7 @@ class CompareSettings:
     num_samples: int = 10_000         # generated samples judged per run (real test images: as many, or all)
     judges: int = 1                   # judges (seeds 0..judges-1) per run; the verdict stays judge 0's
     seeds: int = 1                    # training seeds per policy (seed..seed+seeds-1); the verdict is on their means
+    cas: bool = False                 # also each run's classification accuracy score (shown; not in the verdict)
     labels: bool = True               # class names beside the grids' rows (acgan.train --no-labels otherwise)
     output_dir: Optional[str] = None
 
@@ -212,7 +213,8 @@ def run_compare(settings, command=None, echo=print):
         echo(f"[{i}/{n}] judging {policy}{f' at seed {seed}' if several else ''}")
         # The same generator inputs (settings.seed) for every run: only the training seed differs.
         result = evaluation.evaluate_run(run_dir, settings.num_samples, settings.seed, data_dir=settings.data_dir,
-                                         judge=judge, command=command, echo=echo, judges=settings.judges)
+                                         judge=judge, command=command, echo=echo, judges=settings.judges,
+                                         cas=settings.cas)
         report = json.loads((run_dir / "report.json").read_text())
         per_run.setdefault(policy, []).append(dict(make_row(policy, run_dir, report, result, out), seed=seed))
     rows = [combine_seeds(per_run[policy]) for policy in settings.policies]
@@ -269,6 +271,9 @@ def make_row(policy, run_dir, report, result, out):
         "real_reference": result.get("real_reference"),
         "judge": result["judge"],
         "across_judges": result.get("across_judges"),
+        "classification_accuracy_score": (result.get("classification_accuracy_score") or {}).get("accuracy"),
+        "classification_accuracy_score_real": ((result.get("classification_accuracy_score") or {})
+                                               .get("real_reference") or {}).get("accuracy"),
     }
 
 
@@ -277,7 +282,8 @@ def make_row(policy, run_dir, report, result, out):
 MEAN_OVER_SEEDS = ("steps", "loop_seconds", "compile_seconds", "time_per_batch_ms", "time_per_batch_median_ms",
                    "time_per_1000_samples_ms", "cost_per_million_batches", "peak_memory_bytes",
                    "conditional_accuracy", "frechet_distance", "frechet_distance_class_mean", "classifier_score",
-                   "q_accuracy_real", "q_accuracy_generated", "inception_fid")
+                   "q_accuracy_real", "q_accuracy_generated", "inception_fid", "classification_accuracy_score",
+                   "classification_accuracy_score_real")
 PER_SEED = ("seed", "steps", "run_dir", "status", "time_per_batch_median_ms", "conditional_accuracy",
             "frechet_distance", "frechet_distance_class_mean")
 
@@ -300,7 +306,7 @@ def combine_seeds(runs):
         return runs[0]
     row = dict(runs[0])
     for key in MEAN_OVER_SEEDS:
-        row[key] = _mean([r[key] for r in runs])
+        row[key] = _mean([r.get(key) for r in runs])  # None where no run has it (CAS without --cas)
     row["steps"] = round(row["steps"])
     row["skipped_steps"] = sum(r["skipped_steps"] for r in runs)
     row["status"] = next((r["status"] for r in runs if r["status"] != "completed"), "completed")
@@ -538,6 +544,10 @@ def render_markdown(doc):
         line("classifier score", lambda r: f"{r['classifier_score']:.2f}"),
         line("Q's accuracy on real test images", lambda r: _f(r["q_accuracy_real"], ".1%")),
         line("Q's accuracy on the generated samples", lambda r: _f(r.get("q_accuracy_generated"), ".1%")),
+        *([line("classification accuracy score (CAS)", lambda r: _f(r["classification_accuracy_score"], ".1%")),
+           line("CAS, real train images instead (reference)",
+                lambda r: _f(r["classification_accuracy_score_real"], ".1%"))]
+          if all(r.get("classification_accuracy_score") is not None for r in rows) else []),
         line("Inception FID", lambda r: _f(r["inception_fid"], ".2f")),
         line("run", lambda r: f"[report]({r['report_md']})"),
     ]

@@ -220,7 +220,7 @@ def comparison(judge, data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("compare") / "cmp"
     result = _run("acgan.compare", "--policies", "float32,mixed_bfloat16", "--steps", "8", "--batch", "16",
                   "--width", "0.125", "--no-jit", "--num_samples", "200", "--max_per_class", str(PER_CLASS),
-                  "--data_dir", str(data_dir), "--price_per_hour", "0.54", "--judges", "2", "--seeds", "2", "--output_dir", str(out))
+                  "--data_dir", str(data_dir), "--price_per_hour", "0.54", "--judges", "2", "--seeds", "2", "--cas", "--output_dir", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -261,6 +261,14 @@ def test_compare_writes_its_page_and_figure(comparison):
          for a, b in zip(other["across_seeds"]["runs"], base["across_seeds"]["runs"])])
     assert "| accuracy at each of 2 seeds |" in page and "| change vs float32 at each seed |" in page
     assert "The verdict is on the means over 2 training seeds" in page and "of 2 seeds" in page
+    # --cas: each run's classification accuracy score and its real reference, means over the seeds.
+    for row in doc["rows"]:
+        scores = [json.loads((Path(r["run_dir"]) / "quality.json").read_text())["classification_accuracy_score"]
+                  for r in row["across_seeds"]["runs"]]
+        assert row["classification_accuracy_score"] == pytest.approx(np.mean([c["accuracy"] for c in scores]))
+        assert row["classification_accuracy_score_real"] == pytest.approx(
+            np.mean([c["real_reference"]["accuracy"] for c in scores]))
+    assert "| classification accuracy score (CAS) |" in page and "| CAS, real train images instead (reference) |" in page
     for policy in ("float32", "mixed_bfloat16"):
         run = json.loads((comparison / policy / "report.json").read_text())
         assert run["policy"] == policy and run["jit"] is False and "quality" in run
@@ -271,11 +279,23 @@ def test_compare_writes_its_page_and_figure(comparison):
 
 def test_evaluate_cli_writes_quality_into_the_run(comparison, data_dir):
     run_dir = comparison / "float32"
-    result = _run("acgan.evaluate", "--run", str(run_dir), "--num_samples", "100", "--data_dir", str(data_dir))
+    result = _run("acgan.evaluate", "--run", str(run_dir), "--num_samples", "100", "--data_dir", str(data_dir),
+                  "--cas")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "conditional accuracy" in result.stdout
     saved = json.loads((run_dir / "quality.json").read_text())
     assert saved["num_generated"] == 100 and saved["step"] == 8 and "evaluate" in saved["command"]
+    # --cas: a classifier trained on the 100 samples, one on 100 real train images, both on the test split.
+    score = saved["classification_accuracy_score"]
+    assert score["num_train"] == score["real_reference"]["num_train"] == 100 and score["num_test"] == 10 * PER_CLASS
+    assert 0 <= score["accuracy"] <= 1 and score["real_reference"]["accuracy"] > 0.5  # 10 real images per class
+    assert f"classification accuracy score {score['accuracy']:.1%} (real train images instead: " in result.stdout
+    scalars = evaluation.scalars(saved)
+    assert scalars["quality/classification_accuracy_score"] == score["accuracy"]
+    name = next(iter(score["per_class"]))
+    assert scalars[f"quality/classification_accuracy_score_class/{name}"] == score["per_class"][name]
+    report = (run_dir / "report.md").read_text()
+    assert "| classification accuracy score (CAS) |" in report and "| CAS | CAS, real |" in report
     assert (run_dir / "report.md").read_text().count("## Sample quality") == 1  # replaced, not appended twice
     assert "Sample quality\" section of" in result.stdout
 
