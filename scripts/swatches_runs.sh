@@ -2,7 +2,7 @@
 # Reproduces the README's colour table: on swatches, the reference model and the acgan_cifar preset under
 # each policy, every run given the same wall-clock budget, two at a time (a 2-core machine then gives each
 # run about one core, so MINUTES of wall time is about MINUTES of CPU time); then each run judged on
-# 10,000 samples (acgan.evaluate) and one table printed, with the CPU time /usr/bin/time measured.
+# 10,000 samples (acgan.evaluate, with --cas) and one table printed, with the CPU time /usr/bin/time measured.
 # Usage: [MINUTES=20] [WIDTH=0.5] [SEED=0] [JUDGES=3] [JIT=fastest|on|off] scripts/swatches_runs.sh
 #        (from the repository root, after `make setup`)
 # JIT=fastest (the default): each policy trains with the XLA setting (--jit / --no-jit) that the project's
@@ -59,7 +59,7 @@ train reference-float32 --arch reference --policy float32 "$(jit_flag reference-
 wait
 names=(reference-float32 acgan_cifar-float32 acgan_cifar-mixed_float16 acgan_cifar-mixed_bfloat16)
 for name in "${names[@]}"; do
-  "$python" -m acgan.evaluate --run "$root/$name" --judges "$judges" > "$root/$name.evaluate.log"
+  "$python" -m acgan.evaluate --run "$root/$name" --judges "$judges" --cas > "$root/$name.evaluate.log"
 done
 "$python" - "$root" <<'PY'
 import json, sys
@@ -91,6 +91,9 @@ def spread(q, key, fmt):
 n = max(len(q.get("across_judges", {}).get("judges", [])) for q in quality)
 print(f"| accuracy / distance / per-class distance across {n} judges (min-max) | " + " | ".join(f"{spread(q, 'conditional_accuracy', '.1%')} / {spread(q, 'frechet_distance', '.1f')}"
                                          f" / {spread(q, 'frechet_distance_class_mean', '.1f')}" for q in quality) + " |")
+cas = quality[1]["classification_accuracy_score"]["real_reference"]["accuracy"]
+print(f"| classification accuracy score (real train images instead: {cas:.1%}) | "
+      + " | ".join(f"{q['classification_accuracy_score']['accuracy']:.1%}" for q in quality) + " |")
 print("| classifier score (1 to 10) | " + " | ".join(f"{q['classifier_score']:.2f}" for q in quality) + " |")
 print("| Q's accuracy on real test images | " + " | ".join(f"{q['q_accuracy_real']:.1%}" for q in quality) + " |")
 for r, q in zip(runs, quality):
