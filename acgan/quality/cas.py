@@ -18,7 +18,7 @@ import numpy as np
 
 from acgan.data.image_set import ImageSet
 from acgan.quality import judge as judge_lib
-from acgan.quality.metrics import class_counts, conditional_accuracy, per_class_subset
+from acgan.quality.metrics import class_counts, per_class_subset
 
 # The judge trains 3 epochs on up to 5,000 images per class; CAS trains on the samples, usually fewer
 # (10,000 for ten classes). On swatches, 1,000 real images per class gave 81.2% / 86.7% on the test split
@@ -38,10 +38,8 @@ def classification_accuracy_score(fake, labels, test_set, train_set, seed=0, epo
     real = ImageSet(*per_class_subset(train_set, class_counts(generated.labels, len(names)), seed), tuple(names))
     scores = {}
     for which, images in (("generated", generated), ("real", real)):
-        classifier = judge_lib.train(images, test_set, epochs=epochs, seed=seed, echo=lambda line: None)
-        _, probs = classifier.predict(test_set.images)
-        overall, per_class = conditional_accuracy(probs, test_set.labels, len(names))
-        scores[which] = {"accuracy": overall, "per_class": dict(zip(names, per_class)),
+        info = judge_lib.train(images, test_set, epochs=epochs, seed=seed, echo=lambda line: None).info
+        scores[which] = {"accuracy": info["test_accuracy"], "per_class": info["test_accuracy_per_class"],
                          "num_train": len(images)}
     return {
         "accuracy": scores["generated"]["accuracy"],

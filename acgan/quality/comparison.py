@@ -238,6 +238,7 @@ def run_compare(settings, command=None, echo=print):
 
 def make_row(policy, run_dir, report, result, out):
     timing, cost = report.get("timing") or {}, report.get("cost") or {}
+    cas = result.get("classification_accuracy_score") or {}
     metrics = report.get("final_metrics") or {}
     return {
         "policy": policy,
@@ -271,9 +272,8 @@ def make_row(policy, run_dir, report, result, out):
         "real_reference": result.get("real_reference"),
         "judge": result["judge"],
         "across_judges": result.get("across_judges"),
-        "classification_accuracy_score": (result.get("classification_accuracy_score") or {}).get("accuracy"),
-        "classification_accuracy_score_real": ((result.get("classification_accuracy_score") or {})
-                                               .get("real_reference") or {}).get("accuracy"),
+        "classification_accuracy_score": cas.get("accuracy"),
+        "classification_accuracy_score_real": (cas.get("real_reference") or {}).get("accuracy"),
     }
 
 

@@ -412,6 +412,7 @@ def render_markdown(result):
                   f"({_pct(judge.get('test_accuracy'))} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
                   f"checkpoint at step {result['step']:,}, {result['num_generated']:,} generated samples "
                   f"(classes balanced, seed {result['seed']}).")
+    score = result.get("classification_accuracy_score") or {}
     inception = result.get("inception") or {}
     fid = f"{inception['fid']:.2f}" if inception.get("fid") is not None else inception.get("note", "n/a")
     sizes = f"{result['num_real']:,} real test images vs {result['num_generated']:,} generated"
@@ -442,11 +443,10 @@ def render_markdown(result):
             "far above the judge, G draws what its own Q accepts rather than what the class looks like)")]
           if result.get("q_accuracy_generated") is not None else []),
         *([("classification accuracy score (CAS)",
-            f"{cas_text(result['classification_accuracy_score'])}: the judge's CNN trained on the "
-            f"{result['classification_accuracy_score']['num_train']:,} samples, scored on the "
-            f"{result['classification_accuracy_score']['num_test']:,} real test images; the reference trained on "
-            "as many real train images per class. Low where G draws a class as something its real images are not")]
-          if result.get("classification_accuracy_score") else []),
+            f"{cas_text(score)}: the judge's CNN trained on the {score['num_train']:,} samples, scored on the "
+            f"{score['num_test']:,} real test images; the reference trained on as many real train images per "
+            "class. Low where G draws a class as something its real images are not")]
+          if score else []),
         ("Inception FID", fid),
     ]
     lines = [SECTION_TITLE, "", judge_line, "", "| | |", "|---|---|"]
@@ -456,7 +456,6 @@ def render_markdown(result):
     reference_fd = (result.get("real_reference") or {}).get("frechet_distance_per_class") or {}
     q_real = result.get("q_accuracy_real_per_class") or {}
     q_generated = result.get("q_accuracy_generated_per_class") or {}
-    score = result.get("classification_accuracy_score") or {}
     cas_real = (score.get("real_reference") or {}).get("per_class") or {}
     if per_class:
         q_columns = bool(q_real and q_generated)

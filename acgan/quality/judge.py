@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from acgan.model.precision import float32_policy
-from acgan.quality.metrics import real_subset
+from acgan.quality.metrics import conditional_accuracy, real_subset
 
 FORMAT = "acgan-judge/1"
 FEATURE_DIM = 128
@@ -123,9 +123,11 @@ def train(train_set, test_set, epochs=EPOCHS, batch=BATCH, seed=0, echo=print):
     train_seconds = time.perf_counter() - started
     judge = Judge(model, {})
     _, probs = judge.predict(test_set.images)
+    per_class = conditional_accuracy(probs, test_set.labels, test_set.num_classes)[1]
     judge.info.update({
         "format": FORMAT,
         "test_accuracy": accuracy(probs, test_set.labels),
+        "test_accuracy_per_class": dict(zip(test_set.class_names, per_class)),
         "num_test": len(test_set),
         "num_train": len(train_set),
         "epochs": epochs,
