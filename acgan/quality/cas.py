@@ -10,9 +10,14 @@ variety) or as something the real class does not look like, and it needs no judg
 
 Its reference is the same training on as many real train images per class as were generated: what a
 generator drawing exactly the data's distribution would score, finite samples being the only
-difference. Both classifiers train from the same seed, in the same order of batches.
+difference. Both classifiers train from the same seed, in the same order of batches. The reference
+depends only on the data, the seed and the epochs, so it is cached beside the judges (data_dir/judges/)
+and trained once per sample count, not once per evaluation.
 """
+import hashlib
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -26,21 +31,25 @@ from acgan.quality.metrics import class_counts, per_class_subset
 EPOCHS = 8
 
 
-def classification_accuracy_score(fake, labels, test_set, train_set, seed=0, epochs=EPOCHS):
+def classification_accuracy_score(fake, labels, test_set, train_set, seed=0, epochs=EPOCHS, cache_dir=None):
     """CAS of the uint8 samples `fake` [N, H, W, C] drawn for int `labels` [N], and its real reference.
 
     Returns a JSON-ready dict: overall and per-class accuracy on every image of `test_set`, the same for
     a classifier trained on real `train_set` images (as many per class as `labels` has; all of a class
-    when it has fewer), the sizes, epochs, seed and seconds."""
+    when it has fewer), the sizes, epochs, seed and seconds. `cache_dir`: where the reference is cached
+    (None: trained every time); result["real_reference"]["cached"] says whether it came from there."""
     started = time.perf_counter()
     names = list(test_set.class_names)
     generated = ImageSet(np.asarray(fake, np.uint8), np.asarray(labels, np.int32), tuple(names))
     real = ImageSet(*per_class_subset(train_set, class_counts(generated.labels, len(names)), seed), tuple(names))
-    scores = {}
-    for which, images in (("generated", generated), ("real", real)):
-        info = judge_lib.train(images, test_set, epochs=epochs, seed=seed, echo=lambda line: None).info
-        scores[which] = {"accuracy": info["test_accuracy"], "per_class": info["test_accuracy_per_class"],
-                         "num_train": len(images)}
+    scores = {"generated": _score(generated, test_set, seed, epochs)}
+    path = _reference_path(cache_dir, real, test_set, seed, epochs) if cache_dir else None
+    scores["real"] = _read_cached(path)
+    if scores["real"] is None:
+        scores["real"] = _score(real, test_set, seed, epochs)
+        if path is not None:
+            _write_cached(path, scores["real"])
+    scores["real"]["cached"] = scores["real"].pop("from_cache", False)
     return {
         "accuracy": scores["generated"]["accuracy"],
         "per_class": scores["generated"]["per_class"],
@@ -53,3 +62,37 @@ def classification_accuracy_score(fake, labels, test_set, train_set, seed=0, epo
         "what": "the judge's CNN trained on the generated samples (their labels: the classes G was asked for), "
                 "scored on the real test images; the reference trained on real train images instead",
     }
+
+
+def _score(images, test_set, seed, epochs):
+    info = judge_lib.train(images, test_set, epochs=epochs, seed=seed, echo=lambda line: None).info
+    return {"accuracy": info["test_accuracy"], "per_class": info["test_accuracy_per_class"],
+            "num_train": len(images)}
+
+
+def _reference_path(cache_dir, real, test_set, seed, epochs):
+    """The reference's cache file: keyed by the real images it trains on, the test split, seed and epochs."""
+    key = {"format": 1, "train": judge_lib.fingerprint(real), "test": judge_lib.fingerprint(test_set),
+           "seed": seed, "epochs": epochs}
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(cache_dir) / f"cas-reference-{digest}.json"
+
+
+def _read_cached(path):
+    try:
+        score = json.loads(path.read_text()) if path is not None else None
+    except (OSError, ValueError):  # missing or damaged: only a cache, train again
+        return None
+    if not isinstance(score, dict) or not {"accuracy", "per_class", "num_train"} <= score.keys():
+        return None
+    return dict(score, from_cache=True)
+
+
+def _write_cached(path, score):
+    from acgan.util.files import write_json
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, score)
+    except OSError:  # an unwritable data_dir only costs training the reference again next time
+        pass

@@ -280,9 +280,9 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
         from acgan.quality import cas as cas_lib
 
         echo(f"classification accuracy score: training the judge's CNN on the {len(fake):,} samples, and on as "
-             "many real train images for its reference")
-        result["classification_accuracy_score"] = cas_lib.classification_accuracy_score(fake, labels, test_set,
-                                                                                        train_set, seed=judge_seed)
+             "many real train images for its reference (cached after the first time)")
+        result["classification_accuracy_score"] = cas_lib.classification_accuracy_score(
+            fake, labels, test_set, train_set, seed=judge_seed, cache_dir=Path(data_dir) / "judges")
     if judges > 1:  # the same samples, judged again by the judges of the next seeds
         others = []
         for other_seed in range(judge_seed + 1, judge_seed + judges):

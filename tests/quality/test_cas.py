@@ -59,3 +59,21 @@ def test_the_reference_trains_on_as_many_real_images_per_class_as_were_generated
     assert score["num_train"] == score["real_reference"]["num_train"] == 185 and score["epochs"] == 1
     with pytest.raises(ValueError):  # labels outside the classes are refused, as any ImageSet refuses them
         cas.classification_accuracy_score(images, labels + 1, test, train, epochs=1)
+
+
+def test_the_reference_is_cached_by_its_data_seed_and_epochs(splits, tmp_path):
+    train, test = splits
+    labels = np.repeat(np.arange(10), 12).astype(np.int32)
+    images = train.images[: len(labels)]
+    first = cas.classification_accuracy_score(images, labels, test, train, epochs=1, cache_dir=tmp_path)
+    (cached,) = tmp_path.glob("cas-reference-*.json")
+    again = cas.classification_accuracy_score(images, labels, test, train, epochs=1, cache_dir=tmp_path)
+    assert not first["real_reference"]["cached"] and again["real_reference"]["cached"]
+    assert {k: again["real_reference"][k] for k in ("accuracy", "per_class", "num_train")} == \
+        {k: first["real_reference"][k] for k in ("accuracy", "per_class", "num_train")}
+    other_seed = cas.classification_accuracy_score(images, labels, test, train, epochs=1, seed=1, cache_dir=tmp_path)
+    assert not other_seed["real_reference"]["cached"] and len(list(tmp_path.glob("cas-reference-*.json"))) == 2
+    cached.write_text("{not json")  # a damaged cache is retrained and rewritten
+    retrained = cas.classification_accuracy_score(images, labels, test, train, epochs=1, cache_dir=tmp_path)
+    assert not retrained["real_reference"]["cached"]
+    assert retrained["real_reference"]["accuracy"] == first["real_reference"]["accuracy"]
