@@ -31,6 +31,10 @@ BETA_1 = ADAM_BETA_1["reference"]
 # so the last step decided a run's numbers (paper_cifar.py says what the decay measured); the
 # reference model keeps the seed's constant rates.
 LEARNING_RATE_DECAY = {"reference": None, "acgan_cifar": 0.25}
+# The differentiable augmentation of every image D sees (acgan.step.augment, DiffAugment's policy), per
+# preset, or None: the reference model keeps the seed's step; acgan_cifar's D and Q see augmented real and
+# fake images (paper_cifar.py says what was measured).
+DIFF_AUGMENT = {"reference": None, "acgan_cifar": ("color", "translation", "cutout")}
 OPTIMIZER_NAMES = ("d", "g", "q")
 LOSS_METRICS = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake")
 # The order of the step's metric vector.
@@ -64,6 +68,12 @@ def learning_rate_decay(arch="reference"):
     return LEARNING_RATE_DECAY[arch]
 
 
+def diff_augment(arch="reference"):
+    """The preset's augmentation policy for D's inputs (a tuple of acgan.step.augment's names), or None
+    (DIFF_AUGMENT)."""
+    return DIFF_AUGMENT[arch]
+
+
 def learning_rate_scale(progress, decay):
     """The factor on the learning rates at `progress` through a run (0 at its start, 1 at its end; None
     when the run has no set length) when they fall linearly to zero over its last `decay` (None: no
@@ -76,10 +86,10 @@ def learning_rate_scale(progress, decay):
 
 def step_options(arch="reference"):
     """A preset's keyword arguments for the train step (tf_step.ACGAN, jax_step.JaxACGAN): its learning
-    rates, what Q and G learn from, Adam's beta_1. Every place that builds a step for a preset's weights
+    rates, what Q and G learn from, Adam's beta_1, the augmentation of D's inputs. Every place that builds a step for a preset's weights
     (training, sampling from a checkpoint, the benchmark) builds the same step."""
     return {"learning_rates": learning_rates(arch), "q_learns_from_fakes": q_learns_from_fakes(arch),
-            "g_learns_from_q": g_learns_from_q(arch), "beta_1": adam_beta_1(arch)}
+            "g_learns_from_q": g_learns_from_q(arch), "beta_1": adam_beta_1(arch), "augment": diff_augment(arch)}
 
 
 class StepMetrics:

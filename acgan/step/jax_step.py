@@ -28,6 +28,7 @@ import numpy as np
 
 from acgan.model import precision
 from acgan.model.networks import d_head_inputs
+from acgan.step import augment as augment_lib
 from acgan.step import common, losses
 from acgan.step.common import BETA_1, OPTIMIZER_NAMES, StepMetrics
 
@@ -74,7 +75,7 @@ class JaxACGAN:
     """Holds the models, the three optimizers and the step's state, and runs the step on one device."""
 
     def __init__(self, models, num_classes, policy, jit=True, learning_rates=None, q_learns_from_fakes=True,
-                 g_learns_from_q=True, beta_1=BETA_1):
+                 g_learns_from_q=True, beta_1=BETA_1, augment=None):
         if keras.backend.backend() != "jax":
             raise RuntimeError(f"JaxACGAN needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
         self.models = models
@@ -90,6 +91,8 @@ class JaxACGAN:
         # through D alone (acgan_cifar's projection D head).
         self.g_learns_from_q = bool(g_learns_from_q)
         self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (common.adam_beta_1(arch) gives a preset's)
+        # The augmentation of every image D's trunk sees (acgan.step.augment's policy names), or None.
+        self.augment = tuple(augment) if augment else None
         self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
         self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
         self.q_optimizer = precision.make_optimizer(q_rate, self.beta_1, policy, "q_optimizer")
@@ -239,9 +242,18 @@ class JaxACGAN:
         ones, zeros = jnp.ones((batch, 1), jnp.float32), jnp.zeros((batch, 1), jnp.float32)
         iterations_before = self._iterations(optimizer_values)
 
-        # The iteration's one G forward (G's batch-norm statistics move here, once), kept for G's backward.
+        if self.augment:  # the same draws as the TF step's (a hash of the step counter)
+            real = augment_lib.augment(real, augment_lib.draws(state["step"], batch, augment_lib.REAL), self.augment)
+
+        # The iteration's one G forward (G's batch-norm statistics move here, once), kept for G's backward;
+        # the augmentation of its images is part of it, so G's gradients pass back through it.
         def g_forward(g_trainable):
-            return m.generator.stateless_call(g_trainable, g["non_trainable"], [z, fake_labels], training=True)
+            images, non_trainable = m.generator.stateless_call(g_trainable, g["non_trainable"], [z, fake_labels],
+                                                               training=True)
+            if self.augment:
+                images = augment_lib.augment(images, augment_lib.draws(state["step"], batch, augment_lib.FAKE),
+                                             self.augment)
+            return images, non_trainable
 
         fake, g_pullback, g_non_trainable = jax.vjp(g_forward, g["trainable"], has_aux=True)
         fake_constant = jax.lax.stop_gradient(fake)

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from acgan.model import precision
 from acgan.model.networks import d_head_inputs
+from acgan.step import augment as augment_lib
 from acgan.step import common, distribute, losses
 # The backend-neutral names live in common.py; re-exported so `from acgan.step.tf_step import ...` keeps working.
 from acgan.step.common import BETA_1, LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, StepMetrics  # noqa: F401
@@ -35,7 +36,7 @@ class ACGAN(tf.Module):
     """
 
     def __init__(self, models, num_classes, policy, jit=True, strategy=None, sync_bn=True, learning_rates=None,
-                 q_learns_from_fakes=True, g_learns_from_q=True, beta_1=BETA_1):
+                 q_learns_from_fakes=True, g_learns_from_q=True, beta_1=BETA_1, augment=None):
         super().__init__(name="acgan")
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
@@ -54,6 +55,8 @@ class ACGAN(tf.Module):
         # through D alone (acgan_cifar's projection D head).
         self.g_learns_from_q = bool(g_learns_from_q)
         self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (common.adam_beta_1(arch) gives a preset's)
+        # The augmentation of every image D's trunk sees (acgan.step.augment's policy names), or None.
+        self.augment = tuple(augment) if augment else None
         with self.strategy.scope():
             self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
             self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
@@ -105,7 +108,7 @@ class ACGAN(tf.Module):
         Returns this step's metrics as one float32 vector in METRIC_NAMES order."""
         optimizers = [optimizer for optimizer, _ in self._optimizers_and_variables()]
         iterations_before = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
-        per_replica = self.strategy.run(self._replica_step, args=(images, labels, z, fake_labels))
+        per_replica = self.strategy.run(self._replica_step, args=(images, labels, z, fake_labels, self.step.value()))
         # Each replica returns its share (local mean / replicas), so the sum is the global-batch mean.
         loss_values = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         self.step.assign_add(1)
@@ -118,12 +121,16 @@ class ACGAN(tf.Module):
         skipped = tf.cast(self.step - iterations, tf.float32)
         return tf.concat([loss_values, scales, skipped, tf.cast(streak, tf.float32)], axis=0)
 
-    def _replica_step(self, images, labels, z, fake_labels):
+    def _replica_step(self, images, labels, z, fake_labels, step):
         real = tf.cast(images, tf.float32) / 255.0
         labels = tf.cast(labels, tf.int32)
         # The iteration's one G forward, recorded for G's backward pass at the end.
         with tf.GradientTape(persistent=True) as g_tape:
             fake = self._g_pass(z, fake_labels)
+            if self.augment:  # inside the tape: G's gradients pass back through the augmentation
+                fake = self._augmented(fake, step, augment_lib.FAKE)
+        if self.augment:
+            real = self._augmented(real, step, augment_lib.REAL)
         d_loss, d_grads = self._d_pass(real, tf.stop_gradient(fake), labels, fake_labels)
         self._apply(self.d_optimizer, d_grads, self.d_variables)
         # G and Q through the freshly updated D: gradients for the trunk and Q head, and the cotangents
@@ -137,6 +144,12 @@ class ACGAN(tf.Module):
         self._apply(self.g_optimizer, g_grads, self.g_variables)
         self._apply(self.q_optimizer, list(q_head_grads) + list(q_g_grads), self.q_variables)
         return tf.stack([d_loss, g_loss, q_loss, q_accuracy_real, q_accuracy_fake])
+
+    def _augmented(self, images, step, salt):
+        """`images` augmented with this step's draws for this replica's share of the global batch."""
+        batch = tf.shape(images)[0]
+        offset = tf.distribute.get_replica_context().replica_id_in_sync_group * batch
+        return augment_lib.augment(images, augment_lib.draws(step, batch, salt, offset), self.augment)
 
     def _apply(self, optimizer, grads, variables):
         # Sparse gradients (acgan_cifar's class embedding: tf.IndexedSlices, one slice per image) made

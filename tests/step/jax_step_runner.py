@@ -7,8 +7,9 @@ IN.npz holds the job: `mode` ("steps" or "overflow"), `policy`, `width`, `jit`, 
 (`weights/<model>/<i>` with `paths/<model>/<i>`, in each model's `variables` order), the batch (`images`,
 `labels`, `z`, `fake_labels`, made with numpy), and optional overrides written into the step's state:
 `d_learning_rate`, `scale/<d|g|q>` (pinned loss scales), `steps`, `q_learns_from_fakes`, `g_learns_from_q`,
-`learning_rate_scale` (set with set_learning_rate_scale before the steps), `arch` and `shape` (the model
-preset and image shape; default reference, 28x28x1). OUT.npz holds what the mode measured.
+`augment` (the augmentation policy's names, comma-separated), `learning_rate_scale` (set with
+set_learning_rate_scale before the steps), `arch` and `shape` (the model preset and image shape; default
+reference, 28x28x1). OUT.npz holds what the mode measured.
 
 TensorFlow is blocked here (sys.modules["tensorflow"] = None), so a run also shows the JAX step never
 needs it.
@@ -40,7 +41,8 @@ def main(in_path, out_path):
             variable.assign(job[f"weights/{model.name}/{i}"])
     gan = jax_step.JaxACGAN(models, 10, policy, jit=bool(job["jit"]),
                             q_learns_from_fakes=bool(job.get("q_learns_from_fakes", True)),
-                            g_learns_from_q=bool(job.get("g_learns_from_q", True)))
+                            g_learns_from_q=bool(job.get("g_learns_from_q", True)),
+                            augment=tuple(str(job["augment"]).split(",")) if "augment" in job else None)
     state = gan.state()
     if "d_learning_rate" in job:
         state["optimizers/d_optimizer_adam/learning_rate"] = np.float32(job["d_learning_rate"])
