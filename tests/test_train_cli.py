@@ -229,6 +229,8 @@ def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path)
     assert report["learning_rate_decay"] == 0.25 and report["final_learning_rate_scale"] == 0.0
     assert "learning rates falling linearly to zero over the last 25% of the run (x0 at its end)" in (
         run_dir / "report.md").read_text()
+    assert report["diff_augment"] == ["color", "translation", "cutout"]
+    assert "D's inputs augmented (DiffAugment: color, translation, cutout)" in (run_dir / "report.md").read_text()
     result = _run("acgan.train", "--resume", "--steps", "12", *common)
     assert result.returncode == 0, result.stderr[-3000:]
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})

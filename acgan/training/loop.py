@@ -420,6 +420,7 @@ def assemble_report(setup, outcome, config, command, started):
         "learning_rate_decay": s.learning_rate_decay,  # the last fraction of the run they fall over
         "final_learning_rate_scale": s.gan.learning_rate_scale,
         "adam_beta_1": s.gan.beta_1,
+        "diff_augment": list(s.gan.augment) if s.gan.augment else None,  # what D's inputs are augmented with
         "distribution": s.layout,
         "steps": outcome.step,
         "session_steps": outcome.step - s.start_step,

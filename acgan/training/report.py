@@ -178,6 +178,8 @@ def _model(report):
         text += ", Q learns classes from real images only"
     if report.get("g_learns_from_q") is False:
         text += ", G learns its classes from D's projection alone (not from Q)"
+    if report.get("diff_augment"):
+        text += f", D's inputs augmented (DiffAugment: {', '.join(report['diff_augment'])})"
     if report.get("learning_rate_decay"):
         text += (f", learning rates falling linearly to zero over the last {report['learning_rate_decay']:.0%} "
                  f"of the run (x{report.get('final_learning_rate_scale', 1.0):g} at its end)")
