@@ -71,8 +71,9 @@ def _score(images, test_set, seed, epochs):
 
 
 def _reference_path(cache_dir, real, test_set, seed, epochs):
-    """The reference's cache file: keyed by the real images it trains on, the test split, seed and epochs."""
-    key = {"format": 1, "train": judge_lib.fingerprint(real), "test": judge_lib.fingerprint(test_set),
+    """The reference's cache file: keyed by the real images it trains on, the test split, seed and epochs,
+    and the judge's format (its CNN and training: the judge cache's own key)."""
+    key = {"format": 1, "judge_format": judge_lib.FORMAT, "train": judge_lib.fingerprint(real), "test": judge_lib.fingerprint(test_set),
            "seed": seed, "epochs": epochs}
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return Path(cache_dir) / f"cas-reference-{digest}.json"
