@@ -44,12 +44,14 @@ def classification_accuracy_score(fake, labels, test_set, train_set, seed=0, epo
     real = ImageSet(*per_class_subset(train_set, class_counts(generated.labels, len(names)), seed), tuple(names))
     scores = {"generated": _score(generated, test_set, seed, epochs)}
     path = _reference_path(cache_dir, real, test_set, seed, epochs) if cache_dir else None
-    scores["real"] = _read_cached(path)
-    if scores["real"] is None:
-        scores["real"] = _score(real, test_set, seed, epochs)
-        if path is not None:
-            _write_cached(path, scores["real"])
-    scores["real"]["cached"] = scores["real"].pop("from_cache", False)
+    reference = _read_cached(path) if path else None
+    if reference is not None:
+        scores["real"] = dict(reference, cached=True)
+    else:
+        reference = _score(real, test_set, seed, epochs)
+        if path:
+            _write_cached(path, reference)
+        scores["real"] = dict(reference, cached=False)
     return {
         "accuracy": scores["generated"]["accuracy"],
         "per_class": scores["generated"]["per_class"],
@@ -73,20 +75,21 @@ def _score(images, test_set, seed, epochs):
 def _reference_path(cache_dir, real, test_set, seed, epochs):
     """The reference's cache file: keyed by the real images it trains on, the test split, seed and epochs,
     and the judge's format (its CNN and training: the judge cache's own key)."""
-    key = {"format": 1, "judge_format": judge_lib.FORMAT, "train": judge_lib.fingerprint(real), "test": judge_lib.fingerprint(test_set),
-           "seed": seed, "epochs": epochs}
+    key = {"format": 1, "judge_format": judge_lib.FORMAT, "train": judge_lib.fingerprint(real),
+           "test": judge_lib.fingerprint(test_set), "seed": seed, "epochs": epochs}
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return Path(cache_dir) / f"cas-reference-{digest}.json"
 
 
 def _read_cached(path):
+    """The cached reference, or None when it is missing or damaged (only a cache: train again)."""
     try:
-        score = json.loads(path.read_text()) if path is not None else None
-    except (OSError, ValueError):  # missing or damaged: only a cache, train again
+        score = json.loads(path.read_text())
+    except (OSError, ValueError):
         return None
     if not isinstance(score, dict) or not {"accuracy", "per_class", "num_train"} <= score.keys():
         return None
-    return dict(score, from_cache=True)
+    return score
 
 
 def _write_cached(path, score):

@@ -86,8 +86,8 @@ def learning_rate_scale(progress, decay):
 
 def step_options(arch="reference"):
     """A preset's keyword arguments for the train step (tf_step.ACGAN, jax_step.JaxACGAN): its learning
-    rates, what Q and G learn from, Adam's beta_1, the augmentation of D's inputs. Every place that builds a step for a preset's weights
-    (training, sampling from a checkpoint, the benchmark) builds the same step."""
+    rates, what Q and G learn from, Adam's beta_1, the augmentation of D's inputs. Every place that builds
+    a step for a preset's weights (training, sampling from a checkpoint, the benchmark) builds the same step."""
     return {"learning_rates": learning_rates(arch), "q_learns_from_fakes": q_learns_from_fakes(arch),
             "g_learns_from_q": g_learns_from_q(arch), "beta_1": adam_beta_1(arch), "augment": diff_augment(arch)}
 

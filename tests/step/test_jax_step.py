@@ -222,9 +222,9 @@ def test_q_learning_from_real_images_only_matches_the_tf_step(float32_runs, weig
 @pytest.mark.slow
 def test_the_paper_preset_step_matches_the_tf_step(tmp_path):
     """acgan_cifar (spectral norm, minibatch spread, the projection D head, Q learning from real images
-    only, G learning from D alone, D's inputs augmented) on both backends from the same weights and batch, the learning rates
-    halved as the preset's decay halves them: the same losses and first moments, the rates the compiled
-    step used; Q's optimizer holds the trunk and Q head only."""
+    only, G learning from D alone, D's inputs augmented) on both backends from the same weights and batch,
+    the learning rates halved as the preset's decay halves them: the same losses and first moments, the
+    rates the compiled step used; Q's optimizer holds the trunk and Q head only."""
     weights, batch = _initial_weights("acgan_cifar"), _batch(arch="acgan_cifar")
     options = {"q_learns_from_fakes": False, "g_learns_from_q": False,  # the preset's (common.step_options)
                "augment": common.diff_augment("acgan_cifar")}  # the same draws on both backends
