@@ -72,8 +72,17 @@ def summary_line(result):
             + f"classifier score "
             f"{result['classifier_score']:.2f}, Q on real test images {result['q_accuracy_real']:.1%}, "
             f"Q on the generated samples {result['q_accuracy_generated']:.1%}"
+            + (f", D's class margin {result['d_class_margin_mean']:+.2f} ({lowest_margin(result)})"
+               if result.get("d_class_margin_mean") is not None else "")
             + (f", classification accuracy score {cas_text(result['classification_accuracy_score'])}"
                if result.get("classification_accuracy_score") else ""))
+
+
+def lowest_margin(result):
+    """The class D's class term tells worst from the others, as `lowest: NAME +m against OTHER`."""
+    margins = {name: m for name, m in result["d_class_margin_per_class"].items() if m is not None}
+    name = min(margins, key=margins.get)
+    return f"lowest: {name} {margins[name]:+.2f} against {result['d_class_nearest'][name]}"
 
 
 if __name__ == "__main__":

@@ -231,6 +231,14 @@ def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path)
         run_dir / "report.md").read_text()
     assert report["diff_augment"] == ["color", "translation", "cutout"]
     assert "D's inputs augmented (DiffAugment: color, translation, cutout)" in (run_dir / "report.md").read_text()
+    # Its projection head gives D's class margins: in the summary line, quality.json and the report.
+    result = _run("acgan.evaluate", "--run", str(run_dir), "--num_samples", "200")  # every test image
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "D's class margin " in result.stdout and "(lowest: " in result.stdout, result.stdout
+    quality = json.loads((run_dir / "quality.json").read_text())
+    assert set(quality["d_class_margin_per_class"]) == set(quality["conditional_accuracy_per_class"])
+    assert quality["d_class_margin_mean"] == pytest.approx(np.mean(list(quality["d_class_margin_per_class"].values())))
+    assert "| D's class margin (mean over classes) |" in (run_dir / "report.md").read_text()
     result = _run("acgan.train", "--resume", "--steps", "12", *common)
     assert result.returncode == 0, result.stderr[-3000:]
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})

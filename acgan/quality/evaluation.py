@@ -32,6 +32,45 @@ def q_accuracy(classifier, images, labels, num_classes, batch=500):
     return conditional_accuracy(probs, labels, num_classes)
 
 
+def d_class_margins(models, images, labels, num_classes, batch=500):
+    """How well D's class term tells each class's real images from the other classes' under that class's
+    label, or None when D's head takes no labels (the reference model's).
+
+    D's logit for every real image under every label, averaged over the real images of each class: the
+    matrix M[c, k] (images of class c, label k). Label k's margin is M[k, k] minus the largest M[c, k]
+    (c != k), and `nearest` is that c. A projection D (acgan_cifar) is where G learns its classes from:
+    G asked for class k is pushed towards what D scores highest under label k, so where k's margin is
+    near zero or below, the real images of `nearest` please D under label k as much as k's own do, and G
+    gets no push to draw the one rather than the other. (Across a row, D's logit moves with the label for
+    every image alike, which G, given its label, cannot use; the columns are what G sees.) The images go
+    through D's trunk in class order, as in training (its minibatch-spread channel looks at groups of
+    consecutive images), in inference mode. Returns (margins [K], nearest [K]); NaN and -1 for a class
+    with no image.
+    """
+    if len(models.d_head.inputs) != 2:
+        return None
+    order = np.argsort(labels, kind="stable")
+    images, labels = images[order], np.asarray(labels)[order]
+    logits = []  # [N, K]: every image under every label
+    for i in range(0, len(images), batch):
+        features = np.asarray(models.trunk(images[i : i + batch].astype(np.float32) / 255.0, training=False),
+                              np.float32)  # as the head's float32 island takes them (from bfloat16 too)
+        n = len(features)
+        logits.append(np.stack([np.asarray(models.d_head([features, np.full(n, k, np.int32)], training=False),
+                                           np.float64).reshape(n) for k in range(num_classes)], axis=1))
+    logits = np.concatenate(logits) if logits else np.zeros((0, num_classes))
+    present = np.array([np.any(labels == c) for c in range(num_classes)])
+    means = np.array([logits[labels == c].mean(axis=0) if present[c] else np.full(num_classes, np.nan)
+                      for c in range(num_classes)])  # M[c, k]
+    margins, nearest = np.full(num_classes, np.nan), np.full(num_classes, -1)
+    for k in range(num_classes):
+        others = [c for c in range(num_classes) if c != k and present[c]]
+        if present[k] and others:
+            nearest[k] = others[int(np.argmax(means[others, k]))]
+            margins[k] = means[k, k] - means[nearest[k], k]
+    return margins, nearest
+
+
 def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fake=None):
     """Scores `gan` against real held-out images; pure of file I/O, cheap enough to call during training.
 
@@ -84,7 +123,21 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fa
         result["q_accuracy_generated"], q_generated_per_class = q_accuracy(classifier, fake, labels, num_classes)
         result["q_accuracy_real_per_class"] = dict(zip(test_set.class_names, q_real_per_class))
         result["q_accuracy_generated_per_class"] = dict(zip(test_set.class_names, q_generated_per_class))
+        result.update(d_class_margin_entries(gan.models, images, q_labels, test_set.class_names))
     return result
+
+
+def d_class_margin_entries(models, images, labels, class_names):
+    """d_class_margins as result entries (per class by name, the closest class's name, the mean over
+    classes); none when D's head takes no labels."""
+    found = d_class_margins(models, images, labels, len(class_names))
+    if found is None:
+        return {}
+    margins, nearest = found
+    names = list(class_names)
+    return {"d_class_margin_per_class": {name: None if np.isnan(m) else float(m) for name, m in zip(names, margins)},
+            "d_class_nearest": {name: names[k] if k >= 0 else None for name, k in zip(names, nearest)},
+            "d_class_margin_mean": float(np.nanmean(margins)) if np.any(~np.isnan(margins)) else None}
 
 
 def real_reference(judge, test_set, train_set, num_samples, seed=0):
@@ -347,10 +400,12 @@ def record(run_dir, result):
 def scalars(result):
     """The TensorBoard scalars of an evaluation (also what the trainer logs every --eval_every steps)."""
     out = {f"quality/{k}": result[k] for k in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean",
-                                                "classifier_score", "q_accuracy_real", "q_accuracy_generated")
+                                                "classifier_score", "q_accuracy_real", "q_accuracy_generated",
+                                                "d_class_margin_mean")
            if result.get(k) is not None}
     for key, tag in (("conditional_accuracy_per_class", "conditional_accuracy_class"),
-                     ("frechet_distance_per_class", "frechet_distance_class")):
+                     ("frechet_distance_per_class", "frechet_distance_class"),
+                     ("d_class_margin_per_class", "d_class_margin_class")):
         for name, value in (result.get(key) or {}).items():
             if value is not None:  # a class the judge saw no samples of
                 out[f"quality/{tag}/{name}"] = value
@@ -377,6 +432,10 @@ def _class_sizes(result):
     real, generated = result.get("num_real_per_class") or [0], result.get("num_generated_per_class") or [0]
     return (f"per class {min(real):,}-{max(real):,} real test images vs {min(generated):,}-{max(generated):,} "
             "generated")
+
+
+def _margin(value):
+    return "n/a" if value is None else f"{value:+.2f}"
 
 
 def _fd(value):
@@ -442,6 +501,11 @@ def render_markdown(result):
             f"{_pct(result['q_accuracy_generated'])} (the judge: {_pct(result['conditional_accuracy'])}; where Q is "
             "far above the judge, G draws what its own Q accepts rather than what the class looks like)")]
           if result.get("q_accuracy_generated") is not None else []),
+        *([("D's class margin (mean over classes)",
+            f"{result['d_class_margin_mean']:+.2f}: under each class's label, D's mean logit for that class's real "
+            "images minus for the other class it scores highest, per class below (G asked for a class is pushed "
+            "towards it only as far as this is positive)")]
+          if result.get("d_class_margin_mean") is not None else []),
         *([("classification accuracy score (CAS)",
             f"{cas_text(score)}: the judge's CNN trained on the {score['num_train']:,} samples, scored on the "
             f"{score['num_test']:,} real test images; the reference trained on as many real train images per "
@@ -457,14 +521,18 @@ def render_markdown(result):
     q_real = result.get("q_accuracy_real_per_class") or {}
     q_generated = result.get("q_accuracy_generated_per_class") or {}
     cas_real = (score.get("real_reference") or {}).get("per_class") or {}
+    margins, nearest = result.get("d_class_margin_per_class") or {}, result.get("d_class_nearest") or {}
     if per_class:
         q_columns = bool(q_real and q_generated)
         lines += ["", "| class | conditional accuracy | Fréchet distance | real vs real (reference) |"
-                  + (" Q on real | Q on generated |" if q_columns else "") + (" CAS | CAS, real |" if score else ""),
-                  "|---|---|---|---|" + ("---|---|" if q_columns else "") + ("---|---|" if score else "")]
+                  + (" Q on real | Q on generated |" if q_columns else "") + (" CAS | CAS, real |" if score else "")
+                  + (" D's class margin (closest class) |" if margins else ""),
+                  "|---|---|---|---|" + ("---|---|" if q_columns else "") + ("---|---|" if score else "")
+                  + ("---|" if margins else "")]
         lines += [f"| {name} | {_pct(acc)} | {_fd(class_fd.get(name))} | {_fd(reference_fd.get(name))} |"
                   + (f" {_pct(q_real.get(name))} | {_pct(q_generated.get(name))} |" if q_columns else "")
                   + (f" {_pct(score['per_class'].get(name))} | {_pct(cas_real.get(name))} |" if score else "")
+                  + (f" {_margin(margins.get(name))} ({nearest.get(name)}) |" if margins else "")
                   for name, acc in per_class.items()]
     lines += ["", f"`{result.get('command', '')}`"]
     return "\n".join(lines) + "\n"

@@ -393,3 +393,49 @@ def test_compare_carries_on_past_a_diverged_policy_only(saved_status, carries_on
     else:
         with pytest.raises(UserError, match="training under mixed_float16 failed"):
             comparison.train_policy(settings, "mixed_float16", run_dir, echo=lambda *_: None)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_d_class_margins_read_ds_class_term_per_class_and_are_absent_without_one(policy, set_policy):
+    """acgan_cifar's projection head with its dense logit zeroed: D's logit for image x under label k is
+    <E[k], features(x)>, so the margins follow from the trunk's features and E in numpy; of two labels
+    sharing one row of E, one cannot rank its own class's images above the other's. The images arrive
+    shuffled; the reference model's head takes no labels: no margins."""
+    import keras
+
+    from acgan.evaluate import lowest_margin
+    from acgan.model import networks
+    from acgan.quality.evaluation import d_class_margin_entries, d_class_margins
+
+    set_policy(policy)
+    keras.utils.set_random_seed(0)
+    models = networks.build_models((32, 32, 3), 4, width=0.125, arch="acgan_cifar")
+    rng = np.random.default_rng(0)
+    embedding = rng.normal(0, 1, (4, models.trunk.output.shape[-1])).astype(np.float32)
+    embedding[2] = embedding[1]
+    for variable in models.d_head.weights:
+        variable.assign(embedding if "embedding" in variable.path else np.zeros(variable.shape, np.float32))
+    labels = rng.permutation(np.repeat(np.arange(4), 8)).astype(np.int32)
+    images = rng.integers(0, 256, (32, 32, 32, 3), dtype=np.uint8) // (labels[:, None, None, None] + 1)
+
+    margins, nearest = d_class_margins(models, images, labels, 4)
+    order = np.argsort(labels, kind="stable")
+    features = np.asarray(np.asarray(models.trunk(images[order].astype(np.float32) / 255.0, training=False),
+                                     np.float32), np.float64)
+    means = np.stack([features[labels[order] == c].mean(axis=0) for c in range(4)]) @ embedding.T.astype(np.float64)
+    for k in range(4):  # label k: its own class's images against the other classes' images
+        others = [c for c in range(4) if c != k]
+        assert nearest[k] == others[int(np.argmax(means[others, k]))]
+        assert margins[k] == pytest.approx(means[k, k] - means[others, k].max(), rel=1e-4, abs=1e-4)
+    # Labels 1 and 2 share a row of E: under either, D scores classes 1 and 2 by the same vector, so one
+    # of the two labels cannot rank its own class above the other's.
+    assert min(margins[1], margins[2]) <= 1e-4
+
+    entries = d_class_margin_entries(models, images, labels, ("a", "b", "c", "d"))
+    assert entries["d_class_margin_mean"] == pytest.approx(float(np.mean(margins)), rel=1e-6)
+    assert list(entries["d_class_nearest"].values()) == [("a", "b", "c", "d")[k] for k in nearest]
+    lowest = min(range(4), key=lambda c: margins[c])
+    assert lowest_margin(entries).startswith(f"lowest: {'abcd'[lowest]} {margins[lowest]:+.2f} against ")
+    reference = networks.build_models((28, 28, 1), 10, width=0.125)
+    assert d_class_margins(reference, np.zeros((4, 28, 28, 1), np.uint8), np.arange(4), 10) is None
+    assert d_class_margin_entries(reference, np.zeros((4, 28, 28, 1), np.uint8), np.arange(4), range(10)) == {}
