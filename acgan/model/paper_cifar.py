@@ -90,6 +90,11 @@ Where this departs from the table, and why:
   distance 87.4 / 47.0 / 35.4, against 53.4 / 74.4 / 80.4% and 69.5 / 53.5 / 39.7 without it; with the
   projection but without Q's class loss on G, 57.1 / 76.6 / 84.8% (Q's loss on G is kept). 20-minute
   runs per policy: the README's colour table. The reference model's D head stays unconditional.
+- Tried beside the projection, not kept (stop 32; the README's "How the preset got here"): a mismatch
+  term in D's loss (Reed et al. 2016: real images under a wrong label scored as fake), which sharpens
+  D's class term (acgan.evaluate's "D's class margin") and sped up the judge's accuracy (80% at step
+  1,000 against 54%), but at weight 1 made every row of the grid one image by step 1,250, and at weight
+  0.3 still drew no checks; two D updates per G update (behind per G step, and each step slower).
 - G learns its classes from D's projection alone (acgan.step.common.G_LEARNS_FROM_Q): the paper's class
   term for G, Q's class loss on G's images, is measured but moves nothing. Kept beside the projection,
   it pulled G towards what Q names most surely: in 20-minute runs on swatches Q named G's class on 99.7%
