@@ -56,7 +56,7 @@ def main(argv):
 
 
 def summary_line(result):
-    from acgan.quality.evaluation import cas_text
+    from acgan.quality.evaluation import cas_text, lowest_margin
 
     reference = result.get("real_reference") or {}
 
@@ -76,13 +76,6 @@ def summary_line(result):
                if result.get("d_class_margin_mean") is not None else "")
             + (f", classification accuracy score {cas_text(result['classification_accuracy_score'])}"
                if result.get("classification_accuracy_score") else ""))
-
-
-def lowest_margin(result):
-    """The class D's class term tells worst from the others, as `lowest: NAME +m against OTHER`."""
-    margins = {name: m for name, m in result["d_class_margin_per_class"].items() if m is not None}
-    name = min(margins, key=margins.get)
-    return f"lowest: {name} {margins[name]:+.2f} against {result['d_class_nearest'][name]}"
 
 
 if __name__ == "__main__":

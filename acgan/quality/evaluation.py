@@ -140,6 +140,13 @@ def d_class_margin_entries(models, images, labels, class_names):
             "d_class_margin_mean": float(np.nanmean(margins)) if np.any(~np.isnan(margins)) else None}
 
 
+def lowest_margin(result):
+    """The label under which D tells its class worst from the others, as `lowest: NAME +m against OTHER`."""
+    margins = {name: m for name, m in result["d_class_margin_per_class"].items() if m is not None}
+    name = min(margins, key=margins.get)
+    return f"lowest: {name} {margins[name]:+.2f} against {result['d_class_nearest'][name]}"
+
+
 def real_reference(judge, test_set, train_set, num_samples, seed=0):
     """The Fréchet distance between real and real images at the sizes of a generated-vs-real comparison.
 

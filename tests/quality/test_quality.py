@@ -403,9 +403,8 @@ def test_d_class_margins_read_ds_class_term_per_class_and_are_absent_without_one
     shuffled; the reference model's head takes no labels: no margins."""
     import keras
 
-    from acgan.evaluate import lowest_margin
     from acgan.model import networks
-    from acgan.quality.evaluation import d_class_margin_entries, d_class_margins
+    from acgan.quality.evaluation import d_class_margin_entries, d_class_margins, lowest_margin
 
     set_policy(policy)
     keras.utils.set_random_seed(0)
