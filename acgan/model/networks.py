@@ -90,7 +90,12 @@ def d_head_inputs(d_head, features, labels):
     (acgan_cifar's projection head takes [features, labels]). The reference model's head keeps its one
     input, so its checkpoints from before the projection head still restore (a Keras model's
     checkpoint keys number its layers, and a second input layer would shift them)."""
-    return [features, labels] if len(d_head.inputs) == 2 else features
+    return [features, labels] if takes_labels(d_head) else features
+
+
+def takes_labels(d_head):
+    """Whether D's head is class-conditional (acgan_cifar's projection head: inputs [features, labels])."""
+    return len(d_head.inputs) == 2
 
 
 def build_q_head(feature_dim, num_classes, width=1.0):

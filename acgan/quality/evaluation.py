@@ -47,7 +47,9 @@ def d_class_margins(models, images, labels, num_classes, batch=500):
     consecutive images), in inference mode. Returns (margins [K], nearest [K]); NaN and -1 for a class
     with no image.
     """
-    if len(models.d_head.inputs) != 2:
+    from acgan.model.networks import takes_labels
+
+    if not takes_labels(models.d_head):
         return None
     order = np.argsort(labels, kind="stable")
     images, labels = images[order], np.asarray(labels)[order]
