@@ -169,11 +169,33 @@ def float32_logits(x, units, name):
     return dense(x, units, name, dtype="float32")
 
 
-def class_projection(features, labels, num_classes, name):
+def class_projection(features, labels, num_classes, name, positions=1):
     """<embed(label), features>, one float32 number per image: the class-conditional term of a
     projection discriminator (Miyato and Koyama, "cGANs with Projection Discriminator", ICLR 2018). The
     embedding and the inner product are a float32 island: a sum over thousands of float16 products can
-    overflow, and this number is a logit."""
+    overflow, and this number is a logit.
+
+    positions > 1: `features` is a flattened map of that many positions, and the term reads its sum over
+    them (the paper's global sum pooling), so one embedding row scores a class wherever it shows."""
+    if positions > 1:
+        features = SumOverPositions(positions, dtype="float32", name=f"{name}_pooled")(features)
     embedded = layers.Embedding(num_classes, features.shape[-1], embeddings_initializer=init(), dtype="float32",
                                 name=f"{name}_embedding")(labels)
     return layers.Dot(axes=-1, dtype="float32", name=name)([embedded, features])
+
+
+class SumOverPositions(layers.Layer):
+    """[batch, positions * channels] (a flattened map, channels last) -> [batch, channels]: the sum over
+    the positions."""
+
+    def __init__(self, positions, **kwargs):
+        super().__init__(**kwargs)
+        self.positions = positions
+
+    def call(self, features):
+        ops = keras.ops
+        features = ops.cast(features, "float32")
+        return ops.sum(ops.reshape(features, (-1, self.positions, features.shape[-1] // self.positions)), axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (input_shape[-1] // self.positions,)

@@ -118,7 +118,7 @@ def build_models(image_shape, num_classes, width=1.0, noise_dim=None, arch="refe
         return ACGANModels(
             generator=paper_cifar.build_generator(image_shape, num_classes, width, noise_dim or paper_cifar.NOISE_DIM),
             trunk=trunk,
-            d_head=paper_cifar.build_d_head(feature_dim, num_classes),
+            d_head=paper_cifar.build_d_head(feature_dim, num_classes, paper_cifar.map_positions(trunk)),
             q_head=paper_cifar.build_q_head(feature_dim, num_classes),
         )
     noise_dim = noise_dim or NOISE_DIM

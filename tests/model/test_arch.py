@@ -38,7 +38,7 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
     for name, layer in layers.items():
         if isinstance(layer, keras.layers.BatchNormalization) or name in (
                 "g_image", "g_image_tanh", "d_logit", "q_logits", "d_minibatch_stddev", "d_projection",
-                "d_projection_embedding", "d_logit_projected"):
+                "d_projection_embedding", "d_projection_pooled", "d_logit_projected"):
             assert layer.compute_dtype == "float32", name
         elif isinstance(layer, (keras.layers.Conv2D, keras.layers.Conv2DTranspose, keras.layers.Dense)):
             assert layer.compute_dtype == compute and layer.variable_dtype == "float32", name
@@ -89,17 +89,20 @@ def test_the_minibatch_stddev_channel_is_each_groups_spread_in_float32(policy, s
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_the_paper_presets_d_head_adds_the_class_projection_in_float32(policy, set_policy):
-    """acgan_cifar's D head: logit = dense(features) + <embedding[label], features>, all in float32
-    (the projection discriminator); the reference model's D head takes no labels."""
+    """acgan_cifar's D head: logit = dense(features) + <embedding[label], features summed over the map's
+    positions>, all in float32 (the projection discriminator with its global sum pooling); the
+    reference model's D head takes no labels."""
     set_policy(policy)
-    head = paper_cifar.build_d_head(6, 3)
+    head = paper_cifar.build_d_head(6, 3, positions=2)  # a flattened map of 2 positions x 3 channels
     rng = np.random.default_rng(0)
     features = rng.normal(0, 1, (4, 6)).astype(np.float32)
     labels = np.array([0, 1, 2, 1], np.int32)
     dense, embedding = head.get_layer("d_logit"), head.get_layer("d_projection_embedding")
-    embedding.embeddings.assign(rng.normal(0, 1, (3, 6)).astype(np.float32))
+    assert tuple(embedding.embeddings.shape) == (3, 3)
+    embedding.embeddings.assign(rng.normal(0, 1, (3, 3)).astype(np.float32))
     kernel, bias = (np.asarray(v) for v in dense.weights)
-    expected = features @ kernel + bias + np.sum(np.asarray(embedding.embeddings)[labels] * features, axis=1,
+    pooled = features[:, :3] + features[:, 3:]
+    expected = features @ kernel + bias + np.sum(np.asarray(embedding.embeddings)[labels] * pooled, axis=1,
                                                  keepdims=True)
     logit = head([features, labels])
     assert logit.dtype == "float32" and embedding.compute_dtype == "float32"

@@ -398,7 +398,7 @@ def test_compare_carries_on_past_a_diverged_policy_only(saved_status, carries_on
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_d_class_margins_read_ds_class_term_per_class_and_are_absent_without_one(policy, set_policy):
     """acgan_cifar's projection head with its dense logit zeroed: D's logit for image x under label k is
-    <E[k], features(x)>, so the margins follow from the trunk's features and E in numpy; of two labels
+    <E[k], features(x) summed over the 4x4 map's positions>, so the margins follow from the trunk's features and E in numpy; of two labels
     sharing one row of E, one cannot rank its own class's images above the other's. The images arrive
     shuffled; the reference model's head takes no labels: no margins."""
     import keras
@@ -410,7 +410,7 @@ def test_d_class_margins_read_ds_class_term_per_class_and_are_absent_without_one
     keras.utils.set_random_seed(0)
     models = networks.build_models((32, 32, 3), 4, width=0.125, arch="acgan_cifar")
     rng = np.random.default_rng(0)
-    embedding = rng.normal(0, 1, (4, models.trunk.output.shape[-1])).astype(np.float32)
+    embedding = rng.normal(0, 1, (4, models.trunk.output.shape[-1] // 16)).astype(np.float32)
     embedding[2] = embedding[1]
     for variable in models.d_head.weights:
         variable.assign(embedding if "embedding" in variable.path else np.zeros(variable.shape, np.float32))
@@ -420,7 +420,7 @@ def test_d_class_margins_read_ds_class_term_per_class_and_are_absent_without_one
     margins, nearest = d_class_margins(models, images, labels, 4)
     order = np.argsort(labels, kind="stable")
     features = np.asarray(np.asarray(models.trunk(images[order].astype(np.float32) / 255.0, training=False),
-                                     np.float32), np.float64)
+                                     np.float32), np.float64).reshape(len(images), 16, -1).sum(axis=1)
     means = np.stack([features[labels[order] == c].mean(axis=0) for c in range(4)]) @ embedding.T.astype(np.float64)
     for k in range(4):  # label k: its own class's images against the other classes' images
         others = [c for c in range(4) if c != k]
