@@ -97,7 +97,8 @@ Where this departs from the table, and why:
   float32, XLA off, 20 minutes, seeds 1 and 2 side by side with the flattened preset, 10,000 samples;
   accuracy / distance / per-class distance): 92.1% / 6.8 / 17.2 and 88.0% / 14.7 / 25.1 against
   83.2% / 13.0 / 21.6 and 84.6% / 8.4 / 19.8, checks drawn 80% / 38% against 1% / 35%, at the same
-  cost per step (5,259-5,287 steps against 5,077-5,083). Old acgan_cifar checkpoints do not load into
+  cost per step (5,259-5,287 steps against 5,077-5,083); over seeds 0-3, 91.5% / 9.0 / 18.9, and
+  per policy at seeds 0-2 in the README's colour table. Old acgan_cifar checkpoints do not load into
   this head (acgan.evaluate and --resume say so). Tried instead, not kept: one more G layer at full
   resolution (a 3x3 convolution of 24 maps at 32x32 before the RGB one; 18% slower steps, 82.0% / 82.1%).
 - Tried beside the projection, not kept (stop 32; the README's "How the preset got here"): a mismatch
