@@ -95,8 +95,7 @@ Where this departs from the table, and why:
   one embedding row per class scores a texture wherever it shows, where the flattened map needed one
   weight per class, position and channel. Measured on swatches (stop 33, a 2-core Intel Xeon with AMX,
   float32, XLA off, 20 minutes, seeds 1 and 2; the flattened preset at the same seeds in a pair of its
-  own; 10,000 samples;
-  accuracy / distance / per-class distance): 92.1% / 6.8 / 17.2 and 88.0% / 14.7 / 25.1 against
+  own; 10,000 samples; accuracy / distance / per-class distance): 92.1% / 6.8 / 17.2 and 88.0% / 14.7 / 25.1 against
   83.2% / 13.0 / 21.6 and 84.6% / 8.4 / 19.8, checks drawn 80% / 38% against 1% / 35%, at the same
   cost per step (5,259-5,287 steps against 5,077-5,083); over seeds 0-3, 91.5% / 9.0 / 18.9, and
   per policy at seeds 0-2 in the README's colour table. Old acgan_cifar checkpoints do not load into

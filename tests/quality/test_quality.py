@@ -398,9 +398,10 @@ def test_compare_carries_on_past_a_diverged_policy_only(saved_status, carries_on
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_d_class_margins_read_ds_class_term_per_class_and_are_absent_without_one(policy, set_policy):
     """acgan_cifar's projection head with its dense logit zeroed: D's logit for image x under label k is
-    <E[k], features(x) summed over the 4x4 map's positions>, so the margins follow from the trunk's features and E in numpy; of two labels
-    sharing one row of E, one cannot rank its own class's images above the other's. The images arrive
-    shuffled; the reference model's head takes no labels: no margins."""
+    <E[k], features(x) summed over the 4x4 map's positions>, so the margins follow from the trunk's
+    features and E in numpy; of two labels sharing one row of E, one cannot rank its own class's images
+    above the other's. The images arrive shuffled; the reference model's head takes no labels: no
+    margins."""
     import keras
 
     from acgan.model import networks
