@@ -35,12 +35,6 @@ LEARNING_RATE_DECAY = {"reference": None, "acgan_cifar": 0.25}
 # preset, or None: the reference model keeps the seed's step; acgan_cifar's D and Q see augmented real and
 # fake images (paper_cifar.py says what was measured).
 DIFF_AUGMENT = {"reference": None, "acgan_cifar": ("color", "translation", "cutout")}
-# The weight of the mismatch term in D's loss, per preset, or 0: the real batch once more, each image
-# under a wrong label, scored as fake, so D's class term learns to tell the classes
-# apart on real images (Reed et al. 2016's matching-aware discriminator). Only for a class-conditional
-# D head (acgan_cifar's projection; losses.mismatched_labels draws the wrong labels); the reference
-# model's D is unconditional (paper_cifar.py says what was measured).
-MISMATCH_WEIGHT = {"reference": 0.0, "acgan_cifar": 0.3}
 OPTIMIZER_NAMES = ("d", "g", "q")
 LOSS_METRICS = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake")
 # The order of the step's metric vector.
@@ -80,11 +74,6 @@ def diff_augment(arch="reference"):
     return DIFF_AUGMENT[arch]
 
 
-def mismatch_weight(arch="reference"):
-    """The weight of the preset's mismatch term in D's loss (MISMATCH_WEIGHT)."""
-    return MISMATCH_WEIGHT[arch]
-
-
 def learning_rate_scale(progress, decay):
     """The factor on the learning rates at `progress` through a run (0 at its start, 1 at its end; None
     when the run has no set length) when they fall linearly to zero over its last `decay` (None: no
@@ -97,11 +86,10 @@ def learning_rate_scale(progress, decay):
 
 def step_options(arch="reference"):
     """A preset's keyword arguments for the train step (tf_step.ACGAN, jax_step.JaxACGAN): its learning
-    rates, what Q and G learn from, Adam's beta_1, the augmentation of D's inputs, the mismatch term. Every place that builds
+    rates, what Q and G learn from, Adam's beta_1, the augmentation of D's inputs. Every place that builds
     a step for a preset's weights (training, sampling from a checkpoint, the benchmark) builds the same step."""
     return {"learning_rates": learning_rates(arch), "q_learns_from_fakes": q_learns_from_fakes(arch),
-            "g_learns_from_q": g_learns_from_q(arch), "beta_1": adam_beta_1(arch), "augment": diff_augment(arch),
-            "mismatch": mismatch_weight(arch)}
+            "g_learns_from_q": g_learns_from_q(arch), "beta_1": adam_beta_1(arch), "augment": diff_augment(arch)}
 
 
 class StepMetrics:

@@ -75,7 +75,7 @@ class JaxACGAN:
     """Holds the models, the three optimizers and the step's state, and runs the step on one device."""
 
     def __init__(self, models, num_classes, policy, jit=True, learning_rates=None, q_learns_from_fakes=True,
-                 g_learns_from_q=True, beta_1=BETA_1, augment=None, mismatch=0.0):
+                 g_learns_from_q=True, beta_1=BETA_1, augment=None):
         if keras.backend.backend() != "jax":
             raise RuntimeError(f"JaxACGAN needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
         self.models = models
@@ -93,8 +93,6 @@ class JaxACGAN:
         self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (common.adam_beta_1(arch) gives a preset's)
         # The augmentation of every image D's trunk sees (acgan.step.augment's policy names), or None.
         self.augment = tuple(augment) if augment else None
-        # The weight of D's mismatch term (common.MISMATCH_WEIGHT): real images under wrong labels as fake.
-        self.mismatch = losses.checked_mismatch_weight(mismatch, models.d_head)
         self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
         self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
         self.q_optimizer = precision.make_optimizer(q_rate, self.beta_1, policy, "q_optimizer")
@@ -266,19 +264,14 @@ class JaxACGAN:
         def d_loss_fn(d_trainable):
             trunk_trainable, head_trainable = d_trainable[:n_trunk], d_trainable[n_trunk:]
             trunk_state, head_state = t["non_trainable"], dh["non_trainable"]
-            real_features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, real, training=True)
+            features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, real, training=True)
             d_real, head_state = m.d_head.stateless_call(head_trainable, head_state,
-                                                         d_head_inputs(m.d_head, real_features, labels), training=True)
+                                                         d_head_inputs(m.d_head, features, labels), training=True)
             features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, fake_constant,
                                                            training=True)
             d_fake, head_state = m.d_head.stateless_call(head_trainable, head_state,
                                                          d_head_inputs(m.d_head, features, fake_labels), training=True)
             d_loss = losses.bce(ones, d_real) + losses.bce(zeros, d_fake)
-            if self.mismatch:
-                wrong = losses.mismatched_labels(labels, fake_labels, self.num_classes)
-                d_wrong, head_state = m.d_head.stateless_call(head_trainable, head_state, [real_features, wrong],
-                                                              training=True)
-                d_loss += self.mismatch * losses.bce(zeros, d_wrong)
             return self._scaled("d", optimizer_values["d"], d_loss), (d_loss, trunk_state, head_state)
 
         d_grads, (d_loss, t_non_trainable, dh_non_trainable) = jax.grad(d_loss_fn, has_aux=True)(

@@ -36,7 +36,7 @@ class ACGAN(tf.Module):
     """
 
     def __init__(self, models, num_classes, policy, jit=True, strategy=None, sync_bn=True, learning_rates=None,
-                 q_learns_from_fakes=True, g_learns_from_q=True, beta_1=BETA_1, augment=None, mismatch=0.0):
+                 q_learns_from_fakes=True, g_learns_from_q=True, beta_1=BETA_1, augment=None):
         super().__init__(name="acgan")
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
@@ -57,8 +57,6 @@ class ACGAN(tf.Module):
         self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (common.adam_beta_1(arch) gives a preset's)
         # The augmentation of every image D's trunk sees (acgan.step.augment's policy names), or None.
         self.augment = tuple(augment) if augment else None
-        # The weight of D's mismatch term (common.MISMATCH_WEIGHT): real images under wrong labels as fake.
-        self.mismatch = losses.checked_mismatch_weight(mismatch, models.d_head)
         with self.strategy.scope():
             self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
             self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
@@ -172,15 +170,9 @@ class ACGAN(tf.Module):
         m = self.models
         batch = tf.shape(real)[0]
         with tf.GradientTape() as tape:
-            real_features = m.trunk(real, training=True)
-            d_real = m.d_head(d_head_inputs(m.d_head, real_features, labels), training=True)
+            d_real = m.d_head(d_head_inputs(m.d_head, m.trunk(real, training=True), labels), training=True)
             d_fake = m.d_head(d_head_inputs(m.d_head, m.trunk(fake, training=True), fake_labels), training=True)
-            d_loss = losses.bce(tf.ones((batch, 1)), d_real) + losses.bce(tf.zeros((batch, 1)), d_fake)
-            if self.mismatch:
-                wrong = losses.mismatched_labels(labels, fake_labels, self.num_classes)
-                d_wrong = m.d_head([real_features, wrong], training=True)
-                d_loss += self.mismatch * losses.bce(tf.zeros((batch, 1)), d_wrong)
-            d_loss /= self.replicas
+            d_loss = (losses.bce(tf.ones((batch, 1)), d_real) + losses.bce(tf.zeros((batch, 1)), d_fake)) / self.replicas
             scaled = precision.scale_loss(self.d_optimizer, d_loss)
         return tf.cast(d_loss, tf.float32), tape.gradient(scaled, self.d_variables)
 
