@@ -99,33 +99,6 @@ def batch_norm(x, name):
     )(x)
 
 
-def self_modulated_batch_norm(x, condition, name, hidden=32):
-    """Batch norm whose gain and offset come from `condition` (G's input: z and the one-hot class), per
-    image: x_hat * (1 + gamma(c)) + beta(c), gamma and beta from a one-hidden-layer MLP (Chen, Lucic,
-    Houlsby and Gelly, "On Self Modulation for Generative Adversarial Networks", ICLR 2019). The last
-    dense layer starts at zero, so G starts as with plain batch norm. A float32 island, as batch_norm.
-    """
-    maps = x.shape[-1]
-    x = layers.BatchNormalization(momentum=BN_MOMENTUM, epsilon=BN_EPSILON, center=False, scale=False,
-                                  dtype="float32", name=name)(x)
-    h = layers.Dense(hidden, activation="relu", kernel_initializer=init(), dtype="float32",
-                     name=f"{name}_mlp")(condition)
-    gain_offset = layers.Dense(2 * maps, kernel_initializer="zeros", dtype="float32", name=f"{name}_gain_offset")(h)
-    return Modulate(dtype="float32", name=f"{name}_modulate")([x, gain_offset])
-
-
-class Modulate(layers.Layer):
-    """[x (B, H, W, C), gain_offset (B, 2C)] -> x * (1 + gain) + offset, per image and channel."""
-
-    def call(self, inputs):
-        x, gain_offset = inputs
-        gain, offset = keras.ops.split(keras.ops.cast(gain_offset, "float32"), 2, axis=-1)
-        return keras.ops.cast(x, "float32") * (1.0 + gain[:, None, None, :]) + offset[:, None, None, :]
-
-    def compute_output_shape(self, input_shapes):
-        return input_shapes[0]
-
-
 def relu(x, name):
     return layers.ReLU(name=name)(x)
 

@@ -177,7 +177,6 @@ UPSAMPLE = "resize"  # "transpose": the table's stride-2 transposed convolutions
 D_KERNEL = 3
 MINIBATCH_STDDEV = True
 SPECTRAL_NORM = True  # D's convolutions spectrally normalised, no batch norm in D (see the docstring)
-SELF_MODULATION = True  # G's batch norms' gain and offset from (z, class), per image (see the docstring)
 PROJECTION = True  # D's real/fake logit has a class term <embed(label), features> (see the docstring)
 
 
@@ -187,17 +186,13 @@ def build_generator(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
     c384, c192, c96 = (blocks.channels(n, width) for n in G_MAPS)
     z = keras.Input((noise_dim,), name="z")
     labels = keras.Input((), dtype="int32", name="labels")
-    x = condition = layers.Concatenate(name="z_label")([z, keras.ops.one_hot(labels, num_classes)])
+    x = layers.Concatenate(name="z_label")([z, keras.ops.one_hot(labels, num_classes)])
     x = blocks.relu(blocks.dense(x, base * base * c384, "g_fc1"), "g_relu1")
     x = layers.Reshape((base, base, c384), name="g_reshape")(x)
     up = blocks.upsample_conv if UPSAMPLE == "resize" else blocks.conv_transpose
     for i, maps in enumerate((c192, c96), start=2):
         x = up(x, maps, f"g_deconv{i - 1}", kernel=G_KERNEL)
-        if SELF_MODULATION:
-            x = blocks.self_modulated_batch_norm(x, condition, f"g_bn{i}")
-        else:
-            x = blocks.batch_norm(x, f"g_bn{i}")
-        x = blocks.relu(x, f"g_relu{i}")
+        x = blocks.relu(blocks.batch_norm(x, f"g_bn{i}"), f"g_relu{i}")
     x = up(x, depth, "g_deconv_out", kernel=G_KERNEL)
     images = blocks.float32_tanh_to_unit(x, "g_image")
     return keras.Model([z, labels], images, name="generator")
