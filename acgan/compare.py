@@ -1,5 +1,5 @@
 """CLI: python -m acgan.compare --steps N | --minutes M [--policies float32,mixed_float16] [--batch 64]
-[--seeds 3] [--judges 3] [--cas] ..."""
+[--seeds 3] [--judges 3] [--cas] [--parallel 2] ..."""
 from absl import flags
 
 from acgan import cli
@@ -21,6 +21,8 @@ flags.DEFINE_integer("seeds", 1, "Train every policy at this many training seeds
                      "on the means; each seed's numbers stay on the page.")
 flags.DEFINE_bool("cas", False, "Also each run's classification accuracy score (acgan.evaluate --cas): shown on the "
                   "page, not part of the verdict.")
+flags.DEFINE_integer("parallel", 1, "Train this many runs at once (default: one after another, each alone on the "
+                     "machine). Quality at equal --steps does not depend on the run beside it; times do.")
 flags.DEFINE_string("output_dir", None, "Folder for the runs and the page (default: a new folder under outputs/).")
 FLAGS = flags.FLAGS
 
@@ -50,6 +52,7 @@ def main(argv):
         judges=FLAGS.judges,
         seeds=FLAGS.seeds,
         cas=FLAGS.cas,
+        parallel=FLAGS.parallel,
         labels=FLAGS.labels,
         output_dir=FLAGS.output_dir,
     ).validate()

@@ -1,10 +1,13 @@
 """The original experiment as one command: train each dtype policy on the same budget, judge each, compare.
 
 Each policy trains in its own `python -m acgan.train` process (the dtype policy is process-global, and a
-fresh process keeps one run's memory, threads and crashes out of the next one's timing). The runs go
-one after another, never side by side, so they do not share the machine while being timed. Then each
-run is evaluated in this process with one shared judge (acgan.quality.evaluation.evaluate_run), and the page
-compare.md, the figure compare.png and compare.json are written to the output folder.
+fresh process keeps one run's memory, threads and crashes out of the next one's timing). By default the
+runs go one after another, never side by side, so they do not share the machine while being timed. With
+parallel > 1 up to that many train at once (many seeds on one GPU whose small steps leave it idle, or two
+20-minute runs on a 2-core CPU): each run's time per batch is then a shared-machine time, which the page
+says; at equal steps the samples do not depend on the run beside it. Then each run is evaluated in this
+process with one shared judge (acgan.quality.evaluation.evaluate_run), and the page compare.md, the figure
+compare.png and compare.json are written to the output folder.
 
 With seeds > 1 every policy trains once per training seed (seed, seed + 1, ...; the policies interleaved
 seed by seed, so a drift in the machine's load touches them alike); a policy's row holds the means over its
@@ -17,7 +20,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
+from concurrent import futures
 from datetime import datetime
 from pathlib import Path
 from typing import Optional
@@ -60,6 +65,7 @@ class CompareSettings:
     judges: int = 1                   # judges (seeds 0..judges-1) per run; the verdict stays judge 0's
     seeds: int = 1                    # training seeds per policy (seed..seed+seeds-1); the verdict is on their means
     cas: bool = False                 # also each run's classification accuracy score (shown; not in the verdict)
+    parallel: int = 1                 # runs trained at once (1: one after another, each alone on the machine)
     labels: bool = True               # class names beside the grids' rows (acgan.train --no-labels otherwise)
     output_dir: Optional[str] = None
 
@@ -79,6 +85,8 @@ class CompareSettings:
             raise UserError(f"--judges must be an integer of at least 1, got {self.judges!r}")
         if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
             raise UserError(f"--seeds must be an integer of at least 1, got {self.seeds!r}")
+        if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or self.parallel < 1:
+            raise UserError(f"--parallel must be an integer of at least 1, got {self.parallel!r}")
         for policy in self.policies:
             self.train_config(policy).validate()
         from acgan import data
@@ -151,6 +159,9 @@ def train_policy(settings, policy, run_dir, echo=print, seed=None):
     """Trains one policy in a fresh process, its output in run_dir/train.log; UserError if it fails."""
     log_path = run_dir / "train.log"
     env = child_env()
+    if settings.parallel > 1:  # runs sharing a GPU: each takes memory as it needs it, not most of the device
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
     command = train_command(settings, policy, run_dir, seed)
     started = time.perf_counter()
     with open(log_path, "w") as log:
@@ -188,6 +199,47 @@ def _report_status(run_dir):
 
 
 
+def train_all(settings, runs, out, echo=print):
+    """Trains every (policy, seed, run folder) of `runs` in order, up to settings.parallel at once. After a
+    failure no further run starts; those already training finish (nothing is lost), then the first failure
+    in run order is raised."""
+    several = settings.seeds > 1
+
+    def train(i, policy, seed, run_dir):
+        at = f" at seed {seed}" if several else ""
+        echo(f"[{i}/{len(runs)}] training {policy}{at} for {settings.budget()} (log: {run_dir / 'train.log'})")
+        train_policy(settings, policy, run_dir, echo, seed=seed if several else None)
+
+    if settings.parallel == 1:
+        for i, run in enumerate(runs, 1):
+            train(i, *run)
+        return
+    stop = threading.Event()
+
+    def guarded(i, *run):
+        if stop.is_set():
+            return
+        try:
+            train(i, *run)
+        except BaseException:
+            stop.set()
+            raise
+
+    with futures.ThreadPoolExecutor(settings.parallel) as pool:
+        jobs = [pool.submit(guarded, i, *run) for i, run in enumerate(runs, 1)]
+        try:
+            futures.wait(jobs)
+        except KeyboardInterrupt:  # the children got the SIGINT too: each saves a checkpoint and its report
+            stop.set()
+            for job in jobs:
+                job.cancel()
+            futures.wait(jobs)
+            raise UserError(f"interrupted while training; each run's checkpoint, report and log are in its folder "
+                            f"under {out} (python -m acgan.train --output_dir RUN --resume goes on)") from None
+    for job in jobs:
+        job.result()  # the first failure in run order, if any
+
+
 def run_compare(settings, command=None, echo=print):
     """Trains, evaluates and compares every policy; returns the output folder."""
     settings.validate()
@@ -195,10 +247,7 @@ def run_compare(settings, command=None, echo=print):
     runs = settings.runs(out)
     several = settings.seeds > 1
     n = len(runs)
-    for i, (policy, seed, run_dir) in enumerate(runs, 1):
-        at = f" at seed {seed}" if several else ""
-        echo(f"[{i}/{n}] training {policy}{at} for {settings.budget()} (log: {run_dir / 'train.log'})")
-        train_policy(settings, policy, run_dir, echo, seed=seed if several else None)
+    train_all(settings, runs, out, echo)
 
     from acgan import backend
 
@@ -489,6 +538,16 @@ def _seeds_text(s):
     return f"training seeds {s['seed']} to {s['seed'] + seeds - 1} (every run judged on the same generator inputs)"
 
 
+def _alone_text(s, seeds):
+    same = f"on the same data and seed{'s' if seeds > 1 else ''}; times exclude compilation and warm-up."
+    parallel = s.get("parallel", 1)
+    if parallel == 1:
+        return f"Each policy trained alone, in its own process, {same}"
+    return (f"Runs trained {parallel} at a time, each in its own process, {same} Runs side by side share the "
+            "machine, so their times per batch, speed-ups and costs are shared-machine figures: compare speeds "
+            "from runs trained alone (--parallel 1) or from acgan.benchmark.")
+
+
 def render_markdown(doc):
     rows, s = doc["rows"], doc["settings"]
     base = rows[0]["baseline"]
@@ -561,8 +620,7 @@ def render_markdown(doc):
         f"`{doc['command']}`",
         "",
         f"Device: {device.get('kind', '?')}: {device.get('name', '?')}. XLA {'on' if s['jit'] else 'off'}; "
-        f"{_seeds_text(s)}; {price}. Each policy trained alone, in its own process, on the same data "
-        f"and seed{'s' if seeds > 1 else ''}; times exclude compilation and warm-up.",
+        f"{_seeds_text(s)}; {price}. " + _alone_text(s, seeds),
         "",
         *([f"Every number is the mean over the {seeds} training seeds' runs of each policy (the grids are seed "
            f"{s['seed']}'s; the other seeds' runs are in POLICY-seedN/); the rows \"at each seed\" pair each "

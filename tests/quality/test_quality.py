@@ -220,7 +220,8 @@ def comparison(judge, data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("compare") / "cmp"
     result = _run("acgan.compare", "--policies", "float32,mixed_bfloat16", "--steps", "8", "--batch", "16",
                   "--width", "0.125", "--no-jit", "--num_samples", "200", "--max_per_class", str(PER_CLASS),
-                  "--data_dir", str(data_dir), "--price_per_hour", "0.54", "--judges", "2", "--seeds", "2", "--cas", "--output_dir", str(out))
+                  "--data_dir", str(data_dir), "--price_per_hour", "0.54", "--judges", "2", "--seeds", "2", "--cas", "--parallel", "2",
+                  "--output_dir", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -261,6 +262,7 @@ def test_compare_writes_its_page_and_figure(comparison):
          for a, b in zip(other["across_seeds"]["runs"], base["across_seeds"]["runs"])])
     assert "| accuracy at each of 2 seeds |" in page and "| change vs float32 at each seed |" in page
     assert "The verdict is on the means over 2 training seeds" in page and "of 2 seeds" in page
+    assert "Runs trained 2 at a time" in page and "shared-machine figures" in page  # --parallel 2
     # --cas: each run's classification accuracy score and its real reference, means over the seeds.
     for row in doc["rows"]:
         scores = [json.loads((Path(r["run_dir"]) / "quality.json").read_text())["classification_accuracy_score"]
@@ -318,6 +320,7 @@ def test_evaluate_cli_says_so_when_the_run_has_no_report_yet(comparison, data_di
     (["--steps", "5", "--batch", "0"], "--batch must be a positive integer"),
     (["--steps", "5", "--judges", "0"], "--judges must be an integer of at least 1"),
     (["--steps", "5", "--seeds", "0"], "--seeds must be an integer of at least 1"),
+    (["--steps", "5", "--parallel", "0"], "--parallel must be an integer of at least 1"),
     (["--steps", "5", "--dataset", "mnist"], "unknown dataset"),
 ])
 def test_compare_flag_errors_are_one_line_and_exit_2(args, message, tmp_path):
@@ -372,6 +375,46 @@ def test_evaluate_judges_with_other_judge_seeds(comparison, data_dir):
                           ("--judges", "--judges must be at least 1, got -1")):
         bad = _run("acgan.evaluate", "--run", str(run_dir), flag, "-1")
         assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == f"error: {message}"
+
+
+def test_compare_trains_at_most_parallel_runs_at_once_and_starts_none_after_a_failure(tmp_path, monkeypatch):
+    """--parallel 2: runs overlap two at a time, in run order; when one fails, the run beside it finishes
+    and no queued run starts; the failure is the one raised."""
+    from acgan.errors import UserError
+    from acgan.quality import comparison
+
+    log = tmp_path / "events"
+    child = tmp_path / "child.py"  # stands in for acgan.train: logs its start and end, sleeps between
+    child.write_text(
+        "import json, pathlib, sys, time\n"
+        "run = pathlib.Path(sys.argv[1])\n"
+        "def note(kind):\n"
+        "    with open(sys.argv[2], 'a') as log:\n"
+        "        log.write(f'{kind} {run.name} {time.time()}\\n')\n"
+        "note('start')\n"
+        "if run.name == 'mixed_float16-seed1':\n"
+        "    sys.exit(1)  # at once: the run beside it is still training, so no other run is due to start\n"
+        "time.sleep(1.0); note('end')\n"
+        "(run / 'report.json').write_text(json.dumps({'status': 'completed'}))\n")
+    monkeypatch.setattr(comparison, "train_command", lambda settings, policy, run_dir, seed=None:
+                        [sys.executable, str(child), str(run_dir), str(log)])
+    settings = comparison.CompareSettings(steps=5, seeds=3, parallel=2, output_dir=str(tmp_path / "cmp"))
+    runs = settings.runs(tmp_path / "cmp")
+    for _, _, run_dir in runs:
+        run_dir.mkdir(parents=True)
+    with pytest.raises(UserError, match="training under mixed_float16 failed"):
+        comparison.train_all(settings, runs, tmp_path / "cmp", echo=lambda *_: None)
+    events = [line.split() for line in log.read_text().splitlines()]
+    started = [name for kind, name, _ in events if kind == "start"]
+    # seeds 0 and 1 of both policies (mixed_float16 at seed 1 fails); seed 2's runs never start
+    assert sorted(started) == ["float32", "float32-seed1", "mixed_float16", "mixed_float16-seed1"]
+    assert sorted(started[:2]) == ["float32", "mixed_float16"]  # seed 0's pair first
+    running = peak = 0
+    for kind, _, _ in sorted(events, key=lambda e: (float(e[2]), e[0] == "start")):  # the failed run logs no end
+        running += 1 if kind == "start" else -1
+        peak = max(peak, running)
+    assert peak == 2
+    assert (tmp_path / "cmp" / "float32-seed1" / "report.json").exists()  # the run beside the failure finished
 
 
 @pytest.mark.parametrize("saved_status, carries_on", [("diverged", True), ("completed", False)])
