@@ -6,10 +6,8 @@
 #   scripts/gpu_benchmark.sh download   # here, with PyPI: the wheels that machine lacks, into .whl/
 #   scripts/gpu_benchmark.sh            # there: install them into /tmp/site, check, time, merge
 #
-# download fetches, with `pip download --no-deps` for CPython 3.12 on manylinux x86-64, the versions
-# constraints.txt pins of keras and what keras needs that the machine lacks: namex, optree, packaging
-# (keras) and typing_extensions (optree). .whl/ stays out of git: download adds /.whl/ to
-# .git/info/exclude unless git ignores it already.
+# download fetches the wheels (scripts/gpu_env.sh says which, and how); scripts/gpu_quality.sh, the
+# quality comparison for the same machine, installs the same ones.
 #
 # The default mode times, on JAX with XLA, one process per configuration (python -m acgan.benchmark
 # --backends jax), in small phases (a phase cut short by the budget loses only its own rows), each
@@ -35,38 +33,10 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-PY=${ACGAN_GPU_PYTHON:-python3}
-WHEELS=${ACGAN_GPU_WHEELS:-.whl}
-SITE=${ACGAN_GPU_SITE:-/tmp/site}
-# keras and what its wheels require beyond the machine's packages (see the header), pinned below.
-PACKAGES=(keras namex optree packaging typing_extensions)
-
-pin() {  # the constraints.txt line of one package: "keras==3.15.1"
-    local line
-    line=$(grep -i -E "^$1==" constraints.txt | head -1)
-    [ -n "$line" ] || { echo "error: constraints.txt pins no version of $1" >&2; exit 2; }
-    echo "$line"
-}
+. scripts/gpu_env.sh   # PY, WHEELS, SITE; gpu_download, gpu_check_wheels, gpu_install
 
 if [ "${1:-}" = "download" ]; then
-    pins=()
-    for p in "${PACKAGES[@]}"; do pins+=("$(pin "$p")"); done
-    rm -rf "$WHEELS"
-    "$PY" -m pip download -q --no-deps --only-binary=:all: \
-        --python-version "${ACGAN_GPU_PYTHON_VERSION:-3.12}" --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-        -d "$WHEELS" "${pins[@]}"
-    # Keep the wheels out of git (in a worktree too: --git-path finds the shared exclude file).
-    if [ "${WHEELS#/}" = "$WHEELS" ] && exclude=$(git rev-parse --git-path info/exclude 2>/dev/null) \
-        && ! git check-ignore -q "$WHEELS"; then
-        mkdir -p "$(dirname "$exclude")" && echo "/$WHEELS/" >> "$exclude"
-    fi
-    ls -l "$WHEELS"
-    for w in "$WHEELS"/*.whl; do   # what each needs; the machine must have every name not downloaded
-        echo "$(basename "$w"): $(unzip -p "$w" '*/METADATA' | grep '^Requires-Dist' | grep -v 'extra ==' \
-            | sed 's/^Requires-Dist: //' | tr '\n' ' ')"
-    done
+    gpu_download
     exit 0
 elif [ -n "${1:-}" ]; then
     echo "error: unknown mode '$1': give no argument (run the benchmark) or 'download'" >&2
@@ -78,10 +48,7 @@ BATCHES=${ACGAN_GPU_BATCHES:-256,2048}
 BIG_BATCH=${ACGAN_GPU_BIG_BATCH-4096}
 BUDGET=${ACGAN_GPU_BUDGET_S:-420}
 PER_CONFIG=${ACGAN_GPU_CONFIG_S:-40}
-for p in "${PACKAGES[@]}"; do
-    ls "$WHEELS"/"${p}"-*.whl >/dev/null 2>&1 \
-        || { echo "error: no $p wheel in $WHEELS/: run scripts/gpu_benchmark.sh download first (with PyPI), and carry $WHEELS" >&2; exit 2; }
-done
+gpu_check_wheels
 STAMP=$(date +%Y%m%d-%H%M%S)
 DEST=${OUT:-outputs/gpu-benchmark-$STAMP}
 WORK=$(mktemp -d /tmp/acgan-gpu-XXXXXX)   # the phases' full folders (the trainer's checkpoints are big)
@@ -89,17 +56,7 @@ trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$DEST/phases"
 
 # -- install ------------------------------------------------------------------------------------------
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHEELS"/*.whl
-export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=2
-"$PY" - <<'EOF'
-import jax
-import keras
-
-print(f"keras {keras.__version__} ({keras.__file__}) on {keras.backend.backend()}, jax {jax.__version__}, "
-      f"devices: {jax.devices()}")
-print(f"JAX default matmul precision: {jax.config.jax_default_matmul_precision or 'default'}")
-EOF
+gpu_install
 unset JAX_DEFAULT_MATMUL_PRECISION   # phase 2 sets it; every other phase times JAX's default
 echo "installed in $((SECONDS - STARTED)) s"
 

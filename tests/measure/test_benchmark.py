@@ -512,6 +512,17 @@ def test_gpu_script_refuses_an_unknown_mode_and_missing_wheels(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("error: no keras wheel in ") and proc.stderr.count("\n") == 1
 
 
+def test_gpu_quality_script_refuses_an_argument_and_missing_wheels(tmp_path):
+    script = ROOT / "scripts" / "gpu_quality.sh"
+    proc = subprocess.run(["bash", str(script), "download"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: unknown argument 'download': ")
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, ACGAN_GPU_WHEELS=str(tmp_path / "none"), OUT=str(tmp_path / "out")))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("error: no keras wheel in ") and "scripts/gpu_benchmark.sh download" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_advice_on_jax_speaks_of_xla_kernels():
     jax_cpu = dict(CPU_BF16, backend="jax")
     (line,) = advice.hardware_advice("mixed_float16", jax_cpu, {}, 64)
