@@ -543,9 +543,10 @@ def _alone_text(s, seeds):
     parallel = s.get("parallel", 1)
     if parallel == 1:
         return f"Each policy trained alone, in its own process, {same}"
+    steps = (" and, under a budget of minutes, the steps each reached" if s.get("minutes") is not None else "")
     return (f"Runs trained {parallel} at a time, each in its own process, {same} Runs side by side share the "
-            "machine, so their times per batch, speed-ups and costs are shared-machine figures: compare speeds "
-            "from runs trained alone (--parallel 1) or from acgan.benchmark.")
+            f"machine, so their times per batch, speed-ups and costs{steps} are shared-machine figures: compare "
+            "speeds from runs trained alone (--parallel 1) or from acgan.benchmark.")
 
 
 def render_markdown(doc):

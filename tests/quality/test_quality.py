@@ -415,6 +415,9 @@ def test_compare_trains_at_most_parallel_runs_at_once_and_starts_none_after_a_fa
         peak = max(peak, running)
     assert peak == 2
     assert (tmp_path / "cmp" / "float32-seed1" / "report.json").exists()  # the run beside the failure finished
+    # the page: under a budget of minutes, the steps a run reached depend on its neighbour too
+    assert "the steps each reached" in comparison._alone_text({"parallel": 2, "minutes": 20.0}, 1)
+    assert "the steps each reached" not in comparison._alone_text({"parallel": 2, "minutes": None}, 1)
 
 
 @pytest.mark.parametrize("saved_status, carries_on", [("diverged", True), ("completed", False)])
