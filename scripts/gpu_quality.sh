@@ -52,8 +52,9 @@ trap 'rm -rf "$WORK"' EXIT
 main() {
 gpu_install
 export XLA_PYTHON_CLIENT_PREALLOCATE=false   # compare sets it for its runs; the judging process too
-if [ -n "${ACGAN_GPU_MATMUL-highest}" ]; then
-    export JAX_DEFAULT_MATMUL_PRECISION=${ACGAN_GPU_MATMUL-highest}
+MATMUL=${ACGAN_GPU_MATMUL-highest}
+if [ -n "$MATMUL" ]; then
+    export JAX_DEFAULT_MATMUL_PRECISION=$MATMUL
 else
     unset JAX_DEFAULT_MATMUL_PRECISION
 fi
