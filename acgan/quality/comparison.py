@@ -16,6 +16,7 @@ seeds, the verdict is on those means, and each seed's numbers stay in the row (`
 import dataclasses
 import io
 import json
+import math
 import os
 import re
 import subprocess
@@ -425,6 +426,37 @@ def add_baseline(rows):
                             ("frechet_distance", _relative), ("frechet_distance_class_mean", _relative)):
             r[f"{key}_change_across_seeds"] = (
                 [change(a[key], b[key]) for a, b in zip(seeds, base_seeds)] if paired else None)
+        # The seeds' paired changes as a mean and its standard error, placed against each margin, so a
+        # reader sees whether this many seeds can decide the verdict at all.
+        for key, margin, held_above in PAIRED_MARGINS:
+            r[f"{key}_change_paired"] = paired_summary(r[f"{key}_change_across_seeds"], margin, held_above)
+
+
+# Each criterion's per-seed change, its margin, and whether a change above the margin holds: accuracy may
+# fall at most 3 points; a distance may grow at most 15% (the rule's relative part: the reference part
+# matters only for a baseline almost at the data).
+PAIRED_MARGINS = (("conditional_accuracy", -QUALITY_TOLERANCE, True),
+                  ("frechet_distance", FD_RELATIVE_TOLERANCE, False),
+                  ("frechet_distance_class_mean", FD_RELATIVE_TOLERANCE, False))
+DECIDED_AT = 2.0  # standard errors between the mean paired change and a margin for the seeds to decide it
+
+
+def paired_summary(changes, margin, held_above):
+    """Several seeds' paired changes (a policy's run minus the baseline's at the same seed) against a
+    margin: their mean, the mean's standard error (sample standard deviation / sqrt(pairs)), how many
+    standard errors the mean lies on the held side of the margin (negative: the failing side; None
+    without spread), and about how many pairs would put DECIDED_AT standard errors between the mean and
+    the margin if the mean and spread stayed as they are. None for fewer than two pairs."""
+    if not changes or len(changes) < 2 or any(c is None for c in changes):
+        return None
+    n = len(changes)
+    mean = sum(changes) / n
+    sd = math.sqrt(sum((c - mean) ** 2 for c in changes) / (n - 1))
+    gap = (mean - margin) if held_above else (margin - mean)
+    se = sd / math.sqrt(n)
+    return {"pairs": n, "mean": mean, "standard_error": se, "margin": margin,
+            "held_side_in_standard_errors": gap / se if se else None,
+            "pairs_to_decide": math.ceil((DECIDED_AT * sd / gap) ** 2) if se and gap else None}
 
 
 def verdict(rows):
@@ -457,10 +489,53 @@ def verdict(rows):
     n_seeds = seeds and len(others[0]["conditional_accuracy_change_across_seeds"])
     spread = ((f" The verdict is on the means over {n_seeds} training seeds; seed by seed (each against {base['policy']} "
                f"at the same seed): {seeds}." if seeds else "")
+              + _paired_text(others, base["policy"])
               + (f" Judged again by judges of other seeds (the verdict is judge 0's): {judges}." if judges else ""))
     if missed:
         return f"Quality did not hold for {'; '.join(missed)}. Held means: {rule}.{spread}"
     return f"Quality held for every policy: {rule}.{spread}"
+
+
+def _pm(summary, unit):
+    """"-2.7 ± 4.5 points" or "+35% ± 16%": a paired summary's mean and standard error."""
+    digits = 1 if unit == " points" else 0
+    return f"{100 * summary['mean']:+.{digits}f} ± {100 * summary['standard_error']:.{digits}f}{unit}"
+
+
+def _paired_change_text(summary, what, unit):
+    """"accuracy -2.7 ± 4.5 points, 0.1 standard errors on the held side of -3": one criterion's paired
+    summary (paired_summary), in points or percent."""
+    z = summary["held_side_in_standard_errors"]
+    margin = f"{100 * summary['margin']:+.0f}{unit}"
+    where = ("no spread between the seeds" if z is None else
+             f"{abs(z):.1f} standard errors on the {'held' if z >= 0 else 'failing'} side of {margin}")
+    return f"{what} {_pm(summary, unit)}, {where}"
+
+
+def _paired_text(rows, base):
+    """The paired summaries of every policy's criteria, and which of them these seeds cannot decide
+    ('' with one seed)."""
+    parts, open_ = [], []
+    for r in rows:
+        summaries = [(r.get(f"{key}_change_paired"), what, unit) for (key, _, _), what, unit in zip(
+            PAIRED_MARGINS, ("accuracy", "distance", "per-class distance"), (" points", "%", "%"))]
+        if not summaries[0][0]:
+            continue
+        parts.append(f"{r['policy']}'s " + "; ".join(_paired_change_text(*x) for x in summaries if x[0]))
+        for summary, what, _ in summaries:
+            z = summary and summary["held_side_in_standard_errors"]
+            if z is not None and abs(z) < DECIDED_AT:
+                needed = summary["pairs_to_decide"]
+                open_.append(f"{r['policy']}'s {what}" + (f" (about {needed:,} pairs at this spread)" if needed else ""))
+    if not parts:
+        return ""
+    pairs = rows[0]["conditional_accuracy_change_paired"]["pairs"]
+    text = (f" Paired over the {pairs} seeds (each seed's change against {base} at that seed; mean ± standard "
+            f"error): {'; '.join(parts)}.")
+    if open_:
+        text += (f" Less than {DECIDED_AT:g} standard errors from its margin, these seeds cannot tell on which side "
+                 f"the policy is: {', '.join(open_)}.")
+    return text
 
 
 def _accuracy_changes_text(rows, key, preposition, what):
@@ -584,7 +659,11 @@ def render_markdown(doc):
            line(f"distance / per-class distance change vs {base} at each seed", lambda r: ", ".join(
               f"{_f(a and 100 * a, '+.0f', '%')} / {_f(b and 100 * b, '+.0f', '%')}" for a, b in zip(
                   r["frechet_distance_change_across_seeds"] or [], r["frechet_distance_class_mean_change_across_seeds"]
-                  or [])) or "n/a")]
+                  or [])) or "n/a"),
+           line(f"accuracy / distance / per-class change vs {base} over the seed pairs (mean ± standard error)",
+                lambda r: "baseline" if r["policy"] == base else " / ".join(
+                    _pm(x, unit) if x else "n/a" for x, unit in zip(
+                        (r.get(f"{key}_change_paired") for key, _, _ in PAIRED_MARGINS), (" points", "%", "%"))))]
           if seeded else []),
         *([line(f"accuracy across {len(rows[0]['across_judges']['judges'])} judges (min-max)",
                 lambda r: span_text(r["across_judges"]["conditional_accuracy"], ".1%")),

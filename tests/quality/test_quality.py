@@ -262,6 +262,9 @@ def test_compare_writes_its_page_and_figure(comparison):
          for a, b in zip(other["across_seeds"]["runs"], base["across_seeds"]["runs"])])
     assert "| accuracy at each of 2 seeds |" in page and "| change vs float32 at each seed |" in page
     assert "The verdict is on the means over 2 training seeds" in page and "of 2 seeds" in page
+    paired = other["conditional_accuracy_change_paired"]  # the seeds' changes as a mean and its standard error
+    assert paired["pairs"] == 2 and paired["mean"] == pytest.approx(other["accuracy_change"])
+    assert "over the seed pairs (mean ± standard error) | baseline |" in page and "Paired over the 2 seeds" in page
     assert "Runs trained 2 at a time" in page and "shared-machine figures" in page  # --parallel 2
     # --cas: each run's classification accuracy score and its real reference, means over the seeds.
     for row in doc["rows"]:

@@ -95,10 +95,33 @@ def test_several_training_seeds_are_averaged_and_the_verdict_is_on_the_means():
     assert mixed["frechet_distance_change_across_seeds"] == pytest.approx([0.05, 0.10])
     assert mixed["frechet_distance_class_mean_change_across_seeds"] == pytest.approx([0.05, 0.05])
     assert mixed["accuracy_change_across_judges"] == pytest.approx([-0.02, -0.02])
+    # Paired over the seeds: accuracy -2 points, standard error 0.04243 / sqrt(2) = 3 points, so the -3-point
+    # margin is 1/3 of a standard error away (undecided; (2 x 4.243 / 1)^2 = 72.0 -> about 73 pairs); the
+    # distance +7.5% +- 2.5%, 3 standard errors inside +15% (decided); the per-class changes agree exactly.
+    accuracy = mixed["conditional_accuracy_change_paired"]
+    assert accuracy["pairs"] == 2 and accuracy["mean"] == pytest.approx(-0.02)
+    assert accuracy["standard_error"] == pytest.approx(0.03)
+    assert accuracy["held_side_in_standard_errors"] == pytest.approx(1 / 3)
+    assert accuracy["pairs_to_decide"] in (72, 73)
+    distance = mixed["frechet_distance_change_paired"]
+    assert distance["held_side_in_standard_errors"] == pytest.approx(3.0) and distance["standard_error"] == pytest.approx(0.025)
+    assert mixed["frechet_distance_class_mean_change_paired"]["held_side_in_standard_errors"] is None
+    assert base["conditional_accuracy_change_paired"]["held_side_in_standard_errors"] is None
     assert mixed["quality_held"]  # distance 27.0 <= 28.75, per class 52.5 <= 57.5
     text = comparison.verdict(rows)
     assert text.startswith("Quality held for every policy")
     assert "means over 2 training seeds" in text and "-5.0 to +1.0 points, within the margin at 1 of 2 seeds" in text
+    assert ("mixed_float16's accuracy -2.0 ± 3.0 points, 0.3 standard errors on the held side of -3 points; "
+            "distance +8 ± ") in text
+    assert ("3.0 standard errors on the held side of +15%; per-class distance +5 ± 0%, no spread between the "
+            "seeds.") in text
+    assert ("these seeds cannot tell on which side the policy is: mixed_float16's accuracy "
+            f"(about {accuracy['pairs_to_decide']} pairs at this spread).") in text
+    # A policy on the failing side by more than 2 standard errors is decided, and named nowhere as open.
+    assert comparison.paired_summary([0.30, 0.40, 0.35], 0.15, held_above=False)["held_side_in_standard_errors"] \
+        == pytest.approx(-(0.35 - 0.15) / (0.05 / 3 ** 0.5))
+    assert comparison.paired_summary([0.1], 0.15, held_above=False) is None
+    assert comparison.paired_summary([0.1, None], 0.15, held_above=False) is None
     # One seed: the run is the row, as before.
     single = run("float32", 0, 0.8, 20.0, 40.0, [0.8])
     assert comparison.combine_seeds([single]) is single
