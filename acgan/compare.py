@@ -1,5 +1,6 @@
 """CLI: python -m acgan.compare --steps N | --minutes M [--policies float32,mixed_float16] [--batch 64]
-[--seeds 3] [--judges 3] [--cas] [--parallel 2] ..."""
+[--seeds 3] [--judges 3] [--cas] [--parallel 2]
+[--output_dir DIR [--resume]] ..."""
 from absl import flags
 
 from acgan import cli
@@ -24,6 +25,9 @@ flags.DEFINE_bool("cas", False, "Also each run's classification accuracy score (
 flags.DEFINE_integer("parallel", 1, "Train this many runs at once (default: one after another, each alone on the "
                      "machine). Quality at equal --steps does not depend on the run beside it; times do.")
 flags.DEFINE_string("output_dir", None, "Folder for the runs and the page (default: a new folder under outputs/).")
+flags.DEFINE_bool("resume", False, "Go on with the comparison in --output_dir: runs finished there are judged as they "
+                  "are, interrupted ones resume (at --steps), missing ones train (e.g. after Ctrl-C, or with more "
+                  "--seeds); each must have been trained with this command's settings.")
 FLAGS = flags.FLAGS
 
 
@@ -55,6 +59,7 @@ def main(argv):
         parallel=FLAGS.parallel,
         labels=FLAGS.labels,
         output_dir=FLAGS.output_dir,
+        resume=FLAGS.resume,
     ).validate()
     out = run_compare(settings, command=cli.command_line())
     print(f"wrote {out / 'compare.md'} and {out / 'compare.png'}")

@@ -69,6 +69,7 @@ class CompareSettings:
     parallel: int = 1                 # runs trained at once (1: one after another, each alone on the machine)
     labels: bool = True               # class names beside the grids' rows (acgan.train --no-labels otherwise)
     output_dir: Optional[str] = None
+    resume: bool = False              # go on with the comparison in output_dir (see run_states)
 
     def validate(self):
         """UserError on the first bad setting; loads no data and starts nothing."""
@@ -88,6 +89,8 @@ class CompareSettings:
             raise UserError(f"--seeds must be an integer of at least 1, got {self.seeds!r}")
         if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or self.parallel < 1:
             raise UserError(f"--parallel must be an integer of at least 1, got {self.parallel!r}")
+        if self.resume and not self.output_dir:
+            raise UserError("--resume needs --output_dir: the folder of the comparison to go on with")
         for policy in self.policies:
             self.train_config(policy).validate()
         from acgan import data
@@ -126,15 +129,58 @@ def prepare_output_dir(settings):
     if out.exists() and not out.is_dir():
         raise UserError(f"--output_dir {out} is a file, not a folder")
     runs = settings.runs(out)
-    taken = [p for p in [out / "compare.md"] + [run_dir / "config.json" for _, _, run_dir in runs] if p.exists()]
-    if taken:
-        raise UserError(f"{out} already holds a comparison ({taken[0]}); choose another --output_dir")
+    if settings.resume:
+        if not out.is_dir():
+            raise UserError(f"--resume: there is no comparison in {out} to go on with (no such folder)")
+    else:
+        taken = [p for p in [out / "compare.md"] + [run_dir / "config.json" for _, _, run_dir in runs] if p.exists()]
+        if taken:
+            raise UserError(f"{out} already holds a comparison ({taken[0]}); choose another --output_dir, "
+                            "or go on with it with --resume")
     try:
         for _, _, run_dir in runs:
             run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot write to output folder {out}: {e.strerror}") from None
     return out
+
+
+# What a reused run must share with the comparison's own runs: what defines its model, data and training
+# (a resumed acgan.train run keeps these too), XLA, and the budget.
+REUSE_FIXED = ("backend", "dataset", "classes", "max_per_class", "policy", "arch", "width", "batch", "seed", "jit",
+               "steps", "minutes")
+FINISHED = ("completed", "diverged")  # a report with either status is a run's end (a diverged run is judged too)
+
+
+def run_states(settings, runs):
+    """For each (policy, seed, run folder): "train" (no run there yet), "resume" (a run with this
+    comparison's settings that stopped before its end: interrupted, or killed before its report) or "done"
+    (its report says completed or diverged: judged as it is). UserError naming the first run folder that
+    holds a run with other settings. Without settings.resume every run is "train"."""
+    from acgan.training.run_dir import saved_config  # numpy-free: no framework loads
+
+    states = []
+    for policy, seed, run_dir in runs:
+        saved = saved_config(run_dir) if settings.resume else None
+        if saved is None:
+            states.append("train")
+            continue
+        wanted = settings.train_config(policy)
+        wanted = dataclasses.replace(wanted, seed=seed)
+        changed = [f"--{k} {getattr(saved, k)!r}, not {getattr(wanted, k)!r}"
+                   for k in REUSE_FIXED if getattr(saved, k) != getattr(wanted, k)]
+        if changed:
+            raise UserError(f"--resume: {run_dir} holds a run trained with {'; '.join(changed)}; give the "
+                            "comparison's own settings, or choose another --output_dir")
+        if _report_status(run_dir) in FINISHED:
+            states.append("done")
+        elif settings.minutes is not None:  # acgan.train's --minutes is per session: it would train them all again
+            raise UserError(f"--resume: {run_dir} stopped before the end of its {settings.minutes:g} minutes, and a "
+                            "resumed run would train another full budget, so it cannot rejoin an equal-time "
+                            "comparison; remove that run folder to train it afresh")
+        else:
+            states.append("resume")
+    return states
 
 
 def train_command(settings, policy, run_dir, seed=None):
@@ -156,16 +202,17 @@ def train_command(settings, policy, run_dir, seed=None):
     return args
 
 
-def train_policy(settings, policy, run_dir, echo=print, seed=None):
-    """Trains one policy in a fresh process, its output in run_dir/train.log; UserError if it fails."""
+def train_policy(settings, policy, run_dir, echo=print, seed=None, resume=False):
+    """Trains one policy in a fresh process, its output in run_dir/train.log (appended to when `resume`:
+    the run goes on from its last checkpoint); UserError if it fails."""
     log_path = run_dir / "train.log"
     env = child_env()
     if settings.parallel > 1:  # runs sharing a GPU: each takes memory as it needs it, not most of the device
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
-    command = train_command(settings, policy, run_dir, seed)
+    command = train_command(settings, policy, run_dir, seed) + (["--resume"] if resume else [])
     started = time.perf_counter()
-    with open(log_path, "w") as log:
+    with open(log_path, "a" if resume else "w") as log:
         log.write(" ".join(command) + "\n")
         log.flush()
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -174,7 +221,7 @@ def train_policy(settings, policy, run_dir, echo=print, seed=None):
         except KeyboardInterrupt:  # the child got the SIGINT too: it saves a checkpoint and its report
             proc.wait()
             raise UserError(f"interrupted while training {policy}; its checkpoint, report and log are in "
-                            f"{run_dir} (python -m acgan.train --output_dir {run_dir} --resume goes on)") from None
+                            f"{run_dir}{_go_on_text(settings, run_dir.parent)}") from None
     if returncode == DIVERGED_STATUS and _report_status(run_dir) == "diverged":
         # A finding, not a failure: the page shows it, judged at the last good checkpoint.
         echo(f"{policy}: diverged ({last_log_line(log_path)}); judging its last good checkpoint")
@@ -191,6 +238,13 @@ def train_policy(settings, policy, run_dir, echo=print, seed=None):
 DIVERGED_STATUS = 3  # acgan.train's exit status when a run diverged
 
 
+def _go_on_text(settings, out):
+    """How to finish an interrupted comparison (under --minutes a resumed run would not be equal-time)."""
+    if settings.minutes is not None:
+        return ""
+    return f" (the same acgan.compare command with --output_dir {out} --resume goes on)"
+
+
 def _report_status(run_dir):
     try:
         return json.loads((run_dir / "report.json").read_text()).get("status")
@@ -200,16 +254,23 @@ def _report_status(run_dir):
 
 
 
-def train_all(settings, runs, out, echo=print):
-    """Trains every (policy, seed, run folder) of `runs` in order, up to settings.parallel at once. After a
-    failure no further run starts; those already training finish (nothing is lost), then the first failure
-    in run order is raised."""
+def train_all(settings, runs, out, echo=print, states=None):
+    """Trains every (policy, seed, run folder) of `runs` in order, up to settings.parallel at once; with
+    `states` (run_states) a "done" run is left as it is and a "resume" run goes on from its checkpoint.
+    After a failure no further run starts; those already training finish (nothing is lost), then the first
+    failure in run order is raised."""
     several = settings.seeds > 1
+    states = states or ["train"] * len(runs)
 
     def train(i, policy, seed, run_dir):
         at = f" at seed {seed}" if several else ""
-        echo(f"[{i}/{len(runs)}] training {policy}{at} for {settings.budget()} (log: {run_dir / 'train.log'})")
-        train_policy(settings, policy, run_dir, echo, seed=seed if several else None)
+        state = states[i - 1]
+        if state == "done":
+            echo(f"[{i}/{len(runs)}] {policy}{at}: trained earlier ({_report_status(run_dir)}), judged as it is")
+            return
+        how = "resuming" if state == "resume" else "training"
+        echo(f"[{i}/{len(runs)}] {how} {policy}{at} for {settings.budget()} (log: {run_dir / 'train.log'})")
+        train_policy(settings, policy, run_dir, echo, seed=seed if several else None, resume=state == "resume")
 
     if settings.parallel == 1:
         for i, run in enumerate(runs, 1):
@@ -236,7 +297,7 @@ def train_all(settings, runs, out, echo=print):
                 job.cancel()
             futures.wait(jobs)
             raise UserError(f"interrupted while training; each run's checkpoint, report and log are in its folder "
-                            f"under {out} (python -m acgan.train --output_dir RUN --resume goes on)") from None
+                            f"under {out}{_go_on_text(settings, out)}") from None
     for job in jobs:
         job.result()  # the first failure in run order, if any
 
@@ -248,7 +309,8 @@ def run_compare(settings, command=None, echo=print):
     runs = settings.runs(out)
     several = settings.seeds > 1
     n = len(runs)
-    train_all(settings, runs, out, echo)
+    states = run_states(settings, runs)
+    train_all(settings, runs, out, echo, states)
 
     from acgan import backend
 
@@ -273,6 +335,8 @@ def run_compare(settings, command=None, echo=print):
         "format": "acgan-compare/1",
         "command": command or "acgan.quality.comparison.run_compare",
         "settings": dataclasses.asdict(settings),
+        # With --resume: the runs judged as an earlier command left them (their times are that command's).
+        "reused_runs": [str(run_dir) for (_, _, run_dir), state in zip(runs, states) if state == "done"],
         "device": rows[0]["device"],
         "judge": rows[0]["judge"],
         "rows": rows,
@@ -624,6 +688,15 @@ def _alone_text(s, seeds):
             "speeds from runs trained alone (--parallel 1) or from acgan.benchmark.")
 
 
+def _reused_text(doc):
+    reused, runs = doc.get("reused_runs") or [], sum(len((r.get("across_seeds") or {}).get("runs") or [r])
+                                                     for r in doc["rows"])
+    if not reused:
+        return ""
+    return (f" {len(reused)} of the {runs} runs were trained by an earlier command in this folder (--resume) and "
+            "judged as they were: their times are from their own training, beside whatever shared the machine then.")
+
+
 def render_markdown(doc):
     rows, s = doc["rows"], doc["settings"]
     base = rows[0]["baseline"]
@@ -700,7 +773,7 @@ def render_markdown(doc):
         f"`{doc['command']}`",
         "",
         f"Device: {device.get('kind', '?')}: {device.get('name', '?')}. XLA {'on' if s['jit'] else 'off'}; "
-        f"{_seeds_text(s)}; {price}. " + _alone_text(s, seeds),
+        f"{_seeds_text(s)}; {price}. " + _alone_text(s, seeds) + _reused_text(doc),
         "",
         *([f"Every number is the mean over the {seeds} training seeds' runs of each policy (the grids are seed "
            f"{s['seed']}'s; the other seeds' runs are in POLICY-seedN/); the rows \"at each seed\" pair each "

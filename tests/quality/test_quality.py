@@ -1,4 +1,5 @@
 """Sample quality: the metrics against closed forms, the judge, a GAN that really learns, and acgan.compare."""
+import dataclasses
 import json
 import os
 import shutil
@@ -421,6 +422,67 @@ def test_compare_trains_at_most_parallel_runs_at_once_and_starts_none_after_a_fa
     # the page: under a budget of minutes, the steps a run reached depend on its neighbour too
     assert "the steps each reached" in comparison._alone_text({"parallel": 2, "minutes": 20.0}, 1)
     assert "the steps each reached" not in comparison._alone_text({"parallel": 2, "minutes": None}, 1)
+
+
+def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_missing_ones(tmp_path, monkeypatch):
+    """--resume: in the comparison's folder a finished run is left as it is, an interrupted one goes on with
+    acgan.train --resume (its log appended to), a missing one trains; a run trained with other settings,
+    or an unfinished one under --minutes, is a one-line error before anything trains."""
+    from acgan.errors import UserError
+    from acgan.quality import comparison
+
+    out = tmp_path / "cmp"
+    child = tmp_path / "child.py"  # stands in for acgan.train: notes its arguments, writes a report
+    child.write_text("import json, pathlib, sys\n"
+                     "run = pathlib.Path(sys.argv[1])\n"
+                     "print(' '.join(sys.argv[2:]))\n"
+                     "(run / 'report.json').write_text(json.dumps({'status': 'completed'}))\n")
+    monkeypatch.setattr(comparison, "train_command", lambda settings, policy, run_dir, seed=None:
+                        [sys.executable, str(child), str(run_dir), f"seed={seed}"])
+    settings = comparison.CompareSettings(steps=5, seeds=2, output_dir=str(out), resume=True)
+    runs = settings.runs(out)  # float32, mixed_float16, float32-seed1, mixed_float16-seed1
+
+    def saved(run_dir, status=None, **changes):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        policy, seed = run_dir.name.split("-seed")[0], int(run_dir.name.split("-seed")[1]) if "-seed" in run_dir.name else 0
+        config = dataclasses.replace(settings.train_config(policy), seed=seed, eval_every=500, **changes)
+        (run_dir / "config.json").write_text(config.to_json())
+        if status:
+            (run_dir / "report.json").write_text(json.dumps({"status": status}))
+        (run_dir / "train.log").write_text("the first session\n")
+
+    saved(runs[0][2], "completed")   # float32: finished (another --eval_every does not matter)
+    saved(runs[1][2], "interrupted")  # mixed_float16: Ctrl-C'd
+    saved(runs[3][2])                 # mixed_float16-seed1: killed before its report
+    assert comparison.prepare_output_dir(settings) == out  # with --resume the folder is taken as it is
+    assert comparison.run_states(settings, runs) == ["done", "resume", "train", "resume"]
+    assert comparison.run_states(dataclasses.replace(settings, resume=False), runs) == ["train"] * 4
+    seen = []
+    comparison.train_all(settings, runs, out, echo=seen.append, states=comparison.run_states(settings, runs))
+    assert (runs[0][2] / "train.log").read_text() == "the first session\n"  # left as it was
+    assert "trained earlier (completed), judged as it is" in seen[0] and "resuming mixed_float16" in seen[1]
+    resumed = (runs[1][2] / "train.log").read_text()
+    assert resumed.startswith("the first session\n") and "seed=0 --resume" in resumed
+    assert "--resume" not in (runs[2][2] / "train.log").read_text()  # float32-seed1 trained afresh
+    assert "seed=1 --resume" in (runs[3][2] / "train.log").read_text()
+    # A run with other settings is named, with what differs; nothing trains.
+    saved(runs[2][2], "completed", batch=32)
+    with pytest.raises(UserError, match=r"float32-seed1 holds a run trained with --batch 32, not 64"):
+        comparison.run_states(settings, runs)
+    # Under --minutes an unfinished run cannot rejoin (acgan.train's --minutes is per session).
+    minutes = dataclasses.replace(settings, steps=None, minutes=1.0)
+    for run_dir in (r for _, _, r in runs):
+        saved(run_dir, "completed", steps=None, minutes=1.0)
+    saved(runs[1][2], "interrupted", steps=None, minutes=1.0)
+    with pytest.raises(UserError, match="mixed_float16 stopped before the end of its 1 minutes"):
+        comparison.run_states(minutes, runs)
+    # The folder: refused without --resume (which the message names), required with it.
+    with pytest.raises(UserError, match="already holds a comparison .* or go on with it with --resume"):
+        comparison.prepare_output_dir(dataclasses.replace(settings, resume=False))
+    with pytest.raises(UserError, match="there is no comparison in .*nowhere to go on with"):
+        comparison.prepare_output_dir(dataclasses.replace(settings, output_dir=str(tmp_path / "nowhere")))
+    with pytest.raises(UserError, match="--resume needs --output_dir"):
+        comparison.CompareSettings(steps=5, resume=True).validate()
 
 
 @pytest.mark.parametrize("saved_status, carries_on", [("diverged", True), ("completed", False)])
