@@ -13,6 +13,14 @@ STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
 ARCHS = ("reference", "acgan_cifar")
 
 
+def auto_arch(arch, image_shape):
+    """The preset `arch` names for images of `image_shape`, with no framework loaded: "auto" is acgan_cifar
+    for 32x32x3 images and reference otherwise (acgan.model.networks.resolve_arch also checks the shape)."""
+    if arch != "auto":
+        return arch
+    return "acgan_cifar" if tuple(image_shape) == (32, 32, 3) else "reference"
+
+
 def validate_arch(name):
     if name not in ("auto",) + ARCHS:
         raise UserError(f"unknown arch {name!r}: choose auto, {', '.join(ARCHS)}")

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import keras
 from keras import layers
 
-from acgan.config import ARCHS, validate_arch
+from acgan.config import ARCHS, auto_arch, validate_arch
 from acgan.errors import UserError
 from acgan.model import blocks, paper_cifar
 
@@ -31,8 +31,7 @@ def resolve_arch(arch, image_shape):
     """The preset `arch` names for images of `image_shape`: "auto" is acgan_cifar for 32x32x3 images and
     reference otherwise. UserError for an unknown name or a shape the preset cannot build."""
     validate_arch(arch)
-    if arch == "auto":
-        arch = "acgan_cifar" if tuple(image_shape) == (32, 32, 3) else "reference"
+    arch = auto_arch(arch, image_shape)
     check_image_shape(image_shape, arch)
     return arch
 

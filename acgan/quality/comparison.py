@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-from acgan.config import POLICIES, Config, validate_policy
+from acgan.config import POLICIES, Config, auto_arch, validate_policy
 from acgan.errors import UserError
 from acgan.quality.evaluation import ACROSS_JUDGES, span_text, spread  # numpy only: no framework loads
 from acgan.util.children import child_env, last_log_line
@@ -166,7 +166,9 @@ def run_states(settings, runs):
             states.append("train")
             continue
         wanted = settings.train_config(policy)
-        wanted = dataclasses.replace(wanted, seed=seed)
+        # The run saved its preset resolved ("auto" from the image shape, as its dataset.json records it).
+        shape = _image_shape(run_dir)
+        wanted = dataclasses.replace(wanted, seed=seed, arch=auto_arch(wanted.arch, shape) if shape else wanted.arch)
         changed = [f"--{k} {getattr(saved, k)!r}, not {getattr(wanted, k)!r}"
                    for k in REUSE_FIXED if getattr(saved, k) != getattr(wanted, k)]
         if changed:
@@ -181,6 +183,14 @@ def run_states(settings, runs):
         else:
             states.append("resume")
     return states
+
+
+def _image_shape(run_dir):
+    """The image shape a run folder's dataset.json records, or None."""
+    try:
+        return tuple(json.loads((run_dir / "dataset.json").read_text())["image_shape"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def train_command(settings, policy, run_dir, seed=None):

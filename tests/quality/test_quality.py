@@ -445,8 +445,11 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
     def saved(run_dir, status=None, **changes):
         run_dir.mkdir(parents=True, exist_ok=True)
         policy, seed = run_dir.name.split("-seed")[0], int(run_dir.name.split("-seed")[1]) if "-seed" in run_dir.name else 0
-        config = dataclasses.replace(settings.train_config(policy), seed=seed, eval_every=500, **changes)
+        # As acgan.train saves it: the preset resolved from the data's shape ("auto" -> reference for 28x28x1).
+        config = dataclasses.replace(settings.train_config(policy), **{"seed": seed, "eval_every": 500,
+                                                                       "arch": "reference", **changes})
         (run_dir / "config.json").write_text(config.to_json())
+        (run_dir / "dataset.json").write_text(json.dumps({"image_shape": [28, 28, 1]}))
         if status:
             (run_dir / "report.json").write_text(json.dumps({"status": status}))
         (run_dir / "train.log").write_text("the first session\n")
@@ -468,6 +471,9 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
     # A run with other settings is named, with what differs; nothing trains.
     saved(runs[2][2], "completed", batch=32)
     with pytest.raises(UserError, match=r"float32-seed1 holds a run trained with --batch 32, not 64"):
+        comparison.run_states(settings, runs)
+    saved(runs[2][2], "completed", arch="acgan_cifar")  # explicitly, where "auto" means reference
+    with pytest.raises(UserError, match=r"float32-seed1 holds a run trained with --arch 'acgan_cifar', not 'reference'"):
         comparison.run_states(settings, runs)
     # Under --minutes an unfinished run cannot rejoin (acgan.train's --minutes is per session).
     minutes = dataclasses.replace(settings, steps=None, minutes=1.0)
