@@ -29,6 +29,9 @@ flags.DEFINE_integer("overhead_batch", 256, "Batch size of the trainer-overhead 
 flags.DEFINE_integer("log_every", None, "--log_every of the trainer-overhead run (default: --steps, one metrics "
                      "read, a device sync, per timed window; otherwise windows are --steps rounded up to a multiple).")
 
+flags.DEFINE_float("max_seconds", None, "Stop a configuration whose worker (start-up, compilation and timing) runs "
+                   "longer than this, and report it as too_slow (default: no limit).")
+
 FLAGS = flags.FLAGS
 
 
@@ -57,6 +60,7 @@ def settings_from_flags():
         log_every=FLAGS.log_every,
         strategy=FLAGS.strategy,
         devices=tuple(FLAGS.devices) if FLAGS.devices else None,
+        max_seconds=FLAGS.max_seconds,
     ).validate()
 
 

@@ -68,6 +68,7 @@ class SweepSettings:
     log_every: Optional[int] = None  # the trainer-overhead run's --log_every (None: steps, a read per window)
     strategy: str = "auto"          # as acgan.train's --strategy; multi_worker is not swept
     devices: Optional[tuple] = None  # as acgan.train's --devices
+    max_seconds: Optional[float] = None  # a configuration's worker is stopped after this long (status too_slow)
 
     def validate(self):
         """Raises UserError on the first bad setting; imports nothing heavy."""
@@ -94,6 +95,8 @@ class SweepSettings:
             positive_int("batches", batch)
         non_negative_int("warmup", self.warmup)
         positive_number("width", self.width)
+        if self.max_seconds is not None:
+            positive_number("max_seconds", self.max_seconds)
         validate_arch(self.arch)
         if self.price_per_hour is not None:
             positive_number("price_per_hour", self.price_per_hour)
@@ -329,7 +332,7 @@ def run_sweep(settings, output_dir=None, command=None, echo=print):
         for i, (backend, policy, batch, jit) in enumerate(configurations, 1):
             job = _job(settings, backend, policy, batch, jit, inputs, num_classes)
             name = _config_name(backend, policy, batch, jit)
-            result = run_worker(job, work, output_dir / "logs" / f"{name}.log")
+            result = run_worker(job, work, output_dir / "logs" / f"{name}.log", max_seconds=settings.max_seconds)
             rows.append(make_row(runs[backend], policy, batch, jit, result))
             shown = (f"{result['time_per_batch_ms']:.1f} ms per batch" if result["status"] == "ok"
                      else f"{result['status']}: {result['reason']}")
@@ -365,9 +368,11 @@ def worker_env(backend, extra=None):
     return env
 
 
-def run_worker(job, work_dir, log_path, name=None, extra_env=None):
+def run_worker(job, work_dir, log_path, name=None, extra_env=None, max_seconds=None):
     """Runs one job in a fresh Python process on the job's Keras backend; a dead worker becomes status
-    'failed' with its reason."""
+    'failed' with its reason, and one still running after `max_seconds` (None: no limit) is killed and
+    becomes status 'too_slow' (e.g. float16 filter gradients in oneDNN's reference loop on some CPUs,
+    100x slower than the other settings, whose timing would hold up the sweep for minutes)."""
     name = name or f"{job['mode']}-{_config_name(job['backend'], job['policy'], job['batch'], job['jit'])}"
     job_path, result_path = work_dir / f"{name}.job.json", work_dir / f"{name}.result.json"
     job_path.write_text(json.dumps(job))
@@ -375,10 +380,15 @@ def run_worker(job, work_dir, log_path, name=None, extra_env=None):
     env = worker_env(job["backend"], extra_env)
     started = time.perf_counter()
     with open(log_path, "w") as log:
-        proc = subprocess.run(
-            [sys.executable, "-m", "acgan.measure.worker", str(job_path), str(result_path)],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
-        )
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "acgan.measure.worker", str(job_path), str(result_path)],
+                stdout=log, stderr=subprocess.STDOUT, env=env, timeout=max_seconds,
+            )
+        except subprocess.TimeoutExpired:  # subprocess.run has killed the worker
+            return {"status": "too_slow", "reason": f"stopped after {max_seconds:g} s (--max_seconds), its timing "
+                                                     "unfinished", "worker_seconds": time.perf_counter() - started,
+                    "log": str(log_path)}
     if result_path.exists():
         result = json.loads(result_path.read_text())
     else:

@@ -9,6 +9,7 @@ import statistics
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -237,7 +238,24 @@ def test_failing_configurations_are_recorded_and_the_sweep_goes_on(tmp_path):
         assert (out / name).exists()
 
 
+def test_a_configuration_past_max_seconds_is_stopped_and_reported_too_slow(tmp_path):
+    """--max_seconds: a worker still running then is killed; its row says too_slow, in one line."""
+    job = {"mode": "bare", "backend": "tensorflow", "policy": "mixed_float16", "batch": 8, "jit": False}
+    started = time.perf_counter()
+    # Half a second: the worker cannot even load Keras by then.
+    result = sweep.run_worker(job, tmp_path, tmp_path / "logs" / "slow.log", max_seconds=0.5)
+    assert time.perf_counter() - started < 30
+    assert result["status"] == "too_slow" and result["reason"] == (
+        "stopped after 0.5 s (--max_seconds), its timing unfinished")
+    assert not (tmp_path / "bare-tensorflow-mixed_float16-b8-xla_off.result.json").exists()
+    run = {"device": {"kind": "CPU", "name": "x"}, "machine": {"backend": "tensorflow"}, "command": "c",
+           "price": {"usd_per_hour": None, "accelerator": None, "source": "none"}}
+    row = sweep.make_row(run, "mixed_float16", 8, False, result)
+    assert row["status"] == "too_slow" and row["time_per_batch_ms"] is None
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--max_seconds", "0"], "--max_seconds must be a positive number, got 0.0"),
     (["--policies", "float64"], "unknown policy 'float64'"),
     (["--batches", "0"], "--batches must be positive integers, got '0'"),
     (["--batches", "64,lots"], "--batches must be positive integers, got 'lots'"),
