@@ -594,12 +594,13 @@ def _paired_change_text(summary, what, unit):
 def _paired_text(rows, base):
     """The paired summaries of every policy's criteria, and which of them these seeds cannot decide
     ('' with one seed)."""
-    parts, open_ = [], []
+    parts, open_, pairs = [], [], None
     for r in rows:
         summaries = [(r.get(f"{key}_change_paired"), what, unit) for (key, _, _), what, unit in zip(
             PAIRED_MARGINS, ("accuracy", "distance", "per-class distance"), (" points", "%", "%"))]
         if not summaries[0][0]:
             continue
+        pairs = summaries[0][0]["pairs"]
         parts.append(f"{r['policy']}'s " + "; ".join(_paired_change_text(*x) for x in summaries if x[0]))
         for summary, what, _ in summaries:
             z = summary and summary["held_side_in_standard_errors"]
@@ -608,7 +609,6 @@ def _paired_text(rows, base):
                 open_.append(f"{r['policy']}'s {what}" + (f" (about {needed:,} pairs at this spread)" if needed else ""))
     if not parts:
         return ""
-    pairs = rows[0]["conditional_accuracy_change_paired"]["pairs"]
     text = (f" Paired over the {pairs} seeds (each seed's change against {base} at that seed; mean ± standard "
             f"error): {'; '.join(parts)}.")
     if open_:
