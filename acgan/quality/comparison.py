@@ -703,13 +703,20 @@ def _alone_text(s, seeds):
             "speeds from runs trained alone (--parallel 1) or from acgan.benchmark.")
 
 
-def _reused_text(doc):
-    reused, runs = doc.get("reused_runs") or [], sum(len((r.get("across_seeds") or {}).get("runs") or [r])
-                                                     for r in doc["rows"])
-    if not reused:
-        return ""
-    return (f" {len(reused)} of the {runs} runs were trained by an earlier command in this folder (--resume) and "
-            "judged as they were: their times are from their own training, beside whatever shared the machine then.")
+def _training_text(doc, seeds):
+    """How the runs were trained: by this command (alone, or side by side), or, with --resume, some or all
+    of them by an earlier command, whose conditions this page cannot know."""
+    s = doc["settings"]
+    reused = doc.get("reused_runs") or []
+    runs = sum(len((r.get("across_seeds") or {}).get("runs") or [r]) for r in doc["rows"])
+    earlier = (" trained by an earlier command in this folder (--resume), so the times are from each run's own "
+               "training, beside whatever shared the machine then (compare speeds from acgan.benchmark).")
+    if reused and len(reused) == runs:
+        return "Every run was" + earlier
+    text = _alone_text(s, seeds)
+    if reused:
+        text += f" The exception: {len(reused)} of the {runs} runs were" + earlier
+    return text
 
 
 def render_markdown(doc):
@@ -788,7 +795,7 @@ def render_markdown(doc):
         f"`{doc['command']}`",
         "",
         f"Device: {device.get('kind', '?')}: {device.get('name', '?')}. XLA {'on' if s['jit'] else 'off'}; "
-        f"{_seeds_text(s)}; {price}. " + _alone_text(s, seeds) + _reused_text(doc),
+        f"{_seeds_text(s)}; {price}. " + _training_text(doc, seeds),
         "",
         *([f"Every number is the mean over the {seeds} training seeds' runs of each policy (the grids are seed "
            f"{s['seed']}'s; the other seeds' runs are in POLICY-seedN/); the rows \"at each seed\" pair each "

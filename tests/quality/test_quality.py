@@ -468,6 +468,13 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
     assert resumed.startswith("the first session\n") and "seed=0 --resume" in resumed
     assert "--resume" not in (runs[2][2] / "train.log").read_text()  # float32-seed1 trained afresh
     assert "seed=1 --resume" in (runs[3][2] / "train.log").read_text()
+    # The page says which runs this command did not train (their times are from their own training).
+    doc = {"settings": {"parallel": 1, "minutes": None}, "rows": [{"across_seeds": {"runs": [{}, {}]}}] * 2,
+           "reused_runs": [str(runs[0][2])]}
+    text = comparison._training_text(doc, 2)
+    assert text.startswith("Each policy trained alone") and "The exception: 1 of the 4 runs were trained by an earlier" in text
+    doc["reused_runs"] *= 4
+    assert comparison._training_text(doc, 2).startswith("Every run was trained by an earlier command in this folder")
     # A run with other settings is named, with what differs; nothing trains.
     saved(runs[2][2], "completed", batch=32)
     with pytest.raises(UserError, match=r"float32-seed1 holds a run trained with --batch 32, not 64"):
