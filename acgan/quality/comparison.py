@@ -36,6 +36,7 @@ from typing import Optional
 from acgan.config import POLICIES, Config, auto_arch, validate_policy
 from acgan.errors import UserError
 from acgan.quality.evaluation import ACROSS_JUDGES, span_text, spread  # numpy only: no framework loads
+from acgan.training.run_dir import RESUME_FIXED, read_run  # no framework loads either
 from acgan.util.children import child_env, last_log_line
 from acgan.util.files import write_atomically, write_json
 
@@ -150,10 +151,9 @@ def prepare_output_dir(settings):
     return out
 
 
-# What a reused run must share with the comparison's own runs: what defines its model, data and training
-# (a resumed acgan.train run keeps these too), XLA, and the budget.
-REUSE_FIXED = ("backend", "dataset", "classes", "max_per_class", "policy", "arch", "width", "batch", "seed", "jit",
-               "steps", "minutes")
+# What a reused run must share with the comparison's own runs: what a resumed acgan.train run keeps (its
+# model, data and training), and XLA and the budget.
+REUSE_FIXED = RESUME_FIXED + ("jit", "steps", "minutes")
 FINISHED = ("completed", "diverged")  # a report with either status is a run's end (a diverged run is judged too)
 
 
@@ -162,18 +162,15 @@ def run_states(settings, runs):
     comparison's settings that stopped before its end: interrupted, or killed before its report) or "done"
     (its report says completed or diverged: judged as it is). UserError naming the first run folder that
     holds a run with other settings. Without settings.resume every run is "train"."""
-    from acgan.training.run_dir import saved_config  # numpy-free: no framework loads
-
     states = []
     for policy, seed, run_dir in runs:
-        saved = saved_config(run_dir) if settings.resume else None
-        if saved is None:
+        if not (settings.resume and (run_dir / "config.json").is_file()):
             states.append("train")
             continue
+        saved, info = read_run(run_dir)
+        # The run saved its preset resolved ("auto" from the image shape its dataset.json records).
         wanted = settings.train_config(policy)
-        # The run saved its preset resolved ("auto" from the image shape, as its dataset.json records it).
-        shape = _image_shape(run_dir)
-        wanted = dataclasses.replace(wanted, seed=seed, arch=auto_arch(wanted.arch, shape) if shape else wanted.arch)
+        wanted = dataclasses.replace(wanted, seed=seed, arch=auto_arch(wanted.arch, info["image_shape"]))
         changed = [f"--{k} {getattr(saved, k)!r}, not {getattr(wanted, k)!r}"
                    for k in REUSE_FIXED if getattr(saved, k) != getattr(wanted, k)]
         if changed:
@@ -188,14 +185,6 @@ def run_states(settings, runs):
         else:
             states.append("resume")
     return states
-
-
-def _image_shape(run_dir):
-    """The image shape a run folder's dataset.json records, or None."""
-    try:
-        return tuple(json.loads((run_dir / "dataset.json").read_text())["image_shape"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def train_command(settings, policy, run_dir, seed=None):
@@ -708,7 +697,7 @@ def _training_text(doc, seeds):
     of them by an earlier command, whose conditions this page cannot know."""
     s = doc["settings"]
     reused = doc.get("reused_runs") or []
-    runs = sum(len((r.get("across_seeds") or {}).get("runs") or [r]) for r in doc["rows"])
+    runs = len(s["policies"]) * seeds
     earlier = (" trained by an earlier command in this folder (--resume), so the times are from each run's own "
                "training, beside whatever shared the machine then (compare speeds from acgan.benchmark).")
     if reused and len(reused) == runs:
