@@ -386,10 +386,11 @@ def run_worker(job, work_dir, log_path, name=None, extra_env=None, max_seconds=N
                 stdout=log, stderr=subprocess.STDOUT, env=env, timeout=max_seconds,
             )
         except subprocess.TimeoutExpired:  # subprocess.run has killed the worker
-            return {"status": "too_slow", "reason": f"stopped after {max_seconds:g} s (--max_seconds), its timing "
-                                                     "unfinished", "worker_seconds": time.perf_counter() - started,
-                    "log": str(log_path)}
-    if result_path.exists():
+            proc = None
+    if proc is None:
+        result = {"status": "too_slow",
+                  "reason": f"stopped after {max_seconds:g} s (--max_seconds), its timing unfinished"}
+    elif result_path.exists():
         result = json.loads(result_path.read_text())
     else:
         if proc.returncode < 0:

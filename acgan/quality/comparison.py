@@ -595,7 +595,8 @@ def _paired_text(rows, base):
             z = summary and summary["held_side_in_standard_errors"]
             if z is not None and abs(z) < DECIDED_AT:
                 needed = summary["pairs_to_decide"]
-                open_.append(f"{r['policy']}'s {what}" + (f" (about {needed:,} pairs at this spread)" if needed else ""))
+                needs = f" (about {needed:,} pairs at this spread)" if needed else ""
+                open_.append(f"{r['policy']}'s {what}{needs}")
     if not parts:
         return ""
     text = (f" Paired over the {pairs} seeds (each seed's change against {base} at that seed; mean ± standard "
