@@ -53,7 +53,7 @@ Where this departs from the table, and why:
   blocks.SpectralConv2D (its kernel divided by its largest singular value, Miyato et al. 2018) and D has
   no batch norm; with SPECTRAL_NORM = False the trunk is the table's: conv -> BN (float32 island) ->
   leaky ReLU (-> dropout), BN from the second layer. Measured on swatches with JAX on an H200 (eight runs
-  of 2.8 minutes sharing the GPU, width 0.5, batch 64; the README's exploration table): with the table's
+  of 2.8 minutes sharing the GPU, width 0.5, batch 64; docs/colour-history.md): with the table's
   batch norm every row of the grid was one image by step ~3,600 whatever else changed; with spectral
   normalisation the samples within each row still differed at step ~2,500 (colour varied with z,
   texture with the class). With both changes below, in 20 CPU-minutes on swatches (the README's colour
@@ -70,7 +70,7 @@ Where this departs from the table, and why:
   spectral-norm GANs train (Miyato et al. 2018). Measured as above with the wider D, both runs judged on
   a running average of G's weights (a trial-only patch): 27 / 56 / 68% and per-class 113 / 72 / 62 at
   steps 500 / 1,000 / 1,500, against 42 / 55 / 61% and 98 / 73 / 75 with 0.5: slower at first, ahead
-  by step 1,500. With both (the README's colour table, 20 CPU-minutes, 10,000 samples): judge accuracy 76.6%,
+  by step 1,500. With both (docs/colour-history.md, 20 CPU-minutes, 10,000 samples): judge accuracy 76.6%,
   distance 21.5, per-class 45.5, against 70.5%, 45.9 and 69.1 before them.
 - Q learns classes from real images only (acgan.step.common.Q_LEARNS_FROM_FAKES): the fake batch's
   class loss moves G alone. In the paper Q also learns to name G's labels on G's images, so G and Q can
@@ -89,7 +89,7 @@ Where this departs from the table, and why:
   1,000 samples at steps 1,000 / 2,000 / 3,000): accuracy 42.7 / 79.6 / 87.7% and mean per-class
   distance 87.4 / 47.0 / 35.4, against 53.4 / 74.4 / 80.4% and 69.5 / 53.5 / 39.7 without it; with the
   projection but without Q's class loss on G, 57.1 / 76.6 / 84.8% (Q's loss on G is kept). 20-minute
-  runs per policy: the README's colour table. The reference model's D head stays unconditional.
+  runs per policy: docs/colour-history.md. The reference model's D head stays unconditional.
 - The class term reads the trunk's last map summed over its 4x4 positions (blocks.SumOverPositions,
   the paper's global sum pooling; 129 numbers per image at width 0.5), not the flattened map (2,064):
   one embedding row per class scores a texture wherever it shows, where the flattened map needed one
@@ -101,7 +101,7 @@ Where this departs from the table, and why:
   per policy at seeds 0-2 in the README's colour table. Old acgan_cifar checkpoints do not load into
   this head (acgan.evaluate and --resume say so). Tried instead, not kept: one more G layer at full
   resolution (a 3x3 convolution of 24 maps at 32x32 before the RGB one; 18% slower steps, 82.0% / 82.1%).
-- Tried beside the projection, not kept (stop 32; the README's "How the preset got here"): a mismatch
+- Tried beside the projection, not kept (stop 32; "How the preset got here" in docs/colour-history.md): a mismatch
   term in D's loss (Reed et al. 2016: real images under a wrong label scored as fake), which sharpens
   D's class term (acgan.evaluate's "D's class margin") and sped up the judge's accuracy (80% at step
   1,000 against 54%), but at weight 1 made every row of the grid one image by step 1,250, and at weight
@@ -134,7 +134,7 @@ Where this departs from the table, and why:
   against 87.2%, a seed-to-seed spread of 3.6 points, with checks the class G fails (0-31% in every run
   of stop 28). Averaging G's weights (an EMA, as StyleGAN and BigGAN sample) instead trailed G's
   own weights on every reading from step 2,000 on (by 1.6-13.2 points, per-class distance 50-78 against
-  29-42), with recomputed batch-norm statistics too; not kept. The README's colour table has all runs.
+  29-42), with recomputed batch-norm statistics too; not kept. docs/colour-history.md has all runs.
 - D sees every image augmented (acgan.step.common.DIFF_AUGMENT; DiffAugment, Zhao et al., NeurIPS 2020,
   its CIFAR-10 policy: colour, translation by up to 4 pixels, cutout of a 16x16 square), real and fake,
   in D's pass and in G's, differentiably, so G learns through it; not in the table. In 20 CPU-minutes D
@@ -146,7 +146,7 @@ Where this departs from the table, and why:
   15.5 / 29.0; mixed_float16 79.4% / 28.4 / 43.5 against 80.5% / 16.7 / 37.7, its seed 0 ending on a
   jump (per-class 40.4 at step 2,500, 50.8 at its last, 2,860). The classification accuracy score did
   not move (23-33% either way). The step costs about what it did (4,000-4,106 float32 steps in 20
-  minutes; not timed side by side). The README's colour table has the runs.
+  minutes; not timed side by side). docs/colour-history.md has the runs.
 - Minibatch standard deviation (MINIBATCH_STDDEV): one channel after D's last layer holding how
   much each group of 4 consecutive images varies (blocks.MinibatchStddev; batches come in class order,
   so a group mostly shares a class). Not in the table. Measured on swatches at the paper's learning
