@@ -470,7 +470,7 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
     assert "seed=1 --resume" in (runs[3][2] / "train.log").read_text()
     # The page says which runs this command did not train (their times are from their own training).
     doc = {"settings": {"parallel": 1, "minutes": None, "policies": ["float32", "mixed_float16"]},
-           "rows": [{"across_seeds": {"runs": [{}, {}]}}] * 2, "reused_runs": [str(runs[0][2])]}
+           "reused_runs": [str(runs[0][2])]}
     text = comparison._training_text(doc, 2)
     assert text.startswith("Each policy trained alone") and "The exception: 1 of the 4 runs were trained by an earlier" in text
     doc["reused_runs"] *= 4
