@@ -25,6 +25,12 @@ def define_model_flags(jit=True):
         flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
 
 
+def define_loss_flag():
+    """--loss: D's and G's real/fake loss, for the commands that train (acgan.train, acgan.compare)."""
+    flags.DEFINE_string("loss", "auto", "D's and G's real/fake loss: nonsaturating (the AC-GAN paper's binary "
+                        "cross-entropy), hinge, or auto: the preset's (nonsaturating for both).")
+
+
 def define_backend_flag(of_run=False):
     """--backend tensorflow|jax; main() calls backend.use() before Keras loads. Default: KERAS_BACKEND,
     else tensorflow, or (of_run: commands that read a run) None, meaning the run's own backend."""

@@ -11,6 +11,7 @@ flags.DEFINE_float("minutes", None, "Train every policy this long (equal wall-cl
 flags.DEFINE_integer("batch", 64, "Global batch size.")
 cli.define_data_flags()
 cli.define_model_flags()
+cli.define_loss_flag()
 cli.define_backend_flag()
 cli.define_seed_flag("Seed shared by every policy's run and by the evaluation.")
 cli.define_price_flag()
@@ -48,6 +49,7 @@ def main(argv):
         data_dir=FLAGS.data_dir,
         width=FLAGS.width,
         arch=FLAGS.arch,
+        loss=FLAGS.loss,
         jit=FLAGS.jit,
         seed=FLAGS.seed,
         backend=FLAGS.backend,

@@ -11,6 +11,8 @@ POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
 # Model presets (acgan.model.networks); "auto" resolves from the image shape when the data is loaded.
 ARCHS = ("reference", "acgan_cifar")
+# D's and G's real/fake loss (acgan.step.losses); "auto" is the preset's (acgan.step.common.ADVERSARIAL_LOSS).
+ADVERSARIAL_LOSSES = ("nonsaturating", "hinge")
 
 
 def auto_arch(arch, image_shape):
@@ -24,6 +26,11 @@ def auto_arch(arch, image_shape):
 def validate_arch(name):
     if name not in ("auto",) + ARCHS:
         raise UserError(f"unknown arch {name!r}: choose auto, {', '.join(ARCHS)}")
+
+
+def validate_loss(name):
+    if name not in ("auto",) + ADVERSARIAL_LOSSES:
+        raise UserError(f"unknown loss {name!r}: choose auto, {', '.join(ADVERSARIAL_LOSSES)}")
 
 
 def validate_policy(name):
@@ -66,6 +73,9 @@ class Config:
     # Model preset: reference, acgan_cifar, or auto (acgan_cifar for 32x32x3 images, else reference). A run
     # saves the resolved preset; a saved config without the field is a run of the reference model.
     arch: str = "auto"
+    # D's and G's real/fake loss: nonsaturating, hinge, or auto (the preset's). A run saves the resolved
+    # loss; a saved config without the field is a run of the nonsaturating loss, the only one before --loss.
+    loss: str = "auto"
     # Length: exactly one of steps / epochs / minutes; none given means DEFAULT_STEPS steps.
     steps: Optional[int] = None
     epochs: Optional[int] = None
@@ -113,6 +123,7 @@ class Config:
         validate_strategy(self.strategy, self.devices)
         validate_backend(self.backend, self.strategy)
         validate_arch(self.arch)
+        validate_loss(self.loss)
         positive_int("batch", self.batch)
         positive_number("width", self.width)
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
@@ -142,6 +153,7 @@ class Config:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in values.items() if k in known}
         values.setdefault("arch", "reference")  # runs from before --arch trained the reference model
+        values.setdefault("loss", "nonsaturating")  # and runs from before --loss the nonsaturating loss
         for name in ("classes", "devices"):
             if values.get(name) is not None:
                 values[name] = tuple(values[name])

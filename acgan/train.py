@@ -14,6 +14,7 @@ flags.DEFINE_integer("steps", None, "Train this many steps (default 1000 when no
 flags.DEFINE_integer("epochs", None, "Train this many passes over the data.")
 flags.DEFINE_float("minutes", None, "Train for this much wall-clock time.")
 cli.define_model_flags()
+cli.define_loss_flag()
 cli.define_strategy_flags()
 cli.define_backend_flag()
 flags.DEFINE_boolean("sync_bn", True, "With several replicas, batch-norm statistics over the global batch.")
@@ -47,6 +48,7 @@ def config_from_flags():
         batch=FLAGS.batch,
         width=FLAGS.width,
         arch=FLAGS.arch,
+        loss=FLAGS.loss,
         steps=FLAGS.steps,
         epochs=FLAGS.epochs,
         minutes=FLAGS.minutes,

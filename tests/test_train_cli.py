@@ -67,7 +67,7 @@ def test_train_writes_grids_report_checkpoints_and_logs(runs, policy):
     assert report["adam_beta_1"] == 0.5  # the seed's (acgan_cifar: 0)
     markdown = (run_dir / "report.md").read_text()
     assert "time per batch" in markdown
-    assert ("| model | reference, width 0.125, Adam learning rates D 0.0002, G 0.001, Q 0.001, Adam beta_1 0.5 |") in markdown
+    assert ("| model | reference, width 0.125, nonsaturating loss for D and G, Adam learning rates D 0.0002, G 0.001, Q 0.001, Adam beta_1 0.5 |") in markdown
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("ckpt-4"))
     assert any((run_dir / "tensorboard").iterdir())
 
@@ -153,6 +153,7 @@ BAD_INPUTS = {
     "steps with minutes": (lambda t: ["--steps", "10", "--minutes", "1"], "only one of --steps, --epochs, --minutes"),
     "bad price": (lambda t: ["--price_per_hour", "-1"], "--price_per_hour must be a positive number"),
     "stray argument": (lambda t: ["stray"], "unexpected arguments"),
+    "unknown loss": (lambda t: ["--loss", "wgan"], "unknown loss 'wgan': choose auto, nonsaturating, hinge"),
     "missing npz": (lambda t: ["--dataset", f"npz:{t / 'none.npz'}"], "does not exist"),
     "truncated npz": (lambda t: ["--dataset", _truncated_npz(t)], "d.npz"),
     "npz without labels": (lambda t: ["--dataset", _npz(t, labels=False)], "labels"),

@@ -36,6 +36,7 @@ from typing import Optional
 from acgan.config import POLICIES, Config, auto_arch, validate_policy
 from acgan.errors import UserError
 from acgan.quality.evaluation import ACROSS_JUDGES, span_text, spread  # numpy only: no framework loads
+from acgan.step.common import adversarial_loss  # numpy only too
 from acgan.training.run_dir import RESUME_FIXED, read_run  # no framework loads either
 from acgan.util.children import child_env, last_log_line
 from acgan.util.files import write_atomically, write_json
@@ -64,6 +65,7 @@ class CompareSettings:
     data_dir: str = "data"
     width: float = 1.0
     arch: str = "auto"                # model preset (acgan.model.networks), resolved by each run from the data
+    loss: str = "auto"                # D's and G's real/fake loss (acgan.step.losses); auto: the preset's
     jit: bool = True
     seed: int = 0
     backend: str = "tensorflow"       # every run trains, and is judged, on this Keras backend
@@ -107,7 +109,7 @@ class CompareSettings:
     def train_config(self, policy, output_dir=None):
         return Config(dataset=self.dataset, classes=self.classes, data_dir=self.data_dir,
                       max_per_class=self.max_per_class, policy=policy, batch=self.batch, width=self.width,
-                      arch=self.arch, steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed,
+                      arch=self.arch, loss=self.loss, steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed,
                       backend=self.backend, price_per_hour=self.price_per_hour, output_dir=output_dir, labels=self.labels)
 
     def budget(self):
@@ -168,9 +170,10 @@ def run_states(settings, runs):
             states.append("train")
             continue
         saved, info = read_run(run_dir)
-        # The run saved its preset resolved ("auto" from the image shape its dataset.json records).
+        # The run saved its preset and loss resolved ("auto" from the image shape its dataset.json records).
         wanted = settings.train_config(policy)
-        wanted = dataclasses.replace(wanted, seed=seed, arch=auto_arch(wanted.arch, info["image_shape"]))
+        arch = auto_arch(wanted.arch, info["image_shape"])
+        wanted = dataclasses.replace(wanted, seed=seed, arch=arch, loss=adversarial_loss(arch, wanted.loss))
         changed = [f"--{k} {getattr(saved, k)!r}, not {getattr(wanted, k)!r}"
                    for k in REUSE_FIXED if getattr(saved, k) != getattr(wanted, k)]
         if changed:
@@ -192,7 +195,7 @@ def train_command(settings, policy, run_dir, seed=None):
     s = settings
     args = [sys.executable, "-m", "acgan.train", "--policy", policy, "--output_dir", str(run_dir),
             "--dataset", s.dataset, "--data_dir", s.data_dir, "--batch", str(s.batch), "--width", repr(s.width),
-            "--arch", s.arch, "--seed", str(s.seed if seed is None else seed), "--jit" if s.jit else "--nojit",
+            "--arch", s.arch, "--loss", s.loss, "--seed", str(s.seed if seed is None else seed), "--jit" if s.jit else "--nojit",
             "--backend", s.backend]
     args += ["--steps", str(s.steps)] if s.steps is not None else ["--minutes", repr(s.minutes)]
     if s.classes:
@@ -780,7 +783,7 @@ def render_markdown(doc):
     price = f"${s['price_per_hour']}/h" if s["price_per_hour"] else "no --price_per_hour given"
     lines = [
         f"# Mixed precision compared: {s['dataset']}, batch {s['batch']}, width {s['width']:g}, {budget} each"
-        + (f", {seeds} seeds" if seeds > 1 else ""),
+        + (f", {seeds} seeds" if seeds > 1 else "") + (f", {s['loss']} loss" if s.get("loss", "auto") != "auto" else ""),
         "",
         f"`{doc['command']}`",
         "",

@@ -7,6 +7,8 @@ a JAX array alike).
 """
 import numpy as np
 
+from acgan.config import ADVERSARIAL_LOSSES
+
 # Adam's learning rates for the D, G and Q optimizers, per model preset: the
 # reference model keeps the seed's; acgan_cifar trains at the paper's 2e-4 (paper_cifar.py says what was
 # measured).
@@ -35,6 +37,9 @@ LEARNING_RATE_DECAY = {"reference": None, "acgan_cifar": 0.25}
 # preset, or None: the reference model keeps the seed's step; acgan_cifar's D and Q see augmented real and
 # fake images (paper_cifar.py says what was measured).
 DIFF_AUGMENT = {"reference": None, "acgan_cifar": ("color", "translation", "cutout")}
+# D's and G's real/fake loss per preset (acgan.step.losses; --loss overrides it): both presets keep the
+# AC-GAN paper's nonsaturating loss (docs/colour-history.md has the hinge trials).
+ADVERSARIAL_LOSS = {"reference": "nonsaturating", "acgan_cifar": "nonsaturating"}
 OPTIMIZER_NAMES = ("d", "g", "q")
 LOSS_METRICS = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake")
 # The order of the step's metric vector.
@@ -74,6 +79,19 @@ def diff_augment(arch="reference"):
     return DIFF_AUGMENT[arch]
 
 
+def adversarial_loss(arch="reference", loss="auto"):
+    """The real/fake loss a run of preset `arch` trains with: `loss`, or with "auto" the preset's
+    (ADVERSARIAL_LOSS)."""
+    return ADVERSARIAL_LOSS[arch] if loss == "auto" else check_adversarial_loss(loss)
+
+
+def check_adversarial_loss(loss):
+    """`loss` if it names one of ADVERSARIAL_LOSSES (a step takes a resolved name, not "auto")."""
+    if loss not in ADVERSARIAL_LOSSES:
+        raise ValueError(f"unknown adversarial loss {loss!r}: one of {', '.join(ADVERSARIAL_LOSSES)}")
+    return loss
+
+
 def learning_rate_scale(progress, decay):
     """The factor on the learning rates at `progress` through a run (0 at its start, 1 at its end; None
     when the run has no set length) when they fall linearly to zero over its last `decay` (None: no
@@ -84,12 +102,14 @@ def learning_rate_scale(progress, decay):
     return min(100, round(100 * left / decay)) / 100
 
 
-def step_options(arch="reference"):
+def step_options(arch="reference", loss="auto"):
     """A preset's keyword arguments for the train step (tf_step.ACGAN, jax_step.JaxACGAN): its learning
-    rates, what Q and G learn from, Adam's beta_1, the augmentation of D's inputs. Every place that builds
-    a step for a preset's weights (training, sampling from a checkpoint, the benchmark) builds the same step."""
+    rates, what Q and G learn from, Adam's beta_1, the augmentation of D's inputs, and its real/fake loss
+    (`loss`, or with "auto" the preset's). Every place that builds a step for a preset's weights (training,
+    sampling from a checkpoint, the benchmark) builds the same step."""
     return {"learning_rates": learning_rates(arch), "q_learns_from_fakes": q_learns_from_fakes(arch),
-            "g_learns_from_q": g_learns_from_q(arch), "beta_1": adam_beta_1(arch), "augment": diff_augment(arch)}
+            "g_learns_from_q": g_learns_from_q(arch), "beta_1": adam_beta_1(arch), "augment": diff_augment(arch),
+            "loss": adversarial_loss(arch, loss)}
 
 
 class StepMetrics:

@@ -75,7 +75,7 @@ class JaxACGAN:
     """Holds the models, the three optimizers and the step's state, and runs the step on one device."""
 
     def __init__(self, models, num_classes, policy, jit=True, learning_rates=None, q_learns_from_fakes=True,
-                 g_learns_from_q=True, beta_1=BETA_1, augment=None):
+                 g_learns_from_q=True, beta_1=BETA_1, augment=None, loss="nonsaturating"):
         if keras.backend.backend() != "jax":
             raise RuntimeError(f"JaxACGAN needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
         self.models = models
@@ -93,6 +93,7 @@ class JaxACGAN:
         self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (common.adam_beta_1(arch) gives a preset's)
         # The augmentation of every image D's trunk sees (acgan.step.augment's policy names), or None.
         self.augment = tuple(augment) if augment else None
+        self.loss = common.check_adversarial_loss(loss)  # D's and G's real/fake loss (losses.d_adversarial)
         self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
         self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
         self.q_optimizer = precision.make_optimizer(q_rate, self.beta_1, policy, "q_optimizer")
@@ -239,7 +240,6 @@ class JaxACGAN:
         labels = jnp.asarray(labels).astype(jnp.int32)
         fake_labels = jnp.asarray(fake_labels).astype(jnp.int32)
         batch = real.shape[0]
-        ones, zeros = jnp.ones((batch, 1), jnp.float32), jnp.zeros((batch, 1), jnp.float32)
         iterations_before = self._iterations(optimizer_values)
 
         if self.augment:  # the same draws as the TF step's (a hash of the step counter)
@@ -271,7 +271,7 @@ class JaxACGAN:
                                                            training=True)
             d_fake, head_state = m.d_head.stateless_call(head_trainable, head_state,
                                                          d_head_inputs(m.d_head, features, fake_labels), training=True)
-            d_loss = losses.bce(ones, d_real) + losses.bce(zeros, d_fake)
+            d_loss = losses.d_adversarial(self.loss, d_real, d_fake)
             return self._scaled("d", optimizer_values["d"], d_loss), (d_loss, trunk_state, head_state)
 
         d_grads, (d_loss, t_non_trainable, dh_non_trainable) = jax.grad(d_loss_fn, has_aux=True)(
@@ -289,7 +289,7 @@ class JaxACGAN:
             features, _ = m.trunk.stateless_call(t_trainable, t_non_trainable, fake_images, training=True)
             d_fake, _ = m.d_head.stateless_call(dh_trainable, dh_non_trainable,
                                                 d_head_inputs(m.d_head, features, fake_labels), training=True)
-            g_loss = losses.bce(ones, d_fake)
+            g_loss = losses.g_adversarial(self.loss, d_fake)
             return self._scaled("g", optimizer_values["g"], g_loss), g_loss
 
         def q_loss_fn(trunk_trainable, q_head_trainable, fake_images):

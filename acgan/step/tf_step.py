@@ -36,7 +36,7 @@ class ACGAN(tf.Module):
     """
 
     def __init__(self, models, num_classes, policy, jit=True, strategy=None, sync_bn=True, learning_rates=None,
-                 q_learns_from_fakes=True, g_learns_from_q=True, beta_1=BETA_1, augment=None):
+                 q_learns_from_fakes=True, g_learns_from_q=True, beta_1=BETA_1, augment=None, loss="nonsaturating"):
         super().__init__(name="acgan")
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
@@ -57,6 +57,7 @@ class ACGAN(tf.Module):
         self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (common.adam_beta_1(arch) gives a preset's)
         # The augmentation of every image D's trunk sees (acgan.step.augment's policy names), or None.
         self.augment = tuple(augment) if augment else None
+        self.loss = common.check_adversarial_loss(loss)  # D's and G's real/fake loss (losses.d_adversarial)
         with self.strategy.scope():
             self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
             self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
@@ -168,11 +169,10 @@ class ACGAN(tf.Module):
         """D's loss (this replica's share) and its still-scaled gradients; `fake` is a constant here. D's
         head gets each image's label (the real one; the one G was asked for) when it is class-conditional."""
         m = self.models
-        batch = tf.shape(real)[0]
         with tf.GradientTape() as tape:
             d_real = m.d_head(d_head_inputs(m.d_head, m.trunk(real, training=True), labels), training=True)
             d_fake = m.d_head(d_head_inputs(m.d_head, m.trunk(fake, training=True), fake_labels), training=True)
-            d_loss = (losses.bce(tf.ones((batch, 1)), d_real) + losses.bce(tf.zeros((batch, 1)), d_fake)) / self.replicas
+            d_loss = losses.d_adversarial(self.loss, d_real, d_fake) / self.replicas
             scaled = precision.scale_loss(self.d_optimizer, d_loss)
         return tf.cast(d_loss, tf.float32), tape.gradient(scaled, self.d_variables)
 
@@ -185,7 +185,6 @@ class ACGAN(tf.Module):
         the batch statistics without moving their averages again (a StatelessScope drops the updates).
         """
         m = self.models
-        batch = tf.shape(real)[0]
         q_trunk_and_head = m.trunk.trainable_variables + m.q_head.trainable_variables
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(fake)
@@ -197,7 +196,7 @@ class ACGAN(tf.Module):
             with keras.StatelessScope():
                 real_features = m.trunk(real, training=True)
             d_fake = m.d_head(d_head_inputs(m.d_head, fake_features, fake_labels), training=True)
-            g_loss = losses.bce(tf.ones((batch, 1)), d_fake) / self.replicas
+            g_loss = losses.g_adversarial(self.loss, d_fake) / self.replicas
             q_real = m.q_head(real_features, training=True)
             q_fake = m.q_head(fake_features, training=True)
             q_real_loss = losses.ce(labels, q_real) / self.replicas

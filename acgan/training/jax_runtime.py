@@ -27,7 +27,7 @@ class JaxRuntime:
         return contextlib.nullcontext()
 
     def make_step(self, models, num_classes, config):
-        return JaxACGAN(models, num_classes, config.policy, jit=config.jit, **step_options(config.arch))
+        return JaxACGAN(models, num_classes, config.policy, jit=config.jit, **step_options(config.arch, config.loss))
 
     def layout(self, gan):
         return {

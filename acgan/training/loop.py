@@ -27,7 +27,7 @@ from acgan.errors import UserError
 from acgan.measure import advice, device
 from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.model.precision import needs_loss_scaling
-from acgan.step.common import OPTIMIZER_NAMES, learning_rate_decay, learning_rate_scale
+from acgan.step.common import OPTIMIZER_NAMES, adversarial_loss, learning_rate_decay, learning_rate_scale
 from acgan.training import report as run_report
 from acgan.training import run_lock
 from acgan.training.health import DivergenceMonitor
@@ -72,8 +72,10 @@ def run(config, command=None):
     runtime = make_runtime(config)  # before anything touches a device
     chief = runtime.chief
     data = load_data(config)
-    # "auto" becomes the preset it picks for this data, saved as such, so every reader rebuilds that one.
-    config = dataclasses.replace(config, arch=resolve_arch(config.arch, data.image_shape))
+    # "auto" becomes the preset it picks for this data (and the loss that preset trains with), saved as such,
+    # so every reader rebuilds that one.
+    arch = resolve_arch(config.arch, data.image_shape)
+    config = dataclasses.replace(config, arch=arch, loss=adversarial_loss(arch, config.loss))
     run_dir, resume = prepare_run_dir(config, chief)
     lock = run_lock.take(run_dir, chief)  # one writer per run folder (the chief); the kernel frees it if we die
     # Every worker does the same work (reads of replicated state may be collective); only the chief's

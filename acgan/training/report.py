@@ -165,10 +165,11 @@ def render_markdown(report):
 
 
 def _model(report):
-    """The model preset, its width and (in reports that record them) its Adam learning rates; runs from
-    before --arch trained the reference model."""
+    """The model preset, its width, its real/fake loss and (in reports that record them) its Adam learning
+    rates; runs from before --arch trained the reference model."""
     config = report.get("config") or {}
     text = f"{config.get('arch', 'reference')}, width {config.get('width', 1.0):g}"
+    text += f", {config.get('loss', 'nonsaturating')} loss for D and G"  # runs from before --loss: nonsaturating
     rates = report.get("learning_rates")
     if rates:
         text += ", Adam learning rates " + ", ".join(f"{name.upper()} {rate:g}" for name, rate in rates.items())

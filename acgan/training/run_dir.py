@@ -16,7 +16,7 @@ from acgan.util.files import write_atomically, write_json
 
 OUTPUTS = Path("outputs")
 # Settings that define the model, its optimizer state or its data stream: a resumed run keeps them.
-RESUME_FIXED = ("backend", "dataset", "classes", "max_per_class", "policy", "arch", "width", "batch", "seed")
+RESUME_FIXED = ("backend", "dataset", "classes", "max_per_class", "policy", "arch", "loss", "width", "batch", "seed")
 LENGTH_SETTINGS = ("steps", "epochs", "minutes")
 
 

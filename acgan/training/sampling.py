@@ -42,7 +42,7 @@ def load_run(run_dir):
         from acgan.step.jax_step import JaxACGAN
 
         # jit: generate() compiles once; the preset's step, so the saved optimizers' state fits
-        gan = JaxACGAN(models, num_classes, config.policy, jit=True, **step_options(config.arch))
+        gan = JaxACGAN(models, num_classes, config.policy, jit=True, **step_options(config.arch, config.loss))
         with _mismatch_as_user_error(run_dir, latest, config):
             gan.load_state(saved.read_state(latest))
         gan.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
@@ -51,7 +51,7 @@ def load_run(run_dir):
 
     from acgan.step.tf_step import ACGAN
 
-    gan = ACGAN(models, num_classes, config.policy, jit=False, **step_options(config.arch))
+    gan = ACGAN(models, num_classes, config.policy, jit=False, **step_options(config.arch, config.loss))
     with _mismatch_as_user_error(run_dir, latest, config):
         if config.backend == "jax":  # a JAX run on TensorFlow: its model weights by variable path, and its step
             arrays = saved.read_state(latest)

@@ -76,7 +76,7 @@ class TensorFlowRuntime:
 
     def make_step(self, models, num_classes, config):
         return ACGAN(models, num_classes, config.policy, jit=config.jit, strategy=self.strategy,
-                     sync_bn=config.sync_bn, **step_options(config.arch))
+                     sync_bn=config.sync_bn, **step_options(config.arch, config.loss))
 
     def layout(self, gan):
         return run_report.distribution_summary(self.strategy, gan)

@@ -424,6 +424,17 @@ def test_compare_trains_at_most_parallel_runs_at_once_and_starts_none_after_a_fa
     assert "the steps each reached" not in comparison._alone_text({"parallel": 2, "minutes": None}, 1)
 
 
+def test_compare_trains_every_run_with_its_loss_and_refuses_an_unknown_one():
+    from acgan.errors import UserError
+    from acgan.quality import comparison
+
+    settings = comparison.CompareSettings(steps=5, loss="hinge")
+    args = comparison.train_command(settings.validate(), "float32", Path("run"), seed=3)
+    assert args[args.index("--loss") + 1] == "hinge" and args[args.index("--seed") + 1] == "3"
+    with pytest.raises(UserError, match="unknown loss 'wgan': choose auto, nonsaturating, hinge"):
+        comparison.CompareSettings(steps=5, loss="wgan").validate()
+
+
 def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_missing_ones(tmp_path, monkeypatch):
     """--resume: in the comparison's folder a finished run is left as it is, an interrupted one goes on with
     acgan.train --resume (its log appended to), a missing one trains; a run trained with other settings,
@@ -445,9 +456,11 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
     def saved(run_dir, status=None, **changes):
         run_dir.mkdir(parents=True, exist_ok=True)
         policy, seed = run_dir.name.split("-seed")[0], int(run_dir.name.split("-seed")[1]) if "-seed" in run_dir.name else 0
-        # As acgan.train saves it: the preset resolved from the data's shape ("auto" -> reference for 28x28x1).
+        # As acgan.train saves it: the preset resolved from the data's shape ("auto" -> reference for 28x28x1),
+        # and the loss from the preset.
         config = dataclasses.replace(settings.train_config(policy), **{"seed": seed, "eval_every": 500,
-                                                                       "arch": "reference", **changes})
+                                                                       "arch": "reference", "loss": "nonsaturating",
+                                                                       **changes})
         (run_dir / "config.json").write_text(config.to_json())
         (run_dir / "dataset.json").write_text(json.dumps({"image_shape": [28, 28, 1]}))
         if status:
@@ -481,6 +494,9 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
         comparison.run_states(settings, runs)
     saved(runs[2][2], "completed", arch="acgan_cifar")  # explicitly, where "auto" means reference
     with pytest.raises(UserError, match=r"float32-seed1 holds a run trained with --arch 'acgan_cifar', not 'reference'"):
+        comparison.run_states(settings, runs)
+    saved(runs[2][2], "completed", loss="hinge")  # where "auto" means the reference preset's nonsaturating loss
+    with pytest.raises(UserError, match=r"float32-seed1 holds a run trained with --loss 'hinge', not 'nonsaturating'"):
         comparison.run_states(settings, runs)
     # Under --minutes an unfinished run cannot rejoin (acgan.train's --minutes is per session).
     minutes = dataclasses.replace(settings, steps=None, minutes=1.0)

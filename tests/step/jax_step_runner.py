@@ -9,7 +9,7 @@ IN.npz holds the job: `mode` ("steps" or "overflow"), `policy`, `width`, `jit`, 
 `d_learning_rate`, `scale/<d|g|q>` (pinned loss scales), `steps`, `q_learns_from_fakes`, `g_learns_from_q`,
 `augment` (the augmentation policy's names, comma-separated), `learning_rate_scale` (set with
 set_learning_rate_scale before the steps), `arch` and `shape` (the model preset and image shape; default
-reference, 28x28x1). OUT.npz holds what the mode measured.
+reference, 28x28x1), `loss` (D's and G's real/fake loss; default nonsaturating). OUT.npz holds what the mode measured.
 
 TensorFlow is blocked here (sys.modules["tensorflow"] = None), so a run also shows the JAX step never
 needs it.
@@ -42,7 +42,8 @@ def main(in_path, out_path):
     gan = jax_step.JaxACGAN(models, 10, policy, jit=bool(job["jit"]),
                             q_learns_from_fakes=bool(job.get("q_learns_from_fakes", True)),
                             g_learns_from_q=bool(job.get("g_learns_from_q", True)),
-                            augment=tuple(str(job["augment"]).split(",")) if "augment" in job else None)
+                            augment=tuple(str(job["augment"]).split(",")) if "augment" in job else None,
+                            loss=str(job.get("loss", "nonsaturating")))
     state = gan.state()
     if "d_learning_rate" in job:
         state["optimizers/d_optimizer_adam/learning_rate"] = np.float32(job["d_learning_rate"])

@@ -61,11 +61,11 @@ def _batch(n=BATCH, seed=SEED, arch="reference"):
 
 def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=None, scales=None, steps=1,
              q_learns_from_fakes=True, g_learns_from_q=True, learning_rate_scale=None, arch="reference",
-             augment=None):
+             augment=None, loss="nonsaturating"):
     """Runs jax_step_runner.py on this job; returns what it saved."""
     values, paths = weights
     job = {"mode": mode, "policy": policy, "width": WIDTH, "jit": jit, "steps": steps, "arch": arch,
-           "shape": np.array(SHAPES[arch]),
+           "shape": np.array(SHAPES[arch]), "loss": loss,
            "q_learns_from_fakes": q_learns_from_fakes, "g_learns_from_q": g_learns_from_q,
            "images": batch[0], "labels": batch[1], "z": batch[2], "fake_labels": batch[3]}
     for model, arrays in values.items():
@@ -92,7 +92,7 @@ def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=
 
 
 def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns_from_fakes=True,
-             g_learns_from_q=True, learning_rate_scale=None, arch="reference", augment=None):
+             g_learns_from_q=True, learning_rate_scale=None, arch="reference", augment=None, loss="nonsaturating"):
     """One TF step (graph, XLA off) under `policy` from `weights`: its metric vector, first moments,
     fingerprint of the initial weights, and the models before the step (for batch statistics)."""
     values, _ = weights
@@ -103,7 +103,7 @@ def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns
             for variable, value in zip(model.variables, values[model.name]):
                 variable.assign(value)
         gan = tf_step.ACGAN(models, 10, policy, jit=False, q_learns_from_fakes=q_learns_from_fakes,
-                            g_learns_from_q=g_learns_from_q, augment=augment)
+                            g_learns_from_q=g_learns_from_q, augment=augment, loss=loss)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     if learning_rate_scale is not None:
@@ -220,14 +220,16 @@ def test_q_learning_from_real_images_only_matches_the_tf_step(float32_runs, weig
 
 
 @pytest.mark.slow
-def test_the_paper_preset_step_matches_the_tf_step(tmp_path):
+@pytest.mark.parametrize("loss", ["nonsaturating", "hinge"])
+def test_the_paper_preset_step_matches_the_tf_step(loss, tmp_path):
     """acgan_cifar (spectral norm, minibatch spread, the projection D head, Q learning from real images
     only, G learning from D alone, D's inputs augmented) on both backends from the same weights and batch,
     the learning rates halved as the preset's decay halves them: the same losses and first moments, the
-    rates the compiled step used; Q's optimizer holds the trunk and Q head only."""
+    rates the compiled step used; Q's optimizer holds the trunk and Q head only. With either real/fake loss."""
     weights, batch = _initial_weights("acgan_cifar"), _batch(arch="acgan_cifar")
     options = {"q_learns_from_fakes": False, "g_learns_from_q": False,  # the preset's (common.step_options)
-               "augment": common.diff_augment("acgan_cifar")}  # the same draws on both backends
+               "augment": common.diff_augment("acgan_cifar"),  # the same draws on both backends
+               "loss": loss}
     options["learning_rate_scale"] = 0.5  # halfway through the preset's learning-rate decay
     tf_run = _tf_step("float32", weights, batch, arch="acgan_cifar", **options)
     jax_run = _run_jax(tmp_path, "steps", "float32", weights, batch, arch="acgan_cifar", **options)

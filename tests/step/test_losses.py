@@ -1,0 +1,62 @@
+"""D's and G's real/fake losses (acgan.step.losses), the --loss setting that picks one, and the checks
+a run and a resume make on it."""
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from acgan.config import Config
+from acgan.errors import UserError
+from acgan.step import common, losses
+from acgan.training import run_dir as run_dirs
+
+LOGITS = np.array([[-2.0], [-0.5], [0.5], [2.0]], np.float32)
+
+
+def test_the_nonsaturating_loss_is_the_ac_gan_papers_binary_cross_entropy():
+    real, fake = LOGITS, LOGITS[::-1] * 0.5
+    sigmoid = 1 / (1 + np.exp(-LOGITS.astype(np.float64)))
+    d_loss = float(losses.d_adversarial("nonsaturating", real, fake))
+    expected = -np.mean(np.log(sigmoid)) - np.mean(np.log(1 - 1 / (1 + np.exp(-fake.astype(np.float64)))))
+    assert d_loss == pytest.approx(expected, rel=1e-6)
+    # G raises log D(G(z)): the same binary cross-entropy with the fakes labelled real.
+    assert float(losses.g_adversarial("nonsaturating", LOGITS)) == pytest.approx(-np.mean(np.log(sigmoid)), rel=1e-6)
+
+
+def test_the_hinge_loss_and_its_margins():
+    # D: mean(relu(1 - real)) + mean(relu(1 + fake)) = mean(3, 1.5, 0.5, 0) + mean(0, 0.5, 1.5, 3).
+    assert float(losses.d_adversarial("hinge", LOGITS, LOGITS)) == pytest.approx(1.25 + 1.25)
+    assert float(losses.g_adversarial("hinge", LOGITS)) == pytest.approx(0.0)  # -mean of the logits
+    real, fake = tf.Variable(LOGITS), tf.Variable(LOGITS)
+    with tf.GradientTape() as tape:
+        d_loss = losses.d_adversarial("hinge", real, fake)
+    d_real, d_fake = tape.gradient(d_loss, [real, fake])
+    # A real logit past +1 or a fake one past -1 is beyond the margin: no gradient; the others 1/batch each.
+    np.testing.assert_allclose(d_real.numpy().ravel(), [-0.25, -0.25, -0.25, 0.0])
+    np.testing.assert_allclose(d_fake.numpy().ravel(), [0.0, 0.25, 0.25, 0.25])
+    with tf.GradientTape() as tape:
+        g_loss = losses.g_adversarial("hinge", fake)
+    np.testing.assert_allclose(tape.gradient(g_loss, fake).numpy().ravel(), [-0.25] * 4)  # no saturation
+
+
+def test_auto_is_the_presets_loss_and_a_step_takes_only_a_known_one():
+    assert common.adversarial_loss("acgan_cifar") == common.ADVERSARIAL_LOSS["acgan_cifar"]
+    assert common.adversarial_loss("reference", "hinge") == "hinge"
+    assert common.step_options("acgan_cifar", "hinge")["loss"] == "hinge"
+    with pytest.raises(ValueError, match="unknown adversarial loss 'auto'"):
+        common.check_adversarial_loss("auto")
+
+
+def test_config_round_trips_the_loss_an_old_config_reads_as_nonsaturating_and_a_resume_keeps_it(tmp_path):
+    config = Config(dataset="swatches", arch="acgan_cifar", loss="hinge").validate()
+    assert Config.from_json(config.to_json()).loss == "hinge"
+    old = json.loads(Config().to_json())
+    del old["loss"]
+    assert Config.from_json(json.dumps(old)).loss == "nonsaturating"
+    with pytest.raises(UserError, match="unknown loss 'wgan': choose auto, nonsaturating, hinge"):
+        Config(loss="wgan").validate()
+    saved = dataclasses.replace(config, output_dir=str(tmp_path))
+    with pytest.raises(UserError, match="--loss 'hinge' -> 'nonsaturating'"):
+        run_dirs.check_resumable(dataclasses.replace(saved, loss="nonsaturating"), saved, tmp_path)
