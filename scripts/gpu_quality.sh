@@ -24,6 +24,7 @@
 #   ACGAN_GPU_STEPS [5000]  ACGAN_GPU_SEEDS [3]  ACGAN_GPU_POLICIES [float32,mixed_float16,mixed_bfloat16]
 #   ACGAN_GPU_PARALLEL [runs in all: policies x seeds]  ACGAN_GPU_SAMPLES [10000]  ACGAN_GPU_WIDTH [0.5]
 #   ACGAN_GPU_BATCH [64]  ACGAN_GPU_MATMUL [highest; empty: JAX's default]  ACGAN_GPU_DATA_DIR [data]
+#   ACGAN_GPU_LOSS [auto: the preset's; or nonsaturating, hinge: acgan.train --loss]
 #   ACGAN_GPU_BUDGET_S [480: seconds from start after which compare is stopped]
 #   ACGAN_GPU_PYTHON, ACGAN_GPU_WHEELS, ACGAN_GPU_SITE: as scripts/gpu_env.sh
 set -euo pipefail
@@ -66,7 +67,7 @@ for split in ('train', 'test'): print(split, len(swatches.load(split, data_dir='
 local status=0
 timeout -s INT -k 60 $((BUDGET - (SECONDS - STARTED))) "$PY" -m acgan.compare --backend jax --jit \
     --dataset swatches --data_dir "$DATA_DIR" --arch acgan_cifar --width "${ACGAN_GPU_WIDTH:-0.5}" \
-    --batch "${ACGAN_GPU_BATCH:-64}" --policies "$POLICIES" --steps "$STEPS" --seeds "$SEEDS" \
+    --batch "${ACGAN_GPU_BATCH:-64}" --loss "${ACGAN_GPU_LOSS:-auto}" --policies "$POLICIES" --steps "$STEPS" --seeds "$SEEDS" \
     --parallel "$PARALLEL" --num_samples "${ACGAN_GPU_SAMPLES:-10000}" --output_dir "$WORK/compare" || status=$?
 
 # Every run's report, quality, log and final grid (not its checkpoints), whatever happened.
