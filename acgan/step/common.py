@@ -2,8 +2,8 @@
 the training health checks and the reports can use it without loading a framework.
 
 The optimizers' names and learning rates (per model preset), the order of the step's metric vector,
-and StepMetrics, the vector's host-side reader (numpy only: `np.asarray` copies a TensorFlow tensor or
-a JAX array alike).
+StepOptions (the preset's settings every backend's step holds) and StepMetrics, the vector's host-side
+reader (numpy only: `np.asarray` copies a TensorFlow tensor or a JAX array alike).
 """
 import numpy as np
 
@@ -110,6 +110,26 @@ def step_options(arch="reference", loss="auto"):
     return {"learning_rates": learning_rates(arch), "q_learns_from_fakes": q_learns_from_fakes(arch),
             "g_learns_from_q": g_learns_from_q(arch), "beta_1": adam_beta_1(arch), "augment": diff_augment(arch),
             "loss": adversarial_loss(arch, loss)}
+
+
+class StepOptions:
+    """The preset's settings that the step of every backend holds (tf_step.ACGAN and jax_step.JaxACGAN
+    take them as keyword arguments; step_options gives a preset's), set in one place."""
+
+    def set_options(self, learning_rates=None, q_learns_from_fakes=True, g_learns_from_q=True, beta_1=BETA_1,
+                    augment=None, loss="nonsaturating"):
+        # (D, G, Q); None: the reference model's (learning_rates(arch) gives a preset's).
+        self.learning_rates = tuple(learning_rates or LEARNING_RATES["reference"])
+        self.learning_rate_scale = 1.0  # the factor on them now (set_learning_rate_scale: the preset's decay)
+        # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
+        self.q_learns_from_fakes = bool(q_learns_from_fakes)
+        # False: the fake batch's class loss moves nothing (it is only measured); the class reaches G
+        # through D alone (acgan_cifar's projection D head).
+        self.g_learns_from_q = bool(g_learns_from_q)
+        self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (adam_beta_1(arch) gives a preset's)
+        # The augmentation of every image D's trunk sees (acgan.step.augment's policy names), or None.
+        self.augment = tuple(augment) if augment else None
+        self.loss = check_adversarial_loss(loss)  # D's and G's real/fake loss (losses.d_adversarial)
 
 
 class StepMetrics:

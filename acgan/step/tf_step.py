@@ -28,7 +28,7 @@ def _accuracy(labels, logits):
     return tf.reduce_mean(tf.cast(tf.equal(predicted, labels), tf.float32))
 
 
-class ACGAN(tf.Module):
+class ACGAN(tf.Module, common.StepOptions):
     """Holds the models, the three optimizers and the step counter, and runs the step on a strategy.
 
     A tf.Module, so `tf.train.Checkpoint(gan=gan)` saves all of it, loss-scale state included. Build
@@ -46,18 +46,8 @@ class ACGAN(tf.Module):
         self.synchronized_batch_norm = bool(sync_bn and self.replicas > 1)
         if self.synchronized_batch_norm:
             distribute.synchronize_batch_norm(models)
-        # (D, G, Q); None: the reference model's (common.learning_rates(arch) gives a preset's).
-        self.learning_rates = d_rate, g_rate, q_rate = tuple(learning_rates or common.learning_rates())
-        self.learning_rate_scale = 1.0  # the factor on them now (set_learning_rate_scale: the preset's decay)
-        # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
-        self.q_learns_from_fakes = bool(q_learns_from_fakes)
-        # False: the fake batch's class loss moves nothing (it is only measured); the class reaches G
-        # through D alone (acgan_cifar's projection D head).
-        self.g_learns_from_q = bool(g_learns_from_q)
-        self.beta_1 = float(beta_1)  # Adam's, for all three optimizers (common.adam_beta_1(arch) gives a preset's)
-        # The augmentation of every image D's trunk sees (acgan.step.augment's policy names), or None.
-        self.augment = tuple(augment) if augment else None
-        self.loss = common.check_adversarial_loss(loss)  # D's and G's real/fake loss (losses.d_adversarial)
+        self.set_options(learning_rates, q_learns_from_fakes, g_learns_from_q, beta_1, augment, loss)
+        d_rate, g_rate, q_rate = self.learning_rates
         with self.strategy.scope():
             self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
             self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
