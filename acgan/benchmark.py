@@ -38,30 +38,9 @@ FLAGS = flags.FLAGS
 def settings_from_flags():
     from acgan.measure.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
 
-    return SweepSettings(
-        backends=parse_backends(FLAGS.backends),
-        policies=tuple(dict.fromkeys(FLAGS.policies)),
-        batches=parse_batches(FLAGS.batches),
-        jits=parse_jit(FLAGS.jit),
-        dataset=FLAGS.dataset,
-        synthetic=FLAGS.synthetic,
-        data_dir=FLAGS.data_dir,
-        max_per_class=FLAGS.max_per_class,
-        width=FLAGS.width,
-        arch=FLAGS.arch,
-        steps=FLAGS.steps,
-        warmup=FLAGS.warmup,
-        repeats=FLAGS.repeats,
-        seed=FLAGS.seed,
-        device_name=FLAGS.device_name,
-        price_per_hour=FLAGS.price_per_hour,
-        overhead=FLAGS.overhead,
-        overhead_batch=FLAGS.overhead_batch,
-        log_every=FLAGS.log_every,
-        strategy=FLAGS.strategy,
-        devices=tuple(FLAGS.devices) if FLAGS.devices else None,
-        max_seconds=FLAGS.max_seconds,
-    ).validate()
+    return cli.settings_from_flags(
+        SweepSettings, backends=parse_backends(FLAGS.backends), policies=tuple(dict.fromkeys(FLAGS.policies)),
+        batches=parse_batches(FLAGS.batches), jits=parse_jit(FLAGS.jit)).validate()
 
 
 def main(argv):

@@ -1,4 +1,5 @@
 """Shared CLI plumbing: absl flag parsing where every user error is one line and exit status 2."""
+import dataclasses
 import os
 import sys
 
@@ -66,6 +67,19 @@ def define_strategy_flags(exclude=()):
     flags.DEFINE_enum("strategy", "auto", [s for s in STRATEGIES if s not in exclude],
                       "tf.distribute strategy (auto: mirrored when more than one GPU is visible).")
     flags.DEFINE_list("devices", None, "Devices for --strategy mirrored, e.g. gpu:0,gpu:1 (cpu:0,cpu:1 splits the CPU).")
+
+
+def settings_from_flags(settings_class, flag_values=flags.FLAGS, **given):
+    """settings_class (a dataclass: Config, CompareSettings, SweepSettings) built from the flags named as
+    its fields, so a new setting needs its field and its flag and nothing between them. A list flag gives
+    a tuple (an empty one None); `given` sets the fields whose flag needs parsing or has another name."""
+    values = {}
+    for field in dataclasses.fields(settings_class):
+        if field.name in given or field.name not in flag_values:
+            continue
+        value = flag_values[field.name].value
+        values[field.name] = (tuple(value) or None) if isinstance(value, list) else value
+    return settings_class(**values, **given)
 
 
 def fail(message, status=USER_ERROR_STATUS):

@@ -33,36 +33,9 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    from acgan.quality.comparison import (  # no TensorFlow: it loads after training
-        CompareSettings,
-        run_compare,
-    )
+    from acgan.quality.comparison import CompareSettings, run_compare  # no TensorFlow: it loads after training
 
-    settings = CompareSettings(
-        policies=tuple(FLAGS.policies or ()),
-        steps=FLAGS.steps,
-        minutes=FLAGS.minutes,
-        batch=FLAGS.batch,
-        dataset=FLAGS.dataset,
-        classes=tuple(FLAGS.classes) if FLAGS.classes else None,
-        max_per_class=FLAGS.max_per_class,
-        data_dir=FLAGS.data_dir,
-        width=FLAGS.width,
-        arch=FLAGS.arch,
-        loss=FLAGS.loss,
-        jit=FLAGS.jit,
-        seed=FLAGS.seed,
-        backend=FLAGS.backend,
-        price_per_hour=FLAGS.price_per_hour,
-        num_samples=FLAGS.num_samples,
-        judges=FLAGS.judges,
-        seeds=FLAGS.seeds,
-        cas=FLAGS.cas,
-        parallel=FLAGS.parallel,
-        labels=FLAGS.labels,
-        output_dir=FLAGS.output_dir,
-        resume=FLAGS.resume,
-    ).validate()
+    settings = cli.settings_from_flags(CompareSettings, policies=tuple(FLAGS.policies or ())).validate()
     out = run_compare(settings, command=cli.command_line())
     print(f"wrote {out / 'compare.md'} and {out / 'compare.png'}")
 

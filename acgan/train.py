@@ -38,38 +38,7 @@ FLAGS = flags.FLAGS
 def config_from_flags():
     from acgan.config import Config
 
-    return Config(
-        dataset=FLAGS.dataset,
-        classes=tuple(FLAGS.classes) if FLAGS.classes else None,
-        data_dir=FLAGS.data_dir,
-        max_per_class=FLAGS.max_per_class,
-        backend=FLAGS.backend,
-        policy=FLAGS.policy,
-        batch=FLAGS.batch,
-        width=FLAGS.width,
-        arch=FLAGS.arch,
-        loss=FLAGS.loss,
-        steps=FLAGS.steps,
-        epochs=FLAGS.epochs,
-        minutes=FLAGS.minutes,
-        jit=FLAGS.jit,
-        strategy=FLAGS.strategy,
-        devices=tuple(FLAGS.devices) if FLAGS.devices else None,
-        sync_bn=FLAGS.sync_bn,
-        seed=FLAGS.seed,
-        sample_every=FLAGS.sample_every,
-        labels=FLAGS.labels,
-        eval_every=FLAGS.eval_every,
-        eval_samples=FLAGS.eval_samples,
-        checkpoint_every=FLAGS.checkpoint_every,
-        keep_checkpoints=FLAGS.keep_checkpoints,
-        warmup_steps=FLAGS.warmup_steps,
-        log_every=FLAGS.log_every,
-        output_dir=FLAGS.output_dir,
-        price_per_hour=FLAGS.price_per_hour,
-        resume=FLAGS.resume,
-        max_skipped_in_a_row=FLAGS.max_skipped_in_a_row,
-    )
+    return cli.settings_from_flags(Config)
 
 
 def _given_flags():

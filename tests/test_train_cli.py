@@ -247,3 +247,29 @@ def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path)
     # Each session sets the rates before its first step, then after every step that changes them.
     assert [(e.step, round(e.value, 2)) for e in events.Scalars("learning_rate_scale")] == [
         (0, 1.0), (7, 0.5), (8, 0.0), (8, 1.0), (10, 0.67), (11, 0.33), (12, 0.0)]
+
+
+def test_settings_are_read_from_the_flags_named_as_their_fields():
+    import dataclasses
+    from typing import Optional
+
+    from absl import flags
+
+    from acgan import cli
+
+    @dataclasses.dataclass
+    class Settings:
+        dataset: str = "doodles"
+        classes: Optional[tuple] = None
+        devices: Optional[tuple] = None
+        jits: tuple = (True,)
+        unflagged: int = 7
+
+    values = flags.FlagValues()
+    flags.DEFINE_string("dataset", "doodles", "", flag_values=values)
+    flags.DEFINE_list("classes", None, "", flag_values=values)
+    flags.DEFINE_list("devices", None, "", flag_values=values)
+    flags.DEFINE_string("jit", "on", "", flag_values=values)
+    values(["prog", "--dataset", "swatches", "--classes", "bee,cow", "--devices="])
+    settings = cli.settings_from_flags(Settings, values, jits=(False,))
+    assert settings == Settings(dataset="swatches", classes=("bee", "cow"), devices=None, jits=(False,), unflagged=7)
