@@ -91,7 +91,8 @@ def spread(q, key, fmt):
     a = q.get("across_judges", {}).get(key)
     return f"{format(a['min'], fmt)}-{format(a['max'], fmt)}" if a else "n/a"
 n = max(len(q.get("across_judges", {}).get("judges", [])) for q in quality)
-print(f"| accuracy / distance / per-class distance across {n} judges (min-max) | " + " | ".join(f"{spread(q, 'conditional_accuracy', '.1%')} / {spread(q, 'frechet_distance', '.1f')}"
+if n > 1:  # JUDGES=1: no spread to print
+  print(f"| accuracy / distance / per-class distance across {n} judges (min-max) | " + " | ".join(f"{spread(q, 'conditional_accuracy', '.1%')} / {spread(q, 'frechet_distance', '.1f')}"
                                          f" / {spread(q, 'frechet_distance_class_mean', '.1f')}" for q in quality) + " |")
 cas = quality[1]["classification_accuracy_score"]["real_reference"]["accuracy"]
 print(f"| classification accuracy score (real train images instead: {cas:.1%}) | "
