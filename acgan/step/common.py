@@ -9,36 +9,33 @@ import numpy as np
 
 from acgan.config import ADVERSARIAL_LOSSES
 
-# Adam's learning rates for the D, G and Q optimizers, per model preset: the
-# reference model keeps the seed's; acgan_cifar trains at the paper's 2e-4 (paper_cifar.py says what was
-# measured).
+# Adam's learning rates for the D, G and Q optimizers, per model preset: the reference model keeps the
+# original experiment's; acgan_cifar the paper's 2e-4 for all three (docs/presets.md#learning-rates).
 LEARNING_RATES = {"reference": (2e-4, 1e-3, 1e-3), "acgan_cifar": (2e-4, 2e-4, 2e-4)}
 # Whether Q's classifier (the trunk and Q head) also learns to name G's labels on fake images, as in the
-# AC-GAN paper, or learns from real images only, the fake images' class loss then moving G alone
-# (paper_cifar.py says what was measured).
+# AC-GAN paper, or from real images only, so G and Q cannot agree on a class code the real images do not
+# have (docs/presets.md#q-learns-from-real-images).
 Q_LEARNS_FROM_FAKES = {"reference": True, "acgan_cifar": False}
-# Whether the fake images' class loss moves G (through Q's optimizer, the AC-GAN paper's class term for
-# G), or the class reaches G only through D (acgan_cifar's projection discriminator): the AC term pulls G
-# towards what Q finds easiest to name, one swatch per class (paper_cifar.py says what was measured).
+# Whether the fake images' class loss moves G (through Q's optimizer: the AC-GAN paper's class term for
+# G), or the class reaches G only through D's projection, since the AC term pulls G towards what Q names
+# most easily (docs/presets.md#g-learns-classes-from-d).
 G_LEARNS_FROM_Q = {"reference": True, "acgan_cifar": False}
-# Adam's beta_1 (momentum) for all three optimizers, per preset: the reference model keeps the seed's
-# 0.5; acgan_cifar, whose D is spectrally normalised, uses 0 as the spectral-norm GANs do (Miyato et al.
-# 2018; paper_cifar.py says what was measured).
+# Adam's beta_1 (momentum) for all three optimizers, per preset: the reference model keeps 0.5;
+# acgan_cifar, whose D is spectrally normalised, uses 0 as spectral-norm GANs do (Miyato et al. 2018;
+# docs/presets.md#adam-beta1).
 ADAM_BETA_1 = {"reference": 0.5, "acgan_cifar": 0.0}
 BETA_1 = ADAM_BETA_1["reference"]
 # The last fraction of a run over which the learning rates fall linearly to zero, or None: constant
-# rates. CycleGAN's schedule (Zhu et al. 2017: constant, then linearly to zero over the second half);
-# the run's progress is its steps out of --steps/--epochs or its time out of --minutes. acgan_cifar's
-# samples swung by up to 11 judge points between readings 500 steps apart late in a run at constant rates,
-# so the last step decided a run's numbers (paper_cifar.py says what the decay measured); the
-# reference model keeps the seed's constant rates.
+# rates. CycleGAN's schedule (Zhu et al. 2017); the run's progress is its steps out of --steps/--epochs
+# or its time out of --minutes. For acgan_cifar it keeps the step a run happens to stop at from deciding
+# its numbers (docs/presets.md#learning-rate-decay); the reference model keeps constant rates.
 LEARNING_RATE_DECAY = {"reference": None, "acgan_cifar": 0.25}
 # The differentiable augmentation of every image D sees (acgan.step.augment, DiffAugment's policy), per
-# preset, or None: the reference model keeps the seed's step; acgan_cifar's D and Q see augmented real and
-# fake images (paper_cifar.py says what was measured).
+# preset, or None: acgan_cifar's D and Q see augmented real and fake images
+# (docs/presets.md#augmentation); the reference model none.
 DIFF_AUGMENT = {"reference": None, "acgan_cifar": ("color", "translation", "cutout")}
 # D's and G's real/fake loss per preset (acgan.step.losses; --loss overrides it): both presets keep the
-# AC-GAN paper's nonsaturating loss (docs/colour-history.md has the hinge trials).
+# AC-GAN paper's nonsaturating loss (docs/presets.md#adversarial-loss).
 ADVERSARIAL_LOSS = {"reference": "nonsaturating", "acgan_cifar": "nonsaturating"}
 OPTIMIZER_NAMES = ("d", "g", "q")
 LOSS_METRICS = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake")
