@@ -19,8 +19,9 @@ def define_data_flags(classes=True):
 
 def define_model_flags(jit=True):
     """--arch, --width and (unless a command sweeps it) --jit: how the models are built and compiled."""
-    flags.DEFINE_string("arch", "auto", "Model preset: reference (the seed's design), acgan_cifar (the AC-GAN "
-                        "paper's CIFAR-10 networks) or auto: acgan_cifar for 32x32x3 images, else reference.")
+    flags.DEFINE_string("arch", "auto", "Model preset: reference (the original experiment's design), acgan_cifar "
+                        "(the AC-GAN paper's CIFAR-10 networks) or auto: acgan_cifar for 32x32x3 images, else "
+                        "reference.")
     flags.DEFINE_float("width", 1.0, "Channel multiplier (channels stay multiples of 8).")
     if jit:
         flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")

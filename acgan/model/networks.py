@@ -1,10 +1,11 @@
 """The AC-GAN's four parts (generator G, discriminator trunk, adversarial head D, class head Q) in one of
 two presets (`--arch`):
 
-- `reference`: the seed's design (docs/reference-model.md); for 28x28 the generator starts from 7x7,
-  for 32x32 from 8x8. Any square image whose side divides by 4 (two stride-2 layers each way).
-- `acgan_cifar`: the AC-GAN paper's CIFAR-10 networks (acgan/model/paper_cifar.py): sides that divide
-  by 8 (three stride-2 layers each way).
+- `reference`: the original experiment's design (docs/presets.md#the-reference-model); for 28x28 the
+  generator starts from 7x7, for 32x32 from 8x8. Any square image whose side divides by 4 (two stride-2
+  layers each way).
+- `acgan_cifar`: the AC-GAN paper's CIFAR-10 networks (acgan/model/paper_cifar.py, docs/presets.md#acgan_cifar):
+  sides that divide by 8 (three stride-2 layers each way).
 
 `auto` (the command lines' default) picks `acgan_cifar` for 32x32x3 images and `reference` otherwise.
 """
