@@ -26,8 +26,8 @@ from acgan.quality import judge as judge_lib
 from acgan.quality.metrics import class_counts, per_class_subset
 
 # The judge trains 3 epochs on up to 5,000 images per class; CAS trains on the samples, usually fewer
-# (10,000 for ten classes). On swatches, 1,000 real images per class gave 81.2% / 86.7% on the test split
-# after 3 epochs (seeds 0 / 1) and 96.5% / 95.9% after 8.
+# (10,000 for ten classes), so it trains longer: at 3 epochs a classifier of 1,000 real images per class
+# stayed well below the judge, at 8 it reached it (docs/quality.md).
 EPOCHS = 8
 
 

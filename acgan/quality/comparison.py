@@ -44,11 +44,10 @@ from acgan.util.files import write_atomically, write_json
 QUALITY_TOLERANCE = 0.03  # conditional accuracy may trail the baseline by at most 3 points
 # The Fréchet distance (judge features) may exceed the baseline's by at most FD_RELATIVE_TOLERANCE of it,
 # or by FD_REFERENCE_MULTIPLE real-vs-real reference distances where that is more (a baseline close to the
-# data, whose distance is mostly finite-sample noise). Measured on doodles, batch 64, 600 steps, 10,000
-# generated vs 5,000 real (README, "Sample quality"): float32 scored 24.6; other evaluation noise moved it
-# 0.3%, a rerun of the same command 1.4% (24.3 in the README's table), and the real-vs-real reference is
-# 0.21-0.29 (1% of it). 15% is ten times the largest of those and half the +30% that mixed_float16 showed.
-# Seed-to-seed training spread can be larger (GANs): `--seeds N` rules on the means over N training seeds.
+# data, whose distance is mostly finite-sample noise). 15% is about ten times what evaluation noise and a
+# rerun of the same command move the distance, and half the gap mixed_float16 showed on doodles
+# (docs/quality.md). Seed-to-seed training spread can be larger (GANs): `--seeds N` rules on the means over
+# N training seeds.
 FD_RELATIVE_TOLERANCE = 0.15
 FD_REFERENCE_MULTIPLE = 3.0
 

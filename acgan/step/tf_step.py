@@ -146,7 +146,7 @@ class ACGAN(tf.Module, common.StepOptions):
         # Sparse gradients (acgan_cifar's class embedding: tf.IndexedSlices, one slice per image) made
         # dense first: Keras 3.15's Adam squares an IndexedSlices slice by slice before summing repeated
         # indices, so a class seen k times got velocity sum(g_i^2) instead of (sum g_i)^2 (the JAX step's,
-        # whose gradients are dense). Measured in the README's notes.
+        # whose gradients are dense). See docs/development.md.
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
         if precision.is_loss_scaled(optimizer):
             grads = distribute.agree_on_finite(grads)
