@@ -6,7 +6,7 @@ Matching rule (`match_accelerator`), applied to an accelerator name such as Tens
 1. Upper-case the name and split it into tokens on spaces, hyphens, underscores, slashes,
    parentheses and commas. Vendor words (NVIDIA, TESLA, GEFORCE, QUADRO) carry no meaning.
 2. TPUs: a token "TPU" followed by a version ("V4", "V5E", "V5LITE", "V5 LITE", "V5LITEPOD")
-   names the entry "TPU-v4" / "TPU-v5e".
+   names the entry "TPU-v4" / "TPU-v5e" / "TPU-v5p" ("TPU v5") / "TPU-v6e" ("TPU v6 lite").
 3. Otherwise an entry "MODEL" or "MODEL-MEMORY" (e.g. "T4", "A100-40GB") matches when MODEL is one
    of the tokens, whole: "L4" matches "NVIDIA L4" but not "NVIDIA L40S". When several entries share
    the model and differ in memory, a memory token in the name (e.g. "80GB") picks one; a name
@@ -24,7 +24,9 @@ from importlib import resources
 
 VENDOR_WORDS = {"NVIDIA", "TESLA", "GEFORCE", "QUADRO"}
 KIND_PREFERENCE = ("vm", "gpu_only")
-_TPU_VERSIONS = {"V2": "v2", "V3": "v3", "V4": "v4", "V5E": "v5e", "V5LITE": "v5e", "V5LITEPOD": "v5e"}
+# JAX names a v5p "TPU v5" and a v6e "TPU v6 lite".
+_TPU_VERSIONS = {"V2": "v2", "V3": "v3", "V4": "v4", "V5E": "v5e", "V5LITE": "v5e", "V5LITEPOD": "v5e",
+                 "V5": "v5p", "V5P": "v5p", "V6E": "v6e", "V6LITE": "v6e"}
 
 
 def load_table():

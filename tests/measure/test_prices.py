@@ -22,13 +22,17 @@ def test_cost_per_million_batches_is_exact():
     ("Tesla V100-SXM2-16GB", "V100"),
     ("Tesla P100-PCIE-16GB", "P100"),
     ("NVIDIA L4", "L4"),
-    ("NVIDIA L40S", None),                  # whole tokens only: L4 is not L40S
+    ("NVIDIA L40S", "L40S"),                # whole tokens only: L4 is not L40S
     ("NVIDIA H100 80GB HBM3", "H100"),
-    ("NVIDIA H200", None),
+    ("NVIDIA H200", "H200"),
+    ("NVIDIA B200", "B200"),
     ("TPU v4", "TPU-v4"),
     ("TPU-v2", "TPU-v2"),
     ("TPU v5 lite", "TPU-v5e"),
-    ("TPU v6e", None),
+    ("TPU v6e", "TPU-v6e"),
+    ("TPU v6 lite", "TPU-v6e"),             # as JAX names them
+    ("TPU v5", "TPU-v5p"),
+    ("TPU v7", None),                       # no price entry
     ("AMD EPYC", None),
     ("", None),
 ])
