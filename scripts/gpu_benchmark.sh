@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The mixed-precision benchmark on a GPU machine that has JAX (with CUDA) but no TensorFlow, e.g. the
-# project's borrowed H200 (Python 3.12, jax[cuda], tensorboard, matplotlib, Pillow, absl-py, h5py,
-# numpy, rich, ml-dtypes; no tensorflow, keras, namex or optree).
+# Reproduces the GPU benchmark tables in docs/results.md (documented in docs/jax-and-gpus.md): the
+# mixed-precision benchmark on a machine with JAX and CUDA but no TensorFlow (e.g. Python 3.12, jax[cuda],
+# tensorboard, matplotlib, Pillow, absl-py, h5py, numpy, rich, ml-dtypes; no tensorflow, keras, namex or
+# optree).
 #
 #   scripts/gpu_benchmark.sh download   # here, with PyPI: the wheels that machine lacks, into .whl/
 #   scripts/gpu_benchmark.sh            # there: install them into /tmp/site, check, time, merge
@@ -18,16 +19,16 @@
 #   2. float32 at the same batches with JAX_DEFAULT_MATMUL_PRECISION=highest (full float32 matmuls)
 #   3. the three policies at batch 4096 (an out-of-memory configuration is a row saying "oom")
 # then merges the phases that finished into one benchmark.json / .md / .csv and figures
-# (python -m acgan.benchmark_merge) in $OUT when it is set (the device tool's folder), else in
+# (python -m acgan.benchmark_merge) in an output folder given by $OUT when it is set, else in
 # outputs/gpu-benchmark-<time>/. Each phase's own report and worker logs are kept beside it, in phases/
-# (in $OUT packed as phases.tgz: the device tool returns at most 8 files, none more than 2 folders down).
+# (packed as one archive, phases.tgz, when $OUT is set, so the folder holds a few files, none deep).
 #
 # Environment overrides (defaults in brackets), e.g. to try it on a CPU in two minutes:
 #   ACGAN_GPU_BATCHES [256,2048]  ACGAN_GPU_BIG_BATCH [4096; empty: no phase 3]  ACGAN_GPU_STEPS [100]
 #   ACGAN_GPU_REPEATS [3]  ACGAN_GPU_WARMUP [5]  ACGAN_GPU_WIDTH [1.0]  ACGAN_GPU_OVERHEAD [1]
 #   ACGAN_GPU_BUDGET_S [420: seconds from start after which no phase starts or runs on]
 #   ACGAN_GPU_CONFIG_S [40: seconds a configuration is assumed to take until finished phases measure it]
-#   ACGAN_GPU_PRICE [none: USD per hour, as --price_per_hour; the shipped table has no H200]
+#   ACGAN_GPU_PRICE [none: USD per hour, as --price_per_hour, over the shipped price table]
 #   ACGAN_GPU_PYTHON [python3]  ACGAN_GPU_WHEELS [.whl]  ACGAN_GPU_SITE [/tmp/site]
 #   ACGAN_GPU_PYTHON_VERSION [3.12: download mode only, the Python the wheels are for]
 set -euo pipefail
@@ -126,7 +127,7 @@ fi
     || { cat "$DEST/merge.out" >&2; exit 1; }
 cp "$WORK/merged"/benchmark.* "$WORK/merged"/*.png "$DEST/"
 if [ -n "${OUT:-}" ]; then
-    # The device tool brings back at most 8 files, 2 folders down: the phases travel as one archive.
+    # In an output folder given by $OUT the phases travel as one archive: a few files, none deep.
     tar czf "$DEST/phases.tgz" -C "$DEST" phases && rm -rf "$DEST/phases"
 fi
 cat "$DEST/benchmark.md"

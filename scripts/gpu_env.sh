@@ -1,7 +1,7 @@
-# Sourced (not run) by scripts/gpu_benchmark.sh and scripts/gpu_quality.sh, from the checkout's root: the
-# wheels a GPU machine with JAX but no TensorFlow lacks (the borrowed H200: Python 3.12, jax[cuda],
-# tensorboard, matplotlib, Pillow, absl-py, h5py, numpy, rich, ml-dtypes; no tensorflow, keras, namex or
-# optree), fetched here and installed there.
+# Sourced (not run) by scripts/gpu_benchmark.sh and scripts/gpu_quality.sh, from the checkout's root
+# (documented in docs/jax-and-gpus.md): the wheels a machine with JAX and CUDA but no TensorFlow lacks
+# (e.g. Python 3.12, jax[cuda], tensorboard, matplotlib, Pillow, absl-py, h5py, numpy, rich, ml-dtypes;
+# no tensorflow, keras, namex or optree), fetched where PyPI is reachable and installed there.
 #   gpu_download   with PyPI: `pip download --no-deps` for CPython $ACGAN_GPU_PYTHON_VERSION (3.12) on
 #                  manylinux x86-64, the versions constraints.txt pins of keras and what keras needs that the
 #                  machine lacks: namex, optree, packaging (keras) and typing_extensions (optree), into

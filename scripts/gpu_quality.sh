@@ -1,26 +1,27 @@
 #!/usr/bin/env bash
-# Mixed precision's cost in sample quality where float16 runs natively: on a GPU machine with JAX but no
-# TensorFlow (the borrowed H200). On a CPU float16 is emulated, so a budget of minutes gives
-# mixed_float16 fewer steps, and the equal-step runs there were too few to tell its precision from
-# trajectory noise (README, "mixed_float16 at float32's steps"). This is the comparison that can:
+# Reproduces the GPU quality table in docs/results.md (documented in docs/jax-and-gpus.md): mixed
+# precision's cost in sample quality where float16 runs natively, on a machine with JAX and CUDA but no
+# TensorFlow. On a CPU float16 is emulated, so a budget of minutes gives mixed_float16 fewer steps, and
+# the equal-step runs there were too few seeds to settle the distances (docs/results.md,
+# "mixed_float16 against float32 on swatches"). This is the comparison that can:
 # one `python -m acgan.compare` on swatches with the colour table's settings (acgan_cifar, width 0.5,
 # batch 64), every policy at the same --steps and training seeds, the runs side by side on the one GPU
 # (--parallel; their times are shared-GPU times, their samples do not depend on the run beside them),
 # judged by judge 0 on 10,000 samples each, the verdict on the means over the seeds.
 #
 #   scripts/gpu_benchmark.sh download   # here, with PyPI: the wheels that machine lacks (scripts/gpu_env.sh)
-#   scripts/gpu_quality.sh              # there, with .whl/ and data/judges/ carried (the CPU tables' judge 0;
+#   scripts/gpu_quality.sh              # there, with .whl/ and data/judges/ copied (the CPU tables' judge 0;
 #                                       # without it the judge trains there first, about a minute)
 #
 # float32 trains with JAX_DEFAULT_MATMUL_PRECISION=highest (full float32 products, as on a CPU; JAX's
-# default runs them in TF32 on this GPU); the 16-bit policies' products are 16-bit either way.
+# default runs them in TF32 on a GPU that has it); the 16-bit policies' products are 16-bit either way.
 # Writes compare.md, compare.json, compare.png and runs.tgz (each run's report, quality, log and final
-# grid; no checkpoints) into $OUT when set (the device tool's folder), else outputs/gpu-quality-<time>/,
+# grid; no checkpoints) into an output folder given by $OUT when set, else outputs/gpu-quality-<time>/,
 # and quality.out, this script's log, beside them. If the budget runs out first, compare is stopped
 # (the trainers save their checkpoints), runs.tgz still holds every run's log and report, the step each
 # run reached is printed, and the script exits 1.
 #
-# Environment overrides (defaults in brackets), e.g. to try it on a CPU in a few minutes (README):
+# Environment overrides (defaults in brackets), e.g. to try it on a CPU in a few minutes (docs/jax-and-gpus.md):
 #   ACGAN_GPU_STEPS [5000]  ACGAN_GPU_SEEDS [3]  ACGAN_GPU_POLICIES [float32,mixed_float16,mixed_bfloat16]
 #   ACGAN_GPU_PARALLEL [runs in all: policies x seeds]  ACGAN_GPU_SAMPLES [10000]  ACGAN_GPU_WIDTH [0.5]
 #   ACGAN_GPU_BATCH [64]  ACGAN_GPU_MATMUL [highest; empty: JAX's default]  ACGAN_GPU_DATA_DIR [data]

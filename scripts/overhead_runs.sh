@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The trainer-overhead figures of the README: the full training loop against the bare step, median
-# against median, at a GPU-like step time (width 0.25, batch 16) and at the default width (batch 64).
+# Reproduces the trainer-overhead table in docs/results.md (see docs/benchmark.md#trainer-overhead): the
+# full training loop against the bare step, median against median, at a GPU-like step time (width 0.25,
+# batch 16) and at the default width (batch 64).
 # Usage: scripts/overhead_runs.sh [OUTPUT_ROOT]   (from the repository root)
 set -euo pipefail
 root=${1:-outputs/overhead-runs}

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Reproduces the README's per-policy tables: one run per policy (and per backend) on doodles, then their
+# Reproduces the doodles per-policy tables in docs/results.md ("Doodles per-policy runs", and the
+# trainer's TensorFlow-against-JAX table): one run per policy (and per backend) on doodles, then their
 # figures. Backends alternate within each policy, so a side-by-side ratio sees the same machine load.
 # Usage: [BACKENDS="tensorflow jax"] scripts/policy_runs.sh [STEPS] [BATCH]
 #        (run from the repository root, after `make setup`; BACKENDS defaults to tensorflow)

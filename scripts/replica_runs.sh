@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Reproduces the README's replica table: one device, two CPU replicas (synchronized batch norm and
-# not), and two workers on localhost, same global batch, then their figures.
+# Reproduces the replica table in docs/results.md ("Replicas on a 2-core AMD EPYC"; see docs/scaling.md):
+# one device, two CPU replicas (synchronized batch norm and not), and two workers on localhost, same
+# global batch, then their figures.
 # Usage: scripts/replica_runs.sh [STEPS] [BATCH] [POLICY]   (from the repository root, after `make setup`)
 set -euo pipefail
 steps=${1:-100}

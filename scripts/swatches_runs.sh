@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Reproduces the README's colour table: on swatches, the reference model and the acgan_cifar preset under
-# each policy, every run given the same wall-clock budget, two at a time (a 2-core machine then gives each
+# Reproduces the colour preset's per-policy tables in docs/results.md ("The colour preset per policy"):
+# on swatches, the reference model and the acgan_cifar preset under each policy, every run given the
+# same wall-clock budget, two at a time (a 2-core machine then gives each
 # run about one core, so MINUTES of wall time is about MINUTES of CPU time); then each run judged on
 # 10,000 samples (acgan.evaluate, with --cas) and one table printed, with the CPU time /usr/bin/time measured.
 # Usage: [MINUTES=20] [WIDTH=0.5] [SEED=0] [JUDGES=3] [JIT=fastest|on|off] scripts/swatches_runs.sh
