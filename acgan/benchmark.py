@@ -29,6 +29,8 @@ flags.DEFINE_integer("overhead_batch", 256, "Batch size of the trainer-overhead 
 flags.DEFINE_integer("log_every", None, "--log_every of the trainer-overhead run (default: --steps, one metrics "
                      "read, a device sync, per timed window; otherwise windows are --steps rounded up to a multiple).")
 
+flags.DEFINE_string("profile", None, "A folder: also record a profiler trace of 5 more steps of every configuration "
+                    "in a subfolder, with profile.md: where the device time went (summarized in benchmark.md).")
 flags.DEFINE_float("max_seconds", None, "Stop a configuration whose worker (start-up, compilation and timing) runs "
                    "longer than this, and report it as too_slow (default: no limit).")
 

@@ -116,6 +116,8 @@ class Config:
     resume: bool = False
     # Under mixed_float16: stop when an optimizer skips more steps than this in a row.
     max_skipped_in_a_row: int = 20
+    # "A:B": a profiler trace of steps A to B, with a table of where the device time went, in profile/.
+    profile_steps: Optional[str] = None
 
     def validate(self):
         """Raises UserError on the first bad setting; cheap (loads no data, builds nothing)."""
@@ -139,6 +141,13 @@ class Config:
             positive_int(name, getattr(self, name))
         if self.price_per_hour is not None:
             positive_number("price_per_hour", self.price_per_hour)
+        if self.profile_steps is not None:
+            from acgan.measure.profile import parse_step_range
+
+            try:
+                parse_step_range(self.profile_steps)
+            except ValueError as e:
+                raise UserError(f"--profile_steps: {e}") from None
         if self.classes is not None and len(set(self.classes)) != len(self.classes):
             dupes = sorted({c for c in self.classes if self.classes.count(c) > 1})
             raise UserError(f"duplicate classes in --classes: {', '.join(dupes)}")

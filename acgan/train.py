@@ -31,6 +31,8 @@ flags.DEFINE_string("output_dir", None, "The run's folder (default: a new folder
 cli.define_price_flag()
 flags.DEFINE_boolean("resume", False, "Continue the run in --output_dir (default: the newest run under outputs/).")
 flags.DEFINE_integer("max_skipped_in_a_row", 20, "mixed_float16: stop when an optimizer skips more steps in a row.")
+flags.DEFINE_string("profile_steps", None, "A:B (e.g. 20:24): record a profiler trace of steps A to B in the run's "
+                    "profile/ folder, with profile.md: where the device time went.")
 
 FLAGS = flags.FLAGS
 

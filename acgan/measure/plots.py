@@ -1,4 +1,5 @@
-"""The benchmark's three figures: time per batch, time per 1000 samples, cost per million batches.
+"""The benchmark's four figures: time per batch, time per 1000 samples, cost per million batches, and the
+TFLOP/s achieved against the device's peak.
 
 Drawn on matplotlib Figure objects with the Agg canvas: no pyplot, so no global figure state.
 """
@@ -20,6 +21,7 @@ FIGURES = {
     "time_per_batch": "time_per_batch.png",
     "time_per_1000_samples": "time_per_1000_samples.png",
     "cost_per_million_batches": "cost_per_million_batches.png",
+    "tflops": "tflops.png",
 }
 
 
@@ -165,12 +167,45 @@ def plot_cost(doc, path):
     return labels
 
 
+def plot_tflops(doc, path):
+    """Achieved TFLOP/s against the batch size, one line per series, each labelled with its share of the
+    device's peak at the largest batch; returns the labels drawn."""
+    rows = [r for r in doc["results"] if r.get("tflops")]
+    devices, jits, backends, pairs = _styles(doc["results"])
+    fig = _new_figure()
+    ax = fig.add_subplot()
+    labels, all_batches = [], set()
+    for key, points in series(rows).items():
+        device, backend, policy, jit = key
+        label = series_label(key, len(devices) > 1, len(jits) > 1, len(backends) > 1)
+        last = points[-1]
+        if last.get("share_of_peak") is not None:
+            label += f" ({last['share_of_peak']:.0%} of {last['peak_dtype']} peak at {last['batch']})"
+        ax.plot([r["batch"] for r in points], [r["tflops"] for r in points], label=label,
+                color=POLICY_COLORS.get(policy, "gray"),
+                marker=DEVICE_MARKERS[pairs.index((device, backend)) % len(DEVICE_MARKERS)],
+                linestyle="-" if jit else "--")
+        labels.append(label)
+        all_batches.update(r["batch"] for r in points)
+    if labels:
+        _batch_axis(ax, sorted(all_batches))
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no FLOPs counted", ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel("TFLOP/s achieved")
+    ax.set_title(_title(doc, "Arithmetic throughput") + "\n(FLOPs of the step at the median time per batch)",
+                 fontsize="medium")
+    _save(fig, path)
+    return labels
+
+
 def write_figures(doc, output_dir):
-    """The three PNGs in `output_dir`; returns {figure name: path}."""
+    """The four PNGs in `output_dir`; returns {figure name: path}."""
     output_dir = Path(output_dir)
     paths = {name: output_dir / file for name, file in FIGURES.items()}
     plot_lines(doc, paths["time_per_batch"], "time_per_batch_ms", "ms per batch", "Time per batch", log_y=True)
     plot_lines(doc, paths["time_per_1000_samples"], "time_per_1000_samples_ms", "ms per 1000 samples",
                "Time per 1000 samples")
     plot_cost(doc, paths["cost_per_million_batches"])
+    plot_tflops(doc, paths["tflops"])
     return paths

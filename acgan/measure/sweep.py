@@ -35,7 +35,7 @@ from acgan.config import (
     validate_strategy,
 )
 from acgan.errors import UserError
-from acgan.measure import prices, timing
+from acgan.measure import flops, prices, timing
 from acgan.measure.backend_labels import describe_backend
 from acgan.measure.tables import FORMAT, add_speedups, describe_machine
 from acgan.util.children import child_env, last_log_line
@@ -69,6 +69,7 @@ class SweepSettings:
     strategy: str = "auto"          # as acgan.train's --strategy; multi_worker is not swept
     devices: Optional[tuple] = None  # as acgan.train's --devices
     max_seconds: Optional[float] = None  # a configuration's worker is stopped after this long (status too_slow)
+    profile: Optional[str] = None   # a folder: each configuration's profiler trace and profile.md in a subfolder
 
     def validate(self):
         """Raises UserError on the first bad setting; imports nothing heavy."""
@@ -353,6 +354,8 @@ def _job(settings, backend, policy, batch, jit, inputs, num_classes, mode="bare"
         "seed": settings.seed, "inputs": str(inputs), "num_classes": num_classes,
         "strategy": "default" if backend == "jax" else settings.strategy,
         "devices": list(settings.devices) if settings.devices else None,
+        "profile_dir": (str(Path(settings.profile).resolve() / _config_name(backend, policy, batch, jit))
+                        if settings.profile and mode == "bare" else None),
     }
 
 
@@ -448,6 +451,7 @@ def make_row(run, policy, batch, jit, result):
         "price_entry": price["accelerator"] or price["source"],
         "cost_per_million_batches": None,
         "worker_seconds": result.get("worker_seconds"),
+        "profile": result.get("profile"),   # measure.profile's summary of a few more steps, with --profile
         "log": result.get("log"),
     }
     ms = row["time_per_batch_ms"]
@@ -455,6 +459,9 @@ def make_row(run, policy, batch, jit, result):
         row["time_per_1000_samples_ms"] = ms * 1000.0 / batch
         row["samples_per_second"] = batch / (ms / 1e3)
         row["samples_per_second_per_replica"] = row["samples_per_second"] / row["replicas"]
+    row.update(flops.arithmetic_summary(result.get("flops_per_batch"), result.get("flops_counted_by"),
+                                        ms if row["status"] == "ok" else None, machine, policy, row["replicas"],
+                                        device_name=run["device"], matmul_precision=row["matmul_precision"]))
     if price["usd_per_hour"] is not None:
         units, _ = prices.priced_units(price, row["replicas"], machine=machine)
         row["price_per_hour"] = price["usd_per_hour"] * units

@@ -110,6 +110,7 @@ CSV_COLUMNS = (
     "time_per_batch_ms", "time_per_batch_min_ms", "time_per_batch_max_ms", "time_per_1000_samples_ms",
     "samples_per_second", "replicas", "samples_per_second_per_replica", "speedup_vs_float32", "peak_memory_bytes", "memory_counter", "load_average",
     "d_skipped", "g_skipped", "q_skipped", "price_per_hour", "price_entry", "cost_per_million_batches",
+    "flops_per_batch", "flops_counted_by", "tflops", "peak_tflops", "peak_dtype", "share_of_peak",
     "command",
 )
 
@@ -280,6 +281,9 @@ def render_markdown(doc):
             lines += ["", f"Peak memory: {'; '.join(sorted(counters))}."]
         lines.append("")
 
+    lines += render_arithmetic(rows)
+    lines += render_profiles(rows)
+
     overheads = [(run["device"], backend_label(run), run["overhead"]) for run in runs if run.get("overhead")]
     if overheads:
         lines += ["## Trainer overhead", "",
@@ -299,8 +303,58 @@ def render_markdown(doc):
     return "\n".join(lines)
 
 
+def render_arithmetic(rows):
+    """The "FLOPs and share of peak" section: per configuration, the step's FLOPs per batch, the TFLOP/s
+    achieved and the share of the device's peak for the policy's matrix dtype."""
+    counted = [r for r in rows if r["status"] == "ok" and r.get("flops_per_batch")]
+    if not counted:
+        return []
+    how = sorted({r["flops_counted_by"] for r in counted})
+    lines = ["## FLOPs and share of peak", "",
+             "FLOPs of one step (D, G and Q, forward and backward) "
+             + " and ".join({"xla": "from XLA's cost analysis of the compiled step",
+                             "layers": "counted from the layers' matrix products and convolutions"}[h] for h in how)
+             + "; TFLOP/s at the median time per batch; the peak is the device's dense peak for the dtype "
+             "its matrix products run in (acgan/measure/device_peaks.json; docs/benchmark.md#flops-and-share-of-peak).",
+             "", "| device | backend | XLA | batch | policy | GFLOP per batch | counted | TFLOP/s | peak TFLOP/s | share of peak |",
+             "|---|---|---|---:|---|---:|---|---:|---:|---:|"]
+    for r in counted:
+        peak = f"{r['peak_tflops']:,.1f} ({r['peak_dtype']})" if r.get("peak_tflops") else f"unknown ({r['peak_dtype']})"
+        share = f"{r['share_of_peak']:.1%}" if r.get("share_of_peak") is not None else "n/a"
+        lines.append(f"| {r['device']} | {backend_label(r)} | {'on' if r['jit'] else 'off'} | {r['batch']} | {r['policy']} "
+                     f"| {_f(r['flops_per_batch'] / 1e9, 2)} | {r['flops_counted_by']} | {_f(r.get('tflops'), 2)} "
+                     f"| {peak} | {share} |")
+    return lines + [""]
+
+
+def render_profiles(rows):
+    """With --profile: per configuration, the device time per step and its groups (measure.profile)."""
+    profiled = [r for r in rows if r["status"] == "ok" and r.get("profile")]
+    if not profiled:
+        return []
+    from acgan.measure.profile import GROUPS
+
+    shown = [g for g in GROUPS if any(r["profile"]["groups"].get(g) for r in profiled)]
+    lines = ["## Where the device time goes", "",
+             "From a profiler trace of a few more steps of each configuration, after its timings "
+             "(milliseconds of device time per step; on a CPU summed over its threads). Each configuration's "
+             "folder holds the trace and profile.md, its top operations.", "",
+             "| device | backend | XLA | batch | policy | device ms per step | " + " | ".join(shown) + " | folder |",
+             "|---|---|---|---:|---|---:|" + "---:|" * len(shown) + "---|"]
+    for r in profiled:
+        p = r["profile"]
+        cells = []
+        for g in shown:
+            ms = p["groups"].get(g) or 0.0
+            share = ms / p["device_ms_per_step"] if p["device_ms_per_step"] else 0.0
+            cells.append(f"{ms:,.2f} ({share:.0%})")
+        lines.append(f"| {r['device']} | {backend_label(r)} | {'on' if r['jit'] else 'off'} | {r['batch']} | {r['policy']} "
+                     f"| {p['device_ms_per_step']:,.2f} | " + " | ".join(cells) + f" | `{Path(p['dir']).name}` |")
+    return lines + [""]
+
+
 def write_outputs(doc, output_dir):
-    """benchmark.json, benchmark.csv, benchmark.md and the three figures, each written atomically."""
+    """benchmark.json, benchmark.csv, benchmark.md and the figures, each written atomically."""
     from acgan.measure import plots
     from acgan.util.files import write_atomically
 

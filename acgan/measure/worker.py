@@ -136,9 +136,14 @@ CPU_COUNTER = {"tensorflow": "process peak resident memory (ru_maxrss), TensorFl
 
 
 def _time_step(job, gan, inputs):
-    """The timing protocol both backends share: the compile step, `warmup` steps, then `repeats` timings
-    of `steps` steps each, every timing between two device syncs (StepMetrics.read())."""
+    """The timing protocol both backends share: the compile step (with the count of its FLOPs), `warmup`
+    steps, then `repeats` timings of `steps` steps each, every timing between two device syncs
+    (StepMetrics.read())."""
+    from acgan.measure import flops
+
     tick = time.perf_counter()
+    # On JAX this compiles the step (XLA's cost analysis needs the executable); the first step reuses it.
+    flops_per_batch, counted_by = flops.count_step_flops(gan, inputs, job["batch"])
     gan.train_step(*inputs).read()  # .read(): the device sync
     compile_seconds = time.perf_counter() - tick
     for _ in range(job["warmup"]):
@@ -153,8 +158,10 @@ def _time_step(job, gan, inputs):
         values = metrics.read()
         per_batch.append((time.perf_counter() - tick) / job["steps"])
         loads.append(_load_average())
+    profiled = _profile(job, gan, inputs) if job.get("profile_dir") else None
     return {
         "status": "ok",
+        "profile": profiled,
         "compile_seconds": compile_seconds,
         "repeat_ms": [s * 1e3 for s in per_batch],
         "time_per_batch_ms": statistics.median(per_batch) * 1e3,
@@ -163,9 +170,32 @@ def _time_step(job, gan, inputs):
         "skipped_steps": {k: int(values[f"{k}_skipped"]) for k in "dgq"},
         "loss_scale": {k: values[f"{k}_loss_scale"] for k in "dgq"},
         "steps_run": 1 + job["warmup"] + job["repeats"] * job["steps"],
+        "flops_per_batch": flops_per_batch,
+        "flops_counted_by": counted_by,
         "xla": gan.compile_mode,
         "load_average": max(loads) if None not in loads else None,
     }
+
+
+PROFILE_STEPS = 5
+
+
+def _profile(job, gan, inputs):
+    """After the timings: a profiler trace of PROFILE_STEPS more steps in the job's profile_dir, and its
+    summary (measure.profile) beside it; what the benchmark's page shows of it."""
+    from acgan.measure import profile
+
+    directory = Path(job["profile_dir"])
+    with profile.trace(directory):
+        for _ in range(PROFILE_STEPS):
+            metrics = gan.train_step(*inputs)
+        metrics.read()
+    hlo = gan.compiled_hlo() if hasattr(gan, "compiled_hlo") else None
+    title = f"{job['backend']}, {job['policy']}, batch {job['batch']}, XLA {'on' if job['jit'] else 'off'}"
+    summary = profile.summarize(directory, PROFILE_STEPS, [hlo] if hlo else None, title=title)
+    return {"dir": str(directory), "device_ms_per_step": summary["device_ms_per_step"],
+            "grouped_by": summary["grouped_by"],
+            "groups": {g["group"]: g["ms_per_step"] for g in summary["groups"]}}
 
 
 def run_probe(job):

@@ -209,11 +209,26 @@ class JaxACGAN(common.StepOptions):
             self._step_function = self._step
             self._generate_function = self._generate
 
+    def lowered_step(self, images, labels, z, fake_labels):
+        """The jitted step lowered for these inputs (jax.stages.Lowered: its .compile() gives the executable
+        and XLA's cost analysis, and fills jit's cache for the first train_step); None when uncompiled."""
+        if self.compile_mode != "step":
+            return None
+        return self._step_function.lower(self._state, images, labels, z, fake_labels)
+
     def train_step(self, images, labels, z, fake_labels):
         """One step: uint8 images [B, H, W, C], int labels [B], z [B, noise_dim], int fake_labels [B].
         Returns its StepMetrics without waiting for the device."""
         self._state, vector = self._step_function(self._state, images, labels, z, fake_labels)
+        self._signature = [jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x in (images, labels, z, fake_labels)]
         return StepMetrics(vector)
+
+    def compiled_hlo(self):
+        """XLA's optimized HLO text of the step as it last ran (jit's cache already holds it), for
+        measure.profile's groups; None before the first step or uncompiled."""
+        if self.compile_mode != "step" or getattr(self, "_signature", None) is None:
+            return None
+        return self.lowered_step(*self._signature).compile().as_text()
 
     def _scaled(self, name, optimizer_values, loss):
         """`loss` scaled by optimizer `name`'s loss scale as `optimizer_values` (its state) holds it."""

@@ -25,6 +25,7 @@ from acgan import data as data_lib
 from acgan.config import DEFAULT_STEPS
 from acgan.errors import UserError
 from acgan.measure import advice, device
+from acgan.measure.profile import StepWindow
 from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.model.precision import needs_loss_scaling
 from acgan.step.common import OPTIMIZER_NAMES, adversarial_loss, learning_rate_decay, learning_rate_scale
@@ -246,6 +247,11 @@ def train_loop(setup, config, started):
     earlier = s.earlier_sessions
     last = {"step": None, "values": {}}
     decay = s.learning_rate_decay
+    profiler = None
+    if config.profile_steps and s.chief:
+        profiler = StepWindow(config.profile_steps, s.files_dir / "profile",
+                              title=f"{config.backend}, {config.policy}, batch {config.batch}",
+                              hlo_text=getattr(gan, "compiled_hlo", None))
 
     def schedule_learning_rates(step, force=False):
         """The preset's decay: the rates' factor for this point of the run (of --steps/--epochs, or of
@@ -290,6 +296,9 @@ def train_loop(setup, config, started):
         while True:
             if phase == "timed":
                 clock.lap()
+            if profiler:
+                with clock.maintenance_of("profiling"):
+                    profiler.before(step)
             ran = 0
             if phase == "bare":
                 # -- steps back to back on batches fetched first: the bare device step, for comparison --
@@ -319,6 +328,10 @@ def train_loop(setup, config, started):
                 break  # no checkpoint: the weights may already be non-finite
 
             schedule_learning_rates(step)
+            if profiler:
+                with clock.maintenance_of("profiling"):
+                    if profiler.after(step, metrics.read):
+                        print(f"\nprofile of steps {config.profile_steps}: {profiler.directory / 'profile.md'}")
 
             # -- grids, evaluation, checkpoints: each reads (and checks) the step it follows --
             sample, evaluate = due(config.sample_every, step), s.evaluator and due(config.eval_every, step)
@@ -353,6 +366,8 @@ def train_loop(setup, config, started):
                 status, message = "diverged", message_now
         if phase == "timed":
             clock.stop()
+        if profiler and metrics is not None:  # a session that ended inside the range: what it holds
+            profiler.after(step, metrics.read, final=True)
         loop_seconds = time.perf_counter() - loop_started
         if status != "diverged":
             grids.save(step, name="final")
@@ -435,6 +450,7 @@ def assemble_report(setup, outcome, config, command, started):
         "maintenance_seconds": dict(clock.maintenance),
         "earlier_sessions": earlier,
         "cost": run_report.run_cost(times.get("time_per_batch_ms"), config.price_per_hour, s.machine, s.layout),
+        "arithmetic": run_report.run_arithmetic(s.gan, config, times, s.machine, s.layout),
         "peak_memory_bytes": device.peak_memory_bytes(),
         "loop_seconds": outcome.loop_seconds,
         "wall_seconds": time.perf_counter() - started,

@@ -1,6 +1,6 @@
 """The run report: report.json (everything) and report.md (a readable table), with the pieces that
 describe the distribution and price the run."""
-from acgan.measure import prices, timing
+from acgan.measure import flops, prices, timing
 from acgan.step import distribute
 from acgan.util.files import write_atomically, write_json
 
@@ -24,6 +24,27 @@ def run_cost(time_per_batch_ms, price_per_hour, machine, layout):
     units, unit = prices.priced_units(price, layout["replicas"], layout["workers"], machine)
     return timing.cost_summary(time_per_batch_ms, price["usd_per_hour"], units=units, unit=unit,
                                basis=price["description"])
+
+
+def run_arithmetic(gan, config, times, machine, layout):
+    """The step's FLOPs per batch (counted from the layers), the TFLOP/s of the wall time per batch and of
+    the bare step, and their shares of the peak of every replica's device."""
+    count = flops.step_flops_from_layers(gan.models, config.batch, gan.q_learns_from_fakes, gan.g_learns_from_q)
+    replicas = layout["replicas"] if layout else 1
+    wall = flops.arithmetic_summary(count, "layers", times.get("time_per_batch_ms"), machine, config.policy, replicas)
+    bare = flops.arithmetic_summary(count, "layers", times.get("bare_step_ms"), machine, config.policy, replicas)
+    return dict(wall, bare_tflops=bare["tflops"], bare_share_of_peak=bare["share_of_peak"])
+
+
+def _arithmetic(arithmetic):
+    if not arithmetic:
+        return "n/a"
+    text = flops.describe(arithmetic)
+    if arithmetic.get("bare_tflops") is not None:
+        text += f"; bare step {arithmetic['bare_tflops']:,.2f} TFLOP/s"
+        if arithmetic.get("bare_share_of_peak") is not None:
+            text += f" ({arithmetic['bare_share_of_peak']:.1%})"
+    return text
 
 
 def _fmt(value, unit="", digits=1):
@@ -121,6 +142,7 @@ def render_markdown(report):
         ("time per 1000 samples", _fmt(timing.get("time_per_1000_samples_ms"), " ms", 1)),
         ("samples per second", _fmt(timing.get("samples_per_second"), "", 1)),
         ("samples per second per replica", _fmt(timing.get("samples_per_second_per_replica"), "", 1)),
+        ("arithmetic (wall time per batch)", _arithmetic(report.get("arithmetic"))),
         ("measured steps", f"{timing.get('measured_steps', 0)} of this session's {report.get('session_steps', '?')} "
                            f"(the compile step, {report['warmup_steps']} warm-up steps and as many timing the bare step excluded)"),
         ("grids, evaluation, checkpoints", _maintenance(report.get("maintenance_seconds") or {})),
