@@ -21,7 +21,6 @@ from acgan.util.files import write_atomically
 
 GROUPS = ("convolutions", "matrix products", "batch norm", "casts", "optimizer updates", "copies and transposes",
           "other elementwise and reductions")
-SUMMARY_FILES = ("profile.md", "profile.json")
 TOP = 15
 
 
@@ -111,6 +110,13 @@ def device_ops(events):
     """[(operation name, duration in ns, kernel or event name)] of the device's work: the GPU's or TPU's
     kernels where the trace has a device plane, else the CPU's XLA operations, else TensorFlow's ops."""
     device = [e for e in events if e[0].startswith("/device:") and e[3] > 0 and not e[2].startswith("$")]
+    # A device plane may hold summary lines beside its kernels (e.g. "XLA Modules", spanning whole programs):
+    # take its "XLA Ops" line where it has one (TPUs), else the GPU's stream lines.
+    lines = {e[1] for e in device}
+    if "XLA Ops" in lines:
+        device = [e for e in device if e[1] == "XLA Ops"]
+    elif any(line.startswith("Stream") for line in lines):
+        device = [e for e in device if e[1].startswith("Stream")]
     if device:
         return [(str(s.get("hlo_op") or s.get("tf_op") or name), ns, name) for _, _, name, ns, s in device]
     xla = [(str(s["hlo_op"]), ns, name) for _, _, name, ns, s in events if s.get("hlo_op") and ns > 0]
@@ -210,7 +216,8 @@ def summarize(directory, steps, hlo_texts=None, title=None):
         raise FileNotFoundError(f"no profiler trace (*.xplane.pb) under {directory}")
     index = hlo_index(hlo_texts)
     ops = {}
-    for op, ns, kernel in device_ops(read_events(path)):
+    events = read_events(path)
+    for op, ns, kernel in device_ops(events):
         entry = ops.setdefault(op, {"name": op, "ns": 0.0, "count": 0, "kernel": kernel})
         entry["ns"] += ns
         entry["count"] += 1
@@ -233,10 +240,23 @@ def summarize(directory, steps, hlo_texts=None, title=None):
                  "kernel": o["kernel"]}
                 for o in sorted(ops.values(), key=lambda o: -o["ns"])[:TOP]],
         "operations": len(ops),
+        # What the trace held, for a reader checking what was counted: per plane and line, events and stats.
+        "planes": _plane_lines(events),
     }
+    if hlo_texts:  # what the groups were read from, for a reader who wants the layouts and fusions
+        write_atomically(directory / "hlo.txt", "\n\n".join(hlo_texts))
     write_atomically(directory / "profile.json", json.dumps(summary, indent=2) + "\n")
     write_atomically(directory / "profile.md", render_markdown(summary))
     return summary
+
+
+def _plane_lines(events):
+    out = {}
+    for plane, line, _, _, stats in events:
+        entry = out.setdefault(f"{plane} / {line}", {"events": 0, "stats": set()})
+        entry["events"] += 1
+        entry["stats"].update(stats)
+    return {k: {"events": v["events"], "stats": sorted(v["stats"])[:20]} for k, v in out.items()}
 
 
 def render_markdown(summary):

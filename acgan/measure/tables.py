@@ -329,8 +329,9 @@ def render_arithmetic(rows):
 
 def render_profiles(rows):
     """With --profile: per configuration, the device time per step and its groups (measure.profile)."""
-    profiled = [r for r in rows if r["status"] == "ok" and r.get("profile")]
-    if not profiled:
+    failed = [r for r in rows if r["status"] == "ok" and (r.get("profile") or {}).get("error")]
+    profiled = [r for r in rows if r["status"] == "ok" and r.get("profile") and r not in failed]
+    if not profiled and not failed:
         return []
     from acgan.measure.profile import GROUPS
 
@@ -350,6 +351,7 @@ def render_profiles(rows):
             cells.append(f"{ms:,.2f} ({share:.0%})")
         lines.append(f"| {r['device']} | {backend_label(r)} | {'on' if r['jit'] else 'off'} | {r['batch']} | {r['policy']} "
                      f"| {p['device_ms_per_step']:,.2f} | " + " | ".join(cells) + f" | `{Path(p['dir']).name}` |")
+    lines += [f"- {r['device']}, {r['policy']}, batch {r['batch']}: no profile ({r['profile']['error']})" for r in failed]
     return lines + [""]
 
 

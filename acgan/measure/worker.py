@@ -158,7 +158,13 @@ def _time_step(job, gan, inputs):
         values = metrics.read()
         per_batch.append((time.perf_counter() - tick) / job["steps"])
         loads.append(_load_average())
-    profiled = _profile(job, gan, inputs) if job.get("profile_dir") else None
+    profiled = None
+    if job.get("profile_dir"):
+        try:
+            profiled = _profile(job, gan, inputs)
+        except Exception as e:  # noqa: BLE001  a profiler that cannot run here costs the profile, not the timing
+            profiled = {"error": one_line(f"{type(e).__name__}: {e}")}
+            print(f"profile failed: {profiled['error']}", file=sys.stderr)
     return {
         "status": "ok",
         "profile": profiled,
