@@ -1,8 +1,10 @@
 """Floating-point operations per training step, and the share of a device's peak they reach.
 
 Two counts, and every figure says which it is:
-- "xla": the compiled step's own cost analysis (JAX: `jit(step).lower(...).compile().cost_analysis()`),
-  every operation XLA runs: matrix products and convolutions, and the elementwise rest.
+- "xla": XLA's cost analysis of the step's program as JAX lowers it (`jit(step).lower(...)
+  .cost_analysis()`): every operation, matrix products and convolutions and the elementwise rest, before
+  XLA's optimizations. Not the compiled program's: on a GPU that one leaves out the convolutions and
+  matrix products XLA hands to cuDNN and cuBLAS (an H200's float32 step counted 9 GFLOP of ~900).
 - "layers": the models' matrix products and convolutions (Dense, Conv2D, Conv2DTranspose) counted from
   their shapes, for the TensorFlow step, whose compiler gives no count. Each forward pass of the
   iteration is counted with the backward its gradients need: weights and inputs twice the forward,
@@ -19,7 +21,7 @@ from acgan.measure import prices
 # The dtype a policy's matrix products run in, as the peak table names it. float32 on a GPU runs in
 # TF32 where the backend allows it (JAX's default matmul precision, TensorFlow's default), else fp32.
 POLICY_PEAK_DTYPE = {"mixed_float16": "fp16", "mixed_bfloat16": "bf16"}
-MATMUL_LAYERS = ("Dense", "Conv2D", "SpectralConv2D", "Conv2DTranspose")
+MATMUL_LAYERS = ("Dense", "Conv2DTranspose", "Conv2D")
 
 
 def _valid_taps(size, out, kernel, stride, padding):
@@ -34,8 +36,9 @@ def layer_forward_flops(model):
     convolution's taps on padding are not counted)."""
     total = 0
     for layer in model.layers:
-        kind = type(layer).__name__
-        if kind not in MATMUL_LAYERS:
+        kinds = [c.__name__ for c in type(layer).__mro__]   # acgan's own layers subclass Keras's
+        kind = next((k for k in kinds if k in MATMUL_LAYERS), None)
+        if kind is None:
             continue
         kernel = tuple(layer.kernel.shape)
         if kind == "Dense":
@@ -68,9 +71,9 @@ def step_flops_from_layers(models, batch, q_learns_from_fakes=True, g_learns_fro
     return flops * batch
 
 
-def xla_flops(compiled):
-    """FLOPs from a compiled JAX computation's cost analysis, or None where the backend gives none."""
-    analysis = compiled.cost_analysis()
+def xla_flops(program):
+    """FLOPs from a lowered (or compiled) JAX computation's cost analysis, or None where it gives none."""
+    analysis = program.cost_analysis()
     if isinstance(analysis, (list, tuple)):  # older JAX: one dict per device
         analysis = analysis[0] if analysis else None
     flops = (analysis or {}).get("flops")
@@ -124,11 +127,12 @@ def utilisation(flops_per_batch, time_per_batch_ms, peak_tflops):
 
 def count_step_flops(gan, inputs, batch):
     """(FLOPs of one step at global batch `batch`, "xla" or "layers"). On JAX with the step compiled
-    this compiles it (jit's cache keeps the executable, so the first step does not compile again)."""
+    this compiles it too (jit's cache keeps the executable, so the first step does not compile again)."""
     lowered_step = getattr(gan, "lowered_step", None)
     lowered = lowered_step(*inputs) if lowered_step else None
     if lowered is not None:
-        counted = xla_flops(lowered.compile())
+        counted = xla_flops(lowered)
+        lowered.compile()
         if counted:
             return counted, "xla"
     return step_flops_from_layers(gan.models, batch, gan.q_learns_from_fakes, gan.g_learns_from_q), "layers"

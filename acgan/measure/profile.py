@@ -215,9 +215,14 @@ def summarize(directory, steps, hlo_texts=None, title=None):
     if path is None:
         raise FileNotFoundError(f"no profiler trace (*.xplane.pb) under {directory}")
     index = hlo_index(hlo_texts)
+    # XLA's GPU kernels are named after their instruction ("loop_add_fusion.3" -> "loop_add_fusion_3"):
+    # inside a command buffer (one hlo_op for many kernels) the kernel's name says which instruction it is.
+    by_kernel = {re.sub(r"[.\-]", "_", name): name for name in index}
     ops = {}
     events = read_events(path)
     for op, ns, kernel in device_ops(events):
+        if op not in index and kernel in by_kernel:
+            op = by_kernel[kernel]
         entry = ops.setdefault(op, {"name": op, "ns": 0.0, "count": 0, "kernel": kernel})
         entry["ns"] += ns
         entry["count"] += 1

@@ -9,6 +9,8 @@ import math
 import keras
 from keras import layers
 
+from acgan.model.transposed_conv import TransposedConv2D
+
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
 
@@ -71,8 +73,9 @@ def _unit(x):
 
 
 def conv_transpose(x, filters, name, kernel=4):
-    """Stride-2 transposed convolution (doubles the spatial size); 4x4 by default."""
-    return layers.Conv2DTranspose(
+    """Stride-2 transposed convolution (doubles the spatial size); 4x4 by default. On JAX its gradients
+    are written as the strided convolution's (transposed_conv.TransposedConv2D)."""
+    return TransposedConv2D(
         filters, kernel, strides=2, padding="same", kernel_initializer=init(), name=name
     )(x)
 
