@@ -1,12 +1,13 @@
 """Floating-point operations per training step, and the share of a device's peak they reach.
 
 Two counts, and every figure says which it is:
-- "xla": XLA's cost analysis of the step's program as JAX lowers it (`jit(step).lower(...)
-  .cost_analysis()`): every operation, matrix products and convolutions and the elementwise rest, before
-  XLA's optimizations. Not the compiled program's: on a GPU that one leaves out the convolutions and
-  matrix products XLA hands to cuDNN and cuBLAS (an H200's float32 step counted 9 GFLOP of ~900).
+- "xla": the compiled step's own cost analysis (JAX: `jit(step).lower(...).compile().cost_analysis()`),
+  every operation XLA runs: matrix products and convolutions, and the elementwise rest. Used where it
+  holds at least 90% of the layers' count: on a GPU it leaves out the convolutions and matrix products
+  XLA hands to cuDNN and cuBLAS (an H200's float32 step counted 9 GFLOP of ~900), so there the layers'
+  count stands.
 - "layers": the models' matrix products and convolutions (Dense, Conv2D, Conv2DTranspose) counted from
-  their shapes, for the TensorFlow step, whose compiler gives no count. Each forward pass of the
+  their shapes; the TensorFlow step's count, as its compiler gives none. Each forward pass of the
   iteration is counted with the backward its gradients need: weights and inputs twice the forward,
   inputs only (G's loss through D) once. tests/measure/test_flops.py checks it against "xla".
 
@@ -22,6 +23,7 @@ from acgan.measure import prices
 # TF32 where the backend allows it (JAX's default matmul precision, TensorFlow's default), else fp32.
 POLICY_PEAK_DTYPE = {"mixed_float16": "fp16", "mixed_bfloat16": "bf16"}
 MATMUL_LAYERS = ("Dense", "Conv2DTranspose", "Conv2D")
+XLA_SHARE_NEEDED = 0.9   # XLA's count must hold this much of the layers' to stand (see the docstring)
 
 
 def _valid_taps(size, out, kernel, stride, padding):
@@ -72,7 +74,7 @@ def step_flops_from_layers(models, batch, q_learns_from_fakes=True, g_learns_fro
 
 
 def xla_flops(program):
-    """FLOPs from a lowered (or compiled) JAX computation's cost analysis, or None where it gives none."""
+    """FLOPs from a compiled (or lowered) JAX computation's cost analysis, or None where it gives none."""
     analysis = program.cost_analysis()
     if isinstance(analysis, (list, tuple)):  # older JAX: one dict per device
         analysis = analysis[0] if analysis else None
@@ -126,16 +128,16 @@ def utilisation(flops_per_batch, time_per_batch_ms, peak_tflops):
 
 
 def count_step_flops(gan, inputs, batch):
-    """(FLOPs of one step at global batch `batch`, "xla" or "layers"). On JAX with the step compiled
-    this compiles it too (jit's cache keeps the executable, so the first step does not compile again)."""
+    """(FLOPs of one step at global batch `batch`, "xla" or "layers"; see the module docstring). On JAX
+    with the step compiled this compiles it (jit's cache keeps the executable: the first step reuses it)."""
+    layers = step_flops_from_layers(gan.models, batch, gan.q_learns_from_fakes, gan.g_learns_from_q)
     lowered_step = getattr(gan, "lowered_step", None)
     lowered = lowered_step(*inputs) if lowered_step else None
     if lowered is not None:
-        counted = xla_flops(lowered)
-        lowered.compile()
-        if counted:
+        counted = xla_flops(lowered.compile())
+        if counted and counted >= XLA_SHARE_NEEDED * layers:
             return counted, "xla"
-    return step_flops_from_layers(gan.models, batch, gan.q_learns_from_fakes, gan.g_learns_from_q), "layers"
+    return layers, "layers"
 
 
 def arithmetic_summary(flops_per_batch, counted_by, time_per_batch_ms, machine, policy, replicas=1,

@@ -18,13 +18,15 @@ import os
 
 import keras
 
+from acgan.errors import UserError
+
 FORMULATION_VARIABLE = "ACGAN_JAX_CONV_TRANSPOSE"   # "adjoint" (default) or "autodiff"
 
 
 def formulation():
     value = os.environ.get(FORMULATION_VARIABLE, "adjoint").strip().lower() or "adjoint"
     if value not in ("adjoint", "autodiff"):
-        raise ValueError(f"{FORMULATION_VARIABLE}={value!r}: use adjoint or autodiff")
+        raise UserError(f"{FORMULATION_VARIABLE}={value!r}: use adjoint or autodiff")
     return value
 
 
