@@ -18,7 +18,7 @@ from acgan.measure import advice, plots, sweep, tables, worker
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--width", "0.125", "--steps", "2", "--warmup", "1", "--repeats", "2", "--jit", "off"]
-FIGURES = ("time_per_batch.png", "time_per_1000_samples.png", "cost_per_million_batches.png")
+FIGURES = ("time_per_batch.png", "time_per_1000_samples.png", "cost_per_million_batches.png", "tflops.png")
 
 
 def run_cli(module, *args, env=None, cwd=None):
@@ -35,9 +35,29 @@ def bench(tmp_path_factory):
     out = tmp / "out"
     proc = run_cli("acgan.benchmark", "--policies", "float32,mixed_bfloat16", "--batches", "8,16", *TINY,
                    "--dataset", "doodles", "--max_per_class", "2", "--data_dir", str(tmp / "data"),
-                   "--overhead_batch", "8", "--output_dir", str(out))
+                   "--overhead_batch", "8", "--output_dir", str(out), "--profile", str(tmp / "profiles"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, json.loads((out / "benchmark.json").read_text()), proc
+
+
+def test_rows_give_flops_tflops_and_a_profile(bench):
+    out, doc, _ = bench
+    with open(out / "benchmark.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    md = (out / "benchmark.md").read_text()
+    assert "## FLOPs and share of peak" in md and "## Where the device time goes" in md
+    for line, r in zip(table, doc["results"]):
+        # TensorFlow without XLA: counted from the layers, the same count at every policy of one batch.
+        assert r["flops_counted_by"] == "layers" and r["flops_per_batch"] > 0
+        assert r["tflops"] == pytest.approx(r["flops_per_batch"] / (r["time_per_batch_ms"] / 1e3) / 1e12)
+        assert r["peak_tflops"] is None and r["share_of_peak"] is None   # a CPU: no peak in the table
+        assert float(line["flops_per_batch"]) == r["flops_per_batch"] and float(line["tflops"]) == r["tflops"]
+        profile_dir = Path(r["profile"]["dir"])
+        assert (profile_dir / "profile.md").is_file() and r["profile"]["device_ms_per_step"] > 0
+        assert sum(r["profile"]["groups"].values()) == pytest.approx(r["profile"]["device_ms_per_step"])
+        assert f"`{profile_dir.name}`" in md
+    flops = {(r["policy"], r["batch"]): r["flops_per_batch"] for r in doc["results"]}
+    assert flops[("float32", 16)] == 2 * flops[("float32", 8)] == 2 * flops[("mixed_bfloat16", 8)]
 
 
 def test_sweep_writes_every_file(bench):
@@ -447,7 +467,7 @@ def test_jax_sweep_never_imports_tensorflow_and_reports_jax_out_of_memory(tmp_pa
     out = tmp_path / "out"
     proc = run_parent_probe("--backends", "jax", "--synthetic", "--policies", "float32", "--batches", "8,16",
                             "--steps", "2", "--warmup", "0", "--repeats", "1", "--width", "0.125", "--jit", "off",
-                            "--no-overhead", "--output_dir", str(out),
+                            "--no-overhead", "--output_dir", str(out), "--profile", str(tmp_path / "profiles"),
                             env={"PYTHONPATH": str(blocker.parent), "JAX_PLATFORMS": "cpu",
                                  worker.INJECT_VARIABLE: "oom:16"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -456,6 +476,8 @@ def test_jax_sweep_never_imports_tensorflow_and_reports_jax_out_of_memory(tmp_pa
     rows = {r["batch"]: r for r in doc["results"]}
     assert rows[8]["status"] == "ok" and rows[8]["backend"] == "jax", rows[8]["reason"]
     assert rows[8]["xla"] == "off" and rows[8]["replicas"] == 1
+    # The trace read back with JAX's own reader (no TensorFlow here).
+    assert rows[8]["profile"]["device_ms_per_step"] > 0, rows[8]["profile"]
     # The JAX out-of-memory error (XLA's RESOURCE_EXHAUSTED), classified without TensorFlow.
     assert rows[16]["status"] == "oom" and "RESOURCE_EXHAUSTED: injected out-of-memory" in rows[16]["reason"]
     for log in (out / "logs").iterdir():
