@@ -27,9 +27,10 @@ def runs(tmp_path_factory):
     out = {}
     for policy in POLICIES:
         jit = ["--jit"] if policy == "mixed_float16" else ["--no-jit"]
+        profile = ["--profile_steps", "2:3"] if policy == "mixed_float16" else []
         run_dir = root / policy
         result = _run("acgan.train", "--policy", policy, "--output_dir", str(run_dir),
-                      "--data_dir", data_dir, "--price_per_hour", "0.54", *jit, *TINY)
+                      "--data_dir", data_dir, "--price_per_hour", "0.54", *jit, *profile, *TINY)
         assert result.returncode == 0, result.stderr[-3000:]
         out[policy] = run_dir
     return out
@@ -68,6 +69,20 @@ def test_train_writes_grids_report_checkpoints_and_logs(runs, policy):
     markdown = (run_dir / "report.md").read_text()
     assert "time per batch" in markdown
     assert ("| model | reference, width 0.125, nonsaturating loss for D and G, Adam learning rates D 0.0002, G 0.001, Q 0.001, Adam beta_1 0.5 |") in markdown
+    arithmetic = report["arithmetic"]   # counted from the layers; a CPU has no peak in the table
+    assert arithmetic["flops_counted_by"] == "layers" and arithmetic["flops_per_batch"] > 0
+    assert arithmetic["tflops"] == pytest.approx(
+        arithmetic["flops_per_batch"] / (timing["time_per_batch_ms"] / 1e3) / 1e12)
+    assert arithmetic["share_of_peak"] is None and "| arithmetic (wall time per batch) |" in markdown
+    if policy == "mixed_float16":  # --profile_steps 2:3: the trace and where its device time went
+        profile = json.loads((run_dir / "profile" / "profile.json").read_text())
+        assert profile["steps"] >= 2 and profile["device_ms_per_step"] > 0
+        assert sum(g["ms_per_step"] for g in profile["groups"]) == pytest.approx(profile["device_ms_per_step"])
+        assert "| convolutions |" in (run_dir / "profile" / "profile.md").read_text()
+        assert list((run_dir / "profile").glob("plugins/profile/*/*.xplane.pb"))
+        assert report["maintenance_seconds"]["profiling"] > 0
+    else:
+        assert not (run_dir / "profile").exists()
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith("ckpt-4"))
     assert any((run_dir / "tensorboard").iterdir())
 
@@ -174,6 +189,7 @@ BAD_INPUTS = {
     "devices without mirrored": (lambda t: ["--strategy", "default", "--devices", "cpu:0"], "--devices applies"),
     "multi_worker without TF_CONFIG": (lambda t: ["--strategy", "multi_worker"], "needs TF_CONFIG"),
     "no TPU": (lambda t: ["--strategy", "tpu"], "no TPU found"),
+    "bad profile range": (lambda t: ["--profile_steps", "5:2"], "--profile_steps: '5:2' is not a step range A:B"),
 }
 
 
