@@ -21,11 +21,13 @@
 # then merges the phases that finished into one benchmark.json / .md / .csv and figures
 # (python -m acgan.benchmark_merge) in an output folder given by $OUT when it is set, else in
 # outputs/gpu-benchmark-<time>/. Each phase's own report and worker logs are kept beside it, in phases/
-# (packed as one archive, phases.tgz, when $OUT is set, so the folder holds a few files, none deep).
+# (packed as one archive, phases.tgz, when $OUT is set, so the folder holds a few files, none deep),
+# with each configuration's profile (--profile: profile.md, profile.json and the step's hlo.txt; the
+# traces themselves are left out, being large) unless ACGAN_GPU_PROFILE=0.
 #
 # Environment overrides (defaults in brackets), e.g. to try it on a CPU in two minutes:
 #   ACGAN_GPU_BATCHES [256,2048]  ACGAN_GPU_BIG_BATCH [4096; empty: no phase 3]  ACGAN_GPU_STEPS [100]
-#   ACGAN_GPU_REPEATS [3]  ACGAN_GPU_WARMUP [5]  ACGAN_GPU_WIDTH [1.0]  ACGAN_GPU_OVERHEAD [1]
+#   ACGAN_GPU_REPEATS [3]  ACGAN_GPU_WARMUP [5]  ACGAN_GPU_WIDTH [1.0]  ACGAN_GPU_OVERHEAD [1]  ACGAN_GPU_PROFILE [1]
 #   ACGAN_GPU_BUDGET_S [420: seconds from start after which no phase starts or runs on]
 #   ACGAN_GPU_CONFIG_S [40: seconds a configuration is assumed to take until finished phases measure it]
 #   ACGAN_GPU_PRICE [none: USD per hour, as --price_per_hour, over the shipped price table]
@@ -82,15 +84,20 @@ phase() {  # phase NAME CONFIGURATIONS [VAR=VALUE ...] -- BENCHMARK FLAGS...
         return 0
     fi
     echo "phase $name: $configurations configurations (about ${estimate} s) ${envs[*]}"
-    local tick=$SECONDS status=0
+    local tick=$SECONDS status=0 profile=()
+    [ "${ACGAN_GPU_PROFILE:-1}" = 1 ] && profile=(--profile "$WORK/profiles-$name")
     # timeout signals the whole process group: the sweep and its worker.
     env "${envs[@]}" timeout $((BUDGET - elapsed)) "$PY" -m acgan.benchmark "${COMMON[@]}" "$@" \
-        --output_dir "$WORK/$name" > "$DEST/phases/$name.out" 2>&1 || status=$?
+        --output_dir "$WORK/$name" "${profile[@]}" > "$DEST/phases/$name.out" 2>&1 || status=$?
     tail -n 1 "$DEST/phases/$name.out"
     if [ "$status" -eq 0 ] && [ -f "$WORK/$name/benchmark.json" ]; then
         DONE+=("$WORK/$name/benchmark.json")
         mkdir -p "$DEST/phases/$name"
         cp -r "$WORK/$name"/benchmark.* "$WORK/$name"/*.png "$WORK/$name/logs" "$DEST/phases/$name/"
+        if [ -d "$WORK/profiles-$name" ]; then   # the summaries and HLO, not the traces
+            mkdir -p "$DEST/phases/$name/profiles"
+            tar cf - -C "$WORK/profiles-$name" --exclude=plugins . | tar xf - -C "$DEST/phases/$name/profiles"
+        fi
         for report in "$WORK/$name"/overhead-trainer*/report.*; do
             [ -f "$report" ] && cp "$report" "$DEST/phases/$name/"
         done

@@ -3,8 +3,9 @@
 A transposed convolution is the adjoint of a strided convolution c(z) = conv(z, kernel): y = c^T(x). Left
 to autodiff, JAX differentiates the lhs-dilated convolution that computes y, and XLA's GPU compiler
 turns the kernel's gradient into a forward convolution with a dilated 14x14 window, which cuDNN runs
-without Tensor Cores in float32 (most of the float32 step's time on an H200: docs/jax-and-gpus.md#
-transposed-convolutions). Written out, the same gradients are ordinary strided-convolution passes:
+without Tensor Cores in float32: most of the float32 step's time on an H200, see
+docs/jax-and-gpus.md#transposed-convolutions. Written out, the same gradients are ordinary
+strided-convolution passes:
 
     dx      = c(dy)                             a forward convolution
     dkernel = the vjp of k -> conv(dy, k) at x  a convolution's filter gradient
