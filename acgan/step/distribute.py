@@ -46,7 +46,7 @@ def tf_config():
     text = os.environ.get("TF_CONFIG")
     if not text:
         raise UserError("--strategy multi_worker needs TF_CONFIG (the cluster and this task) in the environment; "
-                        "see the README's multi-worker section")
+                        "see docs/scaling.md#several-workers")
     try:
         spec = json.loads(text)
         cluster, task = spec["cluster"], spec["task"]
