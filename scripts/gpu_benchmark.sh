@@ -130,8 +130,8 @@ if [ ${#DONE[@]} -eq 0 ]; then
     echo "error: no phase finished; see $DEST/phases/" >&2
     exit 1
 fi
-"$PY" -m acgan.benchmark_merge "${DONE[@]}" --output_dir "$WORK/merged" > "$DEST/merge.out" 2>&1 \
-    || { cat "$DEST/merge.out" >&2; exit 1; }
+"$PY" -m acgan.benchmark_merge "${DONE[@]}" --output_dir "$WORK/merged" > "$DEST/phases/merge.out" 2>&1 \
+    || { cat "$DEST/phases/merge.out" >&2; exit 1; }   # in phases/: $OUT holds at most 8 files
 cp "$WORK/merged"/benchmark.* "$WORK/merged"/*.png "$DEST/"
 if [ -n "${OUT:-}" ]; then
     # In an output folder given by $OUT the phases travel as one archive: a few files, none deep.
