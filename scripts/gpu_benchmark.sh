@@ -131,7 +131,7 @@ if [ ${#DONE[@]} -eq 0 ]; then
     exit 1
 fi
 "$PY" -m acgan.benchmark_merge "${DONE[@]}" --output_dir "$WORK/merged" > "$DEST/phases/merge.out" 2>&1 \
-    || { cat "$DEST/phases/merge.out" >&2; exit 1; }   # in phases/: $OUT holds at most 8 files
+    || { cat "$DEST/phases/merge.out" >&2; exit 1; }   # in phases/, packed with it: few files at the top
 cp "$WORK/merged"/benchmark.* "$WORK/merged"/*.png "$DEST/"
 if [ -n "${OUT:-}" ]; then
     # In an output folder given by $OUT the phases travel as one archive: a few files, none deep.
