@@ -185,22 +185,23 @@ def _group_of_instruction(instruction, inner):
     return group_of_name(instruction["name"] + " " + op_names)
 
 
+# The first pattern an operation's lower-cased name matches decides its group (order matters: a cuDNN
+# convolution's kernel names "implicit_gemm", a TensorFlow op "..._bn1/...:Cast" is a cast of batch norm).
+NAME_PATTERNS = (
+    ("convolutions", r"conv|cudnn|xmma_(fprop|dgrad|wgrad)|implicit_gemm|winograd|fft"),
+    ("matrix products", r"gemm|matmul|dot|cublas|cutlass|sm\d+_xmma"),
+    ("optimizer updates", r"optimizer|adam|apply_?gradient|resourceapply"),
+    ("batch norm", r"batch_?norm|fusedbatchnorm|(?:^|[/(_])bn\d*(?:[)/_:]|$)"),
+    ("casts", r"convert|cast"),
+    ("copies and transposes", r"copy|transpose|memcpy|memset|broadcast|concat|slice|pad|reshape"),
+)
+
+
 def group_of_name(name):
     """The group an operation falls in by its name alone (a kernel, an HLO instruction or a TF op)."""
-    n = name.lower()
-    if re.search(r"conv|cudnn|xmma_(fprop|dgrad|wgrad)|implicit_gemm|winograd|fft", n):
-        return "convolutions"
-    if re.search(r"gemm|matmul|dot|cublas|cutlass|sm\d+_xmma", n):
-        return "matrix products"
-    if re.search(r"optimizer|adam|apply_?gradient|resourceapply", n):
-        return "optimizer updates"
-    if re.search(r"batch_?norm|fusedbatchnorm|(?:^|[/(_])bn\d*(?:[)/_:]|$)", n):
-        return "batch norm"
-    if re.search(r"convert|cast", n):
-        return "casts"
-    if re.search(r"copy|transpose|memcpy|memset|broadcast|concat|slice|pad|reshape", n):
-        return "copies and transposes"
-    return "other elementwise and reductions"
+    lowered = name.lower()
+    return next((group for group, pattern in NAME_PATTERNS if re.search(pattern, lowered)),
+                "other elementwise and reductions")
 
 
 # -- the summary ----------------------------------------------------------------------------------------
