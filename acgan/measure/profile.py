@@ -186,7 +186,7 @@ def _group_of_instruction(instruction, inner):
 
 
 # The first pattern an operation's lower-cased name matches decides its group (order matters: a cuDNN
-# convolution's kernel names "implicit_gemm", a TensorFlow op "..._bn1/...:Cast" is a cast of batch norm).
+# convolution's kernel is named "..._implicit_gemm", and TensorFlow's "g_bn1/Cast:Cast" counts as batch norm).
 NAME_PATTERNS = (
     ("convolutions", r"conv|cudnn|xmma_(fprop|dgrad|wgrad)|implicit_gemm|winograd|fft"),
     ("matrix products", r"gemm|matmul|dot|cublas|cutlass|sm\d+_xmma"),
