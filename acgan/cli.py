@@ -66,8 +66,15 @@ def define_strategy_flags(exclude=()):
     from acgan.config import STRATEGIES
 
     flags.DEFINE_enum("strategy", "auto", [s for s in STRATEGIES if s not in exclude],
-                      "tf.distribute strategy (auto: mirrored when more than one GPU is visible).")
+                      "tf.distribute strategy, or on JAX a device mesh (auto: mirrored when more than one GPU "
+                      "is visible; on JAX, every local device when there are several).")
     flags.DEFINE_list("devices", None, "Devices for --strategy mirrored, e.g. gpu:0,gpu:1 (cpu:0,cpu:1 splits the CPU).")
+    if "multi_worker" not in exclude:  # JAX's multi_worker (TensorFlow's reads TF_CONFIG)
+        flags.DEFINE_string("coordinator_address", None, "JAX multi_worker: process 0's host:port (default: "
+                            "JAX_COORDINATOR_ADDRESS, or JAX's cluster detection).")
+        flags.DEFINE_integer("num_processes", None, "JAX multi_worker: how many processes (default: JAX_NUM_PROCESSES).")
+        flags.DEFINE_integer("process_id", None, "JAX multi_worker: this process's id, 0 to num_processes - 1 "
+                             "(default: JAX_PROCESS_ID); process 0 writes the run's files.")
 
 
 def settings_from_flags(settings_class, flag_values=flags.FLAGS, **given):

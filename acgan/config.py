@@ -41,8 +41,9 @@ def validate_policy(name):
 def validate_backend(name, strategy="auto"):
     if name not in BACKENDS:
         raise UserError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
-    if name == "jax" and strategy not in ("auto", "default"):
-        raise UserError(f"--strategy {strategy} needs --backend tensorflow: the JAX backend trains on one device")
+    if name == "jax" and strategy == "tpu":
+        raise UserError("--strategy tpu is TensorFlow's TPUStrategy; on JAX, --strategy auto or mirrored trains on "
+                        "every local TPU core")
 
 
 def validate_strategy(name, devices=None):
@@ -62,7 +63,7 @@ class Config:
     data_dir: str = "data"
     # Cap on images per class (None: all); bounds memory on Quick-Draw.
     max_per_class: Optional[int] = None
-    # Keras backend: tensorflow or jax (the JAX step runs on one device, no tf.distribute strategy).
+    # Keras backend: tensorflow or jax (on JAX the strategies are a jax.sharding mesh; no tpu strategy).
     backend: str = "tensorflow"
     # Keras dtype policy: float32, mixed_float16 or mixed_bfloat16.
     policy: str = "float32"
@@ -82,12 +83,19 @@ class Config:
     minutes: Optional[float] = None
     # Compile the train step with XLA (on several replicas: each replica's forward/backward pass).
     jit: bool = True
-    # tf.distribute strategy: auto, default, mirrored, multi_worker or tpu (auto: mirrored on >1 GPU).
+    # tf.distribute strategy: auto, default, mirrored, multi_worker or tpu (auto: mirrored on >1 GPU). On JAX
+    # auto is every local device when there are several, and multi_worker starts jax.distributed.
     strategy: str = "auto"
     # Devices for the mirrored strategy (None: every GPU); naming several CPUs splits the host CPU.
     devices: Optional[tuple] = None
-    # With several replicas, batch-norm statistics over the global batch (as on one device).
+    # With several replicas, batch-norm statistics over the global batch (as on one device); always so on JAX.
     sync_bn: bool = True
+    # JAX's multi_worker: jax.distributed.initialize's coordinator host:port, process count and this
+    # process's id (None: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID, or JAX's cluster
+    # detection: SLURM, Open MPI, Kubernetes, Cloud TPU).
+    coordinator_address: Optional[str] = None
+    num_processes: Optional[int] = None
+    process_id: Optional[int] = None
     # Seeds the weights, the noise, the data order and the grid noise.
     seed: int = 0
     # Save a sample grid every N steps (and always at the end); None: only at the end.
@@ -148,10 +156,23 @@ class Config:
                 parse_step_range(self.profile_steps)
             except ValueError as e:
                 raise UserError(f"--profile_steps: {e}") from None
+        self.validate_processes()
         if self.classes is not None and len(set(self.classes)) != len(self.classes):
             dupes = sorted({c for c in self.classes if self.classes.count(c) > 1})
             raise UserError(f"duplicate classes in --classes: {', '.join(dupes)}")
         return self
+
+    def validate_processes(self):
+        given = [n for n in ("coordinator_address", "num_processes", "process_id") if getattr(self, n) is not None]
+        if given and (self.backend, self.strategy) != ("jax", "multi_worker"):
+            raise UserError(f"--{given[0]} applies to --backend jax --strategy multi_worker (TensorFlow's "
+                            "multi_worker reads TF_CONFIG)")
+        if self.num_processes is not None:
+            positive_int("num_processes", self.num_processes)
+        if self.process_id is not None:
+            non_negative_int("process_id", self.process_id)
+            if self.num_processes is not None and self.process_id >= self.num_processes:
+                raise UserError(f"--process_id {self.process_id} must be below --num_processes {self.num_processes}")
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

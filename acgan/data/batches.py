@@ -66,24 +66,29 @@ def sample_noise(seed, step, batch, noise_dim, num_classes):
     return z, rng.integers(0, num_classes, batch, dtype=np.int32)
 
 
-def training_batch(data, plan, step):
+def training_batch(data, plan, step, rows=None):
     """(uint8 images [batch, H, W, C], int32 labels [batch], z, fake_labels) of step `step`, read from the
-    ImageSet's own arrays (fancy indexing copies just the batch), each ordered by class."""
+    ImageSet's own arrays (fancy indexing copies just the batch), each ordered by class. `rows` (a slice):
+    only those rows of that batch, and only their images are read (one process's share of it)."""
     idx = plan.indices(step)
     z, fake_labels = plan.noise(step)
     # Real and fake batches alike in class order, which changes no loss: D's minibatch-spread channel
     # (model/blocks.py) compares groups of consecutive images, which then mostly share a class.
     idx = idx[np.argsort(data.labels[idx], kind="stable")]
-    return data.images[idx], data.labels[idx], z, np.sort(fake_labels)
+    fake_labels = np.sort(fake_labels)
+    if rows is not None:
+        idx, z, fake_labels = idx[rows], z[rows], fake_labels[rows]
+    return data.images[idx], data.labels[idx], z, fake_labels
 
 
-def prefetched(data, plan, start_step, put, depth=2):
-    """Endless training batches from `start_step` on, made by a host thread `depth` steps ahead and
-    handed to `put` (e.g. jax.device_put) there, so the copy to the device overlaps the running step."""
+def prefetched(data, plan, start_step, put, depth=2, rows=None):
+    """Endless training batches from `start_step` on (only `rows` of each: training_batch), made by a host
+    thread `depth` steps ahead and handed to `put` (e.g. jax.device_put) there, so the copy to the device
+    overlaps the running step."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="acgan-batches")
 
     def make(step):
-        return put(training_batch(data, plan, step))
+        return put(training_batch(data, plan, step, rows))
 
     try:
         ahead = [pool.submit(make, step) for step in range(start_step, start_step + depth)]

@@ -173,16 +173,17 @@ def reset_peak_memory():
 
 
 def _jax_peak_bytes():
-    """The accelerator's peak_bytes_in_use (JAX's allocator statistics), or None on the CPU."""
+    """The accelerators' peak_bytes_in_use (JAX's allocator statistics), summed over this process's
+    devices (the ones a run's mesh uses), or None on the CPU."""
     import jax
 
-    stats = jax.devices()[0].memory_stats() or {}
-    return int(stats["peak_bytes_in_use"]) if "peak_bytes_in_use" in stats else None
+    peaks = [(device.memory_stats() or {}).get("peak_bytes_in_use") for device in jax.local_devices()]
+    return int(sum(peaks)) if peaks and None not in peaks else None
 
 
 def peak_memory_bytes():
     """GPU: the peak allocator counters (TensorFlow: every GPU's, summed, as each replica's device
-    counts; JAX: the one device's); CPU: this process's peak resident memory."""
+    counts; JAX: this process's devices'); CPU: this process's peak resident memory."""
     if _on_jax():
         peak = _jax_peak_bytes()
         if peak is not None:

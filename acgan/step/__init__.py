@@ -4,7 +4,8 @@ benchmark use, so a second backend's step sits beside the TensorFlow one:
     step = ACGAN(models, num_classes, policy, jit=..., strategy=..., sync_bn=...,   # tf_step
                  **common.step_options(arch))     # the preset's learning rates, beta_1, what Q and G learn
                                                   # from, the augmentation of D's inputs
-    step = JaxACGAN(models, num_classes, policy, jit=..., **common.step_options(arch))   # jax_step, one device
+    step = JaxACGAN(models, num_classes, policy, jit=..., mesh=None, **common.step_options(arch))   # jax_step:
+                                                  # one device, or a jax.sharding.Mesh's "data" axis
     step.train_step(images, labels, z, fake_labels) -> StepMetrics
         one iteration: the D update, then G and Q from the same single G forward; the metrics are one
         vector in METRIC_NAMES order, left on the device until StepMetrics.read() copies it once

@@ -18,6 +18,14 @@ Under mixed_float16 each loss is scaled by its own LossScaleOptimizer's scale as
 handed to the step (read in a StatelessScope mapping the optimizer's variables to that state: outside
 one, scale_loss inside jax.jit would read the Keras variable, a constant frozen at trace time, while
 stateless_apply unscales by the live scale; keras-team/keras#19244).
+
+Several devices (`mesh`, a jax.sharding.Mesh with one "data" axis): the same step, jitted with its state
+replicated on every device of the mesh and each batch input split along the batch axis (in_shardings /
+out_shardings); XLA partitions the one program and inserts the all-reduces. The step still sees one
+global batch, so everything it reduces over the batch is reduced over the global batch: the losses, the
+gradients, and the batch-norm statistics (what --sync_bn means on TensorFlow). A non-finite gradient on
+any device's shard is therefore in the one gradient every LossScaleOptimizer checks: all skip together.
+With processes on several hosts the state is a global array; reads take this process's own copy.
 """
 import hashlib
 
@@ -54,7 +62,7 @@ class _Counter:
         self._gan = gan
 
     def numpy(self):
-        return np.asarray(self._gan._state["step"])
+        return np.asarray(self._gan._local(self._gan._state["step"]))
 
     def __int__(self):
         return int(self.numpy())
@@ -72,10 +80,11 @@ class _Counter:
 
 
 class JaxACGAN(common.StepOptions):
-    """Holds the models, the three optimizers and the step's state, and runs the step on one device."""
+    """Holds the models, the three optimizers and the step's state, and runs the step on one device or,
+    data parallel, over the devices of `mesh`."""
 
     def __init__(self, models, num_classes, policy, jit=True, learning_rates=None, q_learns_from_fakes=True,
-                 g_learns_from_q=True, beta_1=BETA_1, augment=None, loss="nonsaturating"):
+                 g_learns_from_q=True, beta_1=BETA_1, augment=None, loss="nonsaturating", mesh=None):
         if keras.backend.backend() != "jax":
             raise RuntimeError(f"JaxACGAN needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
         self.models = models
@@ -103,7 +112,12 @@ class JaxACGAN(common.StepOptions):
                              for n, o in self._optimizers.items()}
         self._learning_rate_index = {n: _index(o.variables, precision.learning_rate_variable(o))
                                      for n, o in self._optimizers.items()}
-        self._state = self._state_from_variables()
+        # Several devices: the state replicated on each, every batch input split along its first axis.
+        self.mesh = mesh
+        if mesh is not None:
+            self._replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            self._split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+        self._state = self._place(self._state_from_variables())
         self._keys = self._state_keys()
         self.compile_mode = "step" if jit else "off"
         self.compile_reason = ("jax.jit: the whole step is one XLA computation, its state donated" if jit
@@ -146,6 +160,37 @@ class JaxACGAN(common.StepOptions):
             raise ValueError("two variables share a path; state() needs unique keys")
         return keys
 
+    def _place(self, tree):
+        """`tree` with every array replicated over the mesh (those already so are kept as they are); as it
+        is on one device. Works across processes: each process places its own copies of the same values."""
+        if self.mesh is None:
+            return tree
+
+        def place(x):
+            if isinstance(x, jax.Array) and x.sharding == self._replicated:
+                return x
+            value = np.asarray(x)
+            return jax.make_array_from_callback(value.shape, self._replicated, lambda index: value[index])
+
+        return jax.tree_util.tree_map(place, tree)
+
+    def _local(self, tree):
+        """`tree` as arrays on this process's first device (its copy of the replicated state: no transfer),
+        for reads that must not be a program over every process's devices."""
+        if self.mesh is None:
+            return tree
+        return jax.tree_util.tree_map(lambda x: x.addressable_data(0), tree)
+
+    def shard_batch(self, arrays, global_batch=None):
+        """The batch inputs as global arrays split over the mesh's data axis: from the whole batch (one
+        process) or from this process's contiguous share of its rows (several; `global_batch` rows in all)."""
+        if self.mesh is None:
+            return arrays
+        if global_batch is None or global_batch == len(arrays[0]):
+            return tuple(jax.device_put(x, self._split) for x in arrays)
+        return tuple(jax.make_array_from_process_local_data(self._split, np.asarray(x), (global_batch,) + x.shape[1:])
+                     for x in arrays)
+
     def _at(self, path):
         node = self._state
         for part in path:
@@ -156,7 +201,7 @@ class JaxACGAN(common.StepOptions):
         """{key: numpy array} of every model and optimizer variable and the step counter (not the skip
         streak: a resumed run counts skips afresh, as on TensorFlow). Keys: models/<model>/<variable
         path>, optimizers/<variable path>, step."""
-        return {key: np.array(self._at(path)) for key, path in self._keys}
+        return {key: np.array(self._local(self._at(path))) for key, path in self._keys}
 
     def load_state(self, values):
         """Replaces the whole state with `values` (as state() returns it: every key, same shapes)."""
@@ -175,7 +220,7 @@ class JaxACGAN(common.StepOptions):
                 node = node[part]
             node[path[-1]] = jnp.array(value, dtype=old.dtype)
         new["skip_streak"] = jnp.zeros(len(OPTIMIZER_NAMES), jnp.int32)
-        self._state = new
+        self._state = self._place(new)
 
     def set_learning_rate_scale(self, scale):
         """Sets each optimizer's learning rate to its preset rate times `scale`: a new value in the state
@@ -183,26 +228,33 @@ class JaxACGAN(common.StepOptions):
         optimizers = {name: list(values) for name, values in self._state["optimizers"].items()}
         for (name, i), rate in zip(self._learning_rate_index.items(), self.learning_rates):
             optimizers[name][i] = jnp.asarray(rate * scale, optimizers[name][i].dtype)
-        self._state = dict(self._state, optimizers=optimizers)
+        self._state = self._place(dict(self._state, optimizers=optimizers))
         self.learning_rate_scale = scale
 
     def sync_variables(self):
         """Writes the state into the Keras variables (models and optimizers), e.g. to save with Keras or
         to call the models directly. The step itself never reads them."""
+        state = self._local(self._state)
         for name, model in zip(MODEL_NAMES, self.models):
-            values = self._state["models"][name]
+            values = state["models"][name]
             for kind in ("trainable", "non_trainable"):
                 for variable, value in zip(getattr(model, f"{kind}_variables"), values[kind]):
                     variable.assign(value)
         for name, optimizer in self._optimizers.items():
-            for variable, value in zip(optimizer.variables, self._state["optimizers"][name]):
+            for variable, value in zip(optimizer.variables, state["optimizers"][name]):
                 variable.assign(value)
 
     # -- the step ------------------------------------------------------------------------------------
 
     def retrace(self):
         """(Re)builds the step functions; call it after patching anything the step calls."""
-        if self.compile_mode == "step":
+        if self.compile_mode == "step" and self.mesh is not None:
+            # The same function, partitioned: state in and out replicated, the four batch inputs split.
+            self._step_function = jax.jit(self._step, donate_argnums=0,
+                                          in_shardings=(self._replicated,) + (self._split,) * 4,
+                                          out_shardings=(self._replicated, self._replicated))
+            self._generate_function = jax.jit(self._generate)
+        elif self.compile_mode == "step":
             self._step_function = jax.jit(self._step, donate_argnums=0)
             self._generate_function = jax.jit(self._generate)
         else:
@@ -370,20 +422,23 @@ class JaxACGAN(common.StepOptions):
 
     def skipped_steps(self):
         """{optimizer name: steps it skipped so far}."""
-        step = int(self._state["step"])
-        iterations = np.asarray(self._iterations(self._state["optimizers"]))
+        state = self._local(self._state)
+        step = int(state["step"])
+        iterations = np.asarray(self._iterations(state["optimizers"]))
         return {name: step - int(i) for name, i in zip(OPTIMIZER_NAMES, iterations)}
 
     def loss_scales(self):
         """{optimizer name: current loss scale} (1.0 where there is no loss scaling)."""
-        return dict(zip(OPTIMIZER_NAMES, (float(s) for s in np.asarray(self._scales(self._state["optimizers"])))))
+        scales = self._scales(self._local(self._state["optimizers"]))
+        return dict(zip(OPTIMIZER_NAMES, (float(s) for s in np.asarray(scales))))
 
     def weights_fingerprint(self):
         """sha256 of every model weight, BN statistics included, in tf_step.ACGAN's order (each model's
         `variables`), so the same weights give the same fingerprint on both backends."""
         digest = hashlib.sha256()
+        state = self._local(self._state)
         for name, model in zip(MODEL_NAMES, self.models):
-            values = self._state["models"][name]
+            values = state["models"][name]
             by_id = {id(v): x for v, x in zip(model.trainable_variables, values["trainable"])}
             by_id.update({id(v): x for v, x in zip(model.non_trainable_variables, values["non_trainable"])})
             for variable in model.variables:
@@ -392,7 +447,7 @@ class JaxACGAN(common.StepOptions):
 
     def generate(self, z, labels):
         """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics)."""
-        g = self._state["models"]["generator"]
+        g = self._local(self._state["models"]["generator"])
         return self._generate_function(g["trainable"], g["non_trainable"], z, labels)
 
     def _generate(self, trainable, non_trainable, z, labels):

@@ -1,54 +1,154 @@
-"""What the training loop needs, on JAX: one device, the step (jax_step.JaxACGAN), the input stream
-(data.batches' numpy batches, put on the device by a host thread ahead of the step) and the
-checkpoints (jax_checkpoints). The same interface as tf_runtime.py; no TensorFlow is imported."""
+"""What the training loop needs, on JAX: the devices (one, or a jax.sharding.Mesh over several, across
+processes under multi_worker), the step (jax_step.JaxACGAN), the input stream (data.batches' numpy
+batches, put on the devices by a host thread ahead of the step) and the checkpoints (jax_checkpoints).
+The same interface as tf_runtime.py; no TensorFlow is imported.
+
+--strategy on JAX: default is one device; mirrored every local device (or --devices); auto mirrored when
+there are several local devices, else default; multi_worker starts jax.distributed (every process's
+devices in one mesh). The mesh has one axis, "data": the state is replicated, each batch split.
+"""
 import contextlib
+import os
 
 import jax
+import numpy as np
 
 from acgan.data.batches import BatchPlan, prefetched
+from acgan.errors import UserError
 from acgan.step.common import step_options
+from acgan.step.distribute import check_global_batch, short_device_name
 from acgan.step.jax_step import JaxACGAN
 from acgan.training.jax_checkpoints import JaxCheckpoints
+
+# acgan's own fallbacks for multi_worker's process count and id (JAX reads JAX_COORDINATOR_ADDRESS itself).
+PROCESS_ENV = {"num_processes": "JAX_NUM_PROCESSES", "process_id": "JAX_PROCESS_ID"}
+
+
+def start_processes(config):
+    """jax.distributed.initialize from the flags, else the environment; one line on failure."""
+    values = {}
+    for name, variable in PROCESS_ENV.items():
+        value = getattr(config, name)
+        if value is None and os.environ.get(variable):
+            try:
+                value = int(os.environ[variable])
+            except ValueError:
+                raise UserError(f"{variable} must be an integer, got {os.environ[variable]!r}") from None
+        values[name] = value
+    try:
+        jax.distributed.initialize(coordinator_address=config.coordinator_address, **values)
+    except (ValueError, TypeError, RuntimeError) as e:
+        detail = " ".join(str(e).split())[:200]
+        raise UserError(f"--strategy multi_worker on JAX: jax.distributed.initialize failed ({detail}); give "
+                        "--coordinator_address, --num_processes and --process_id (see docs/scaling.md)") from None
+
+
+def _cpu_devices_named(devices):
+    """How many host CPU devices --devices names (cpu:0,cpu:3 -> 4), for jax_num_cpu_devices."""
+    ids = [int(name.split(":")[1]) for name in devices if name.startswith("cpu:") and name.split(":")[1].isdigit()]
+    return max(ids) + 1 if ids else 0
+
+
+def pick_devices(strategy, devices=None):
+    """(resolved strategy name, the mesh's devices) for --strategy and --devices on JAX."""
+    if devices:
+        names = [short_device_name(d).replace("cuda:", "gpu:") for d in devices]
+        cpus = _cpu_devices_named(names)
+        if cpus > 1 and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+            try:
+                jax.config.update("jax_num_cpu_devices", cpus)  # splits the host CPU, as TensorFlow's does
+            except RuntimeError:
+                pass  # JAX's devices are already set up: the check below names what there is
+        known = {}
+        for platform in dict.fromkeys(("cpu", jax.default_backend())):
+            for i, device in enumerate(jax.local_devices(backend=platform)):
+                known[f"{platform}:{i}"] = device
+        missing = [d for d in names if d not in known]
+        if missing:
+            raise UserError(f"--devices: no device {missing[0]!r} here (JAX sees {', '.join(known)})")
+        if len({known[d].platform for d in names}) > 1:
+            raise UserError("--devices: name devices of one kind (a mesh of CPUs and accelerators is not supported)")
+        if len(set(names)) != len(names):
+            raise UserError(f"--devices names a device twice: {', '.join(devices)}")
+        return "mirrored", [known[d] for d in names]
+    local = jax.local_devices()
+    if strategy == "multi_worker":
+        return "multi_worker", jax.devices()
+    if strategy == "mirrored" or (strategy == "auto" and len(local) > 1):
+        return "mirrored", local
+    return "default", local[:1]
 
 
 class JaxRuntime:
     name = "jax"
-    replicas = 1
-    chief = True
 
     def __init__(self, config):
-        # config.validate() refused every strategy but auto/default: the JAX step runs on one device.
-        self.device = jax.devices()[0]
-        others = len(jax.devices()) - 1
-        self.notes = [f"the JAX backend trains on one device ({self.device}); {others} more are idle "
-                      "(multi-device training needs --backend tensorflow)"] if others else []
+        if config.strategy == "multi_worker":
+            start_processes(config)  # before anything touches a device
+        self.strategy, self.devices = pick_devices(config.strategy, config.devices)
+        self.replicas, self.processes = len(self.devices), jax.process_count()
+        check_global_batch(config.batch, self.replicas)
+        if self.replicas > 1 and not config.sync_bn:
+            raise UserError("--nosync_bn: on JAX the step sees the global batch as one array, so batch-norm "
+                            "statistics are always over the global batch; drop the flag")
+        self.chief = jax.process_index() == 0  # the one writer
+        # One device: no mesh, the step exactly as it always ran. Several: one "data" axis over them.
+        self.mesh = jax.sharding.Mesh(np.array(self.devices), ("data",)) if self.replicas > 1 else None
+        self.gan = None
+        idle = len(jax.local_devices()) - len([d for d in self.devices if d.process_index == jax.process_index()])
+        self.notes = [f"the JAX backend trains on {self.replicas} device(s) ({self.devices[0]}...); {idle} more are "
+                      "idle (--strategy mirrored uses every local device)"] if idle else []
 
     def scope(self):
         return contextlib.nullcontext()
 
     def make_step(self, models, num_classes, config):
-        return JaxACGAN(models, num_classes, config.policy, jit=config.jit, **step_options(config.arch, config.loss))
+        self.gan = JaxACGAN(models, num_classes, config.policy, jit=config.jit, mesh=self.mesh,
+                            **step_options(config.arch, config.loss))
+        return self.gan
 
     def layout(self, gan):
         return {
-            "strategy": "default",
-            "replicas": 1,
-            "workers": 1,
-            "replica_devices": [str(self.device)],
-            "synchronized_batch_norm": False,
+            "strategy": self.strategy,
+            "replicas": self.replicas,
+            "workers": self.processes,
+            "replica_devices": [f"{d.platform}:{d.id}" for d in self.devices] if self.mesh else [str(self.devices[0])],
+            "synchronized_batch_norm": self.replicas > 1,  # one global batch: the statistics are its own
             "xla": gan.compile_mode,
-            "xla_reason": gan.compile_reason,
+            "xla_reason": gan.compile_reason + (f", partitioned over a {self.replicas}-device mesh (the batch split, "
+                                                "the state replicated)" if self.mesh else ""),
         }
 
     def checkpoints(self, gan, directory, keep):
         return JaxCheckpoints(gan, directory, keep)
 
     def batches(self, data, config, noise_dim, start_step):
+        """Each step's global batch (data.batches), split over the mesh. With several processes each one
+        reads only the rows of its own devices, the same rows of the same global batch as one process."""
         plan = BatchPlan(len(data), config.batch, config.seed, noise_dim, data.num_classes)
-        return prefetched(data, plan, start_step, lambda batch: jax.device_put(batch, self.device))
+        if self.mesh is None:
+            return prefetched(data, plan, start_step, lambda batch: jax.device_put(batch, self.devices[0]))
+        if self.processes == 1:
+            return prefetched(data, plan, start_step, self.gan.shard_batch)
+        share = config.batch // self.processes
+        rows = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
+        return prefetched(data, plan, start_step, lambda batch: self.gan.shard_batch(batch, config.batch), rows=rows)
 
     def agree_on_stop(self, stop_signal, out_of_time):
-        return stop_signal, out_of_time
+        """Across processes: any process's reason to stop is every process's (a signal reaches one, each
+        clock runs its own), so they all stop after the same step."""
+        if self.processes == 1:
+            return stop_signal, out_of_time
+        import signal
+
+        from jax.experimental import multihost_utils
+
+        wishes = np.array([stop_signal == signal.SIGINT, stop_signal == signal.SIGTERM, out_of_time], np.int32)
+        shared = np.asarray(multihost_utils.process_allgather(wishes)).reshape(-1, 3).any(axis=0)
+        return signal.SIGINT if shared[0] else signal.SIGTERM if shared[1] else None, bool(shared[2])
 
     def wait_for_all_workers(self):
-        pass
+        if self.processes > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("acgan: run finished")

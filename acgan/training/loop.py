@@ -5,7 +5,8 @@ A run resumes from its folder: the checkpoint holds the models, the three optimi
 state included), the step and the timing history; the data stream and G's noise are rebuilt at the
 restored step and the grid noise is a function of the seed. The backend's differences (strategy,
 step, input stream, checkpoint files) sit behind a runtime: tf_runtime.py (any tf.distribute strategy;
-under multi_worker only the chief keeps files) or jax_runtime.py (one device). This module imports
+under multi_worker only the chief keeps files) or jax_runtime.py (one device or a jax.sharding mesh;
+under multi_worker only process 0 keeps files). This module imports
 neither TensorFlow nor JAX.
 """
 import dataclasses

@@ -18,6 +18,8 @@ OUTPUTS = Path("outputs")
 # Settings that define the model, its optimizer state or its data stream: a resumed run keeps them.
 RESUME_FIXED = ("backend", "dataset", "classes", "max_per_class", "policy", "arch", "loss", "width", "batch", "seed")
 LENGTH_SETTINGS = ("steps", "epochs", "minutes")
+# Where this process sits among several (JAX's multi_worker): never taken from the saved run.
+PER_PROCESS = ("coordinator_address", "num_processes", "process_id")
 
 
 def default_run_dir(config, now=None):
@@ -66,6 +68,9 @@ def config_to_resume(config, given):
     overrides = {name: getattr(config, name) for name in given if hasattr(config, name)}
     if any(name in overrides for name in LENGTH_SETTINGS):
         saved = dataclasses.replace(saved, steps=None, epochs=None, minutes=None)
+    if "strategy" in overrides and "devices" not in overrides:  # a new strategy, not the old one's devices
+        saved = dataclasses.replace(saved, devices=None)
+    overrides.update({name: getattr(config, name) for name in PER_PROCESS if hasattr(saved, name)})
     overrides.update(resume=True, output_dir=str(run_dir))
     return dataclasses.replace(saved, **overrides)
 

@@ -122,7 +122,7 @@ def test_jax_divergence_stops_without_a_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--strategy", "mirrored"], "--strategy mirrored needs --backend tensorflow"),
+    (["--strategy", "tpu"], "--strategy tpu is TensorFlow's TPUStrategy"),
     (["--backend", "torch"], "unknown backend 'torch'"),
 ])
 def test_backend_errors_are_one_line(args, message, tmp_path):
