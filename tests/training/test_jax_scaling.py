@@ -87,3 +87,76 @@ def test_a_global_batch_that_does_not_split_evenly_is_one_line(tmp_path):
     assert _error_lines(done.stderr) == ["error: --batch 16 does not divide by the 3 replicas; use a multiple of 3 "
                                          "(it is the global batch)"]
     assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+def test_multi_worker_without_a_coordinator_is_one_line(tmp_path):
+    done = _train_jax("--strategy", "multi_worker", "--steps", "2", "--output_dir", str(tmp_path / "run"), *TINY)
+    assert done.returncode == USER_ERROR_STATUS
+    lines = _error_lines(done.stderr)
+    assert len(lines) == 1 and "jax.distributed.initialize failed" in lines[0] and "--coordinator_address" in lines[0]
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+def test_a_process_reads_only_its_rows_of_each_global_batch():
+    import numpy as np
+
+    from acgan.data.batches import BatchPlan, training_batch
+    from acgan.data.image_set import ImageSet
+
+    rng = np.random.default_rng(0)
+    data = ImageSet(rng.integers(0, 256, (23, 8, 8, 1), dtype=np.uint8), rng.integers(0, 3, 23).astype(np.int32),
+                    ["a", "b", "c"])
+    plan = BatchPlan(len(data), 8, 7, noise_dim=4, num_classes=3)
+    for step in (0, 2, 5):  # step 2 straddles two epochs
+        whole = training_batch(data, plan, step)
+        shares = [training_batch(data, plan, step, rows=slice(4 * p, 4 * p + 4)) for p in range(2)]
+        for i, array in enumerate(whole):
+            np.testing.assert_array_equal(np.concatenate([share[i] for share in shares]), array)
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_train_one_run_together(tmp_path):
+    """Two localhost processes (jax.distributed, CPU collectives), one CPU device each, train one run:
+    process 0 writes its files, process 1 none, and the weights are bit for bit those of one process
+    training on two devices (the same global batches, split the same way)."""
+    run_dir, port = tmp_path / "run", _free_port()
+    common = ["--steps", "6", "--checkpoint_every", "3", "--sample_every", "3", *TINY[:-2]]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", JAX_PLATFORMS="cpu")
+    env.pop("KERAS_BACKEND", None)
+    env.pop("XLA_FLAGS", None)
+    # Process 0 told by flags, process 1 by the environment (JAX's JAX_COORDINATOR_ADDRESS, acgan's other two).
+    where = [["--coordinator_address", f"localhost:{port}", "--num_processes", "2", "--process_id", "0"], []]
+    envs = [env, dict(env, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID="1")]
+    procs = [subprocess.Popen([sys.executable, str(RUNNER), "--strategy", "multi_worker", *where[i], "--output_dir",
+                               str(run_dir), *common], env=envs[i], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=tmp_path) for i in range(2)]
+    try:
+        outputs = [proc.communicate(timeout=300) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    for proc, (out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+    assert "run folder:" in outputs[0][0] and "worker done" in outputs[1][0]
+    fingerprints = {line.split()[-1] for out, _ in outputs for line in out.splitlines()
+                    if line.startswith("weights fingerprint:")}
+    assert len(fingerprints) == 1
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "completed" and report["steps"] == 6
+    layout = report["distribution"]
+    assert (layout["strategy"], layout["replicas"], layout["workers"]) == ("multi_worker", 2, 2)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["ckpt-3.npz", "ckpt-6.npz"]
+    assert len(list((run_dir / "tensorboard").iterdir())) == 1  # one writer
+    assert not list(tmp_path.glob("outputs"))  # process 1 made no folder of its own
+
+    done = _train_jax("--strategy", "mirrored", "--devices", "cpu:0,cpu:1", "--output_dir", str(tmp_path / "one"),
+                      *common)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "one" / "report.json").read_text())["weights_fingerprint"] == fingerprints.pop()
