@@ -94,7 +94,7 @@ def describe_device():
 
     kind "TPU": name is the chip type ("TPU v4"), count the chips, tpu_cores the TPU devices TensorFlow
     shows (the replicas of --strategy tpu) and replicas_per_chip how many of them share a chip's price.
-    On JAX, which trains on one device, count is 1, and jax_matmul_precision says whether float32
+    On JAX count is this process's GPUs (1 on a TPU), and jax_matmul_precision says whether float32
     matrix products may use TF32 on a GPU ("default" lets them).
     """
     cpu_model, cpu_flags = cpu_model_and_flags()
@@ -146,7 +146,7 @@ def _describe_jax(info):
     if first.platform == "gpu":
         capability = getattr(first, "compute_capability", None)
         info.update(kind="GPU", name=first.device_kind, compute_capability=str(capability) if capability else None,
-                    count=1)
+                    count=len(jax.local_devices()))
     elif first.platform == "tpu":
         info.update(kind="TPU", name=first.device_kind if tpu_version(first.device_kind) else "TPU",
                     compute_capability=None, count=1, tpu_cores=1, replicas_per_chip=1)

@@ -77,10 +77,9 @@ class SweepSettings:
             raise UserError("--backends is empty: give one or more of " + ", ".join(BACKENDS))
         for name in self.backends:
             validate_backend(name)
-        if "jax" in self.backends and self.strategy not in ("auto", "default"):
-            raise UserError(f"--strategy {self.strategy} needs --backends tensorflow: the JAX backend runs on one device")
-        if "jax" in self.backends and self.devices:
-            raise UserError("--devices needs --backends tensorflow: the JAX backend runs on one device")
+        if "jax" in self.backends and self.strategy == "tpu":
+            raise UserError("--strategy tpu needs --backends tensorflow: on JAX, --strategy auto or mirrored times "
+                            "the step over every local TPU core")
         if not self.policies:
             raise UserError("--policies is empty: give one or more of " + ", ".join(POLICIES))
         for policy in self.policies:
@@ -117,9 +116,12 @@ class SweepSettings:
                 check_global_batch(batch, replicas, what="batch")
 
     def expected_replicas(self, gpu_count, backend="tensorflow"):
-        """How many replicas each worker will run, where it is known before they start (None: a TPU)."""
-        if backend == "jax":
-            return 1
+        """How many replicas each worker will run, where it is known before they start (None: a TPU, or
+        JAX's mirrored over every local device of a machine with no GPUs: the worker counts them)."""
+        if backend == "jax" and not self.devices:
+            if self.strategy == "default" or (self.strategy == "auto" and gpu_count <= 1):
+                return 1
+            return gpu_count if gpu_count > 1 else None
         if self.strategy == "tpu":
             return None
         if self.devices:
@@ -287,7 +289,7 @@ def make_run(settings, backend, machine, widths, image_shape, num_classes, comma
         "inputs": {"image_shape": list(image_shape), "num_classes": num_classes,
                    "source": "synthetic" if settings.synthetic else settings.dataset},
         "price": price,
-        "strategy": "default" if backend == "jax" else settings.strategy,
+        "strategy": settings.strategy,
         "replicas": replicas,
         "advice": advice_for(settings, machine, widths),
         "layer_widths": widths,
@@ -352,7 +354,7 @@ def _job(settings, backend, policy, batch, jit, inputs, num_classes, mode="bare"
         "arch": settings.arch,
         "steps": settings.steps, "warmup": settings.warmup, "repeats": settings.repeats,
         "seed": settings.seed, "inputs": str(inputs), "num_classes": num_classes,
-        "strategy": "default" if backend == "jax" else settings.strategy,
+        "strategy": settings.strategy,
         "devices": list(settings.devices) if settings.devices else None,
         "profile_dir": (str(Path(settings.profile).resolve() / _config_name(backend, policy, batch, jit))
                         if settings.profile and mode == "bare" else None),

@@ -91,9 +91,11 @@ def _run_bare_tensorflow(job, images, labels):
 
 
 def _run_bare_jax(job, images, labels):
-    """As on TensorFlow, with JaxACGAN on the first device: the inputs put there once (jax.device_put),
+    """As on TensorFlow, with JaxACGAN on one device or, under --strategy mirrored/auto/--devices, over a
+    mesh of them as the trainer runs it (the batch split, the state replicated): the inputs put there once,
     each timing ending on the same sync (StepMetrics.read()). TensorFlow is never imported."""
     import jax
+    import numpy as np
 
     from acgan import backend
     from acgan.config import validate_backend
@@ -101,18 +103,26 @@ def _run_bare_jax(job, images, labels):
     from acgan.measure import device
     from acgan.model.networks import build_models, resolve_arch
     from acgan.step.common import step_options
+    from acgan.step.distribute import check_global_batch
     from acgan.step.jax_step import JaxACGAN
+    from acgan.training.jax_runtime import pick_devices
 
     validate_backend("jax", job.get("strategy", "default"))
     batch = job["batch"]
-    target = jax.devices()[0]
+    _, devices = pick_devices(job.get("strategy", "default"), job.get("devices"))
+    check_global_batch(batch, len(devices), what="batch")
+    target = devices[0]
+    mesh = jax.sharding.Mesh(np.array(devices), ("data",)) if len(devices) > 1 else None
     baseline = device.peak_memory_bytes()   # JAX cannot reset its peak: a fresh process starts low
     backend.set_random_seed(job["seed"])
     arch = resolve_arch(job.get("arch", "auto"), images.shape[1:])
     models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=arch)
-    gan = JaxACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], **step_options(arch))
+    gan = JaxACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], mesh=mesh, **step_options(arch))
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
-    inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]
+    if mesh is None:
+        inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]
+    else:
+        inputs = list(gan.shard_batch((images, labels, z, fake_labels)))
     jax.block_until_ready(inputs)
     _inject(batch, lambda message: jax.errors.JaxRuntimeError(f"RESOURCE_EXHAUSTED: {message}"))
     result = _time_step(job, gan, inputs)
@@ -121,8 +131,8 @@ def _run_bare_jax(job, images, labels):
         peak_memory_bytes=device.peak_memory_bytes(),
         baseline_memory_bytes=None if on_accelerator else baseline,
         memory_counter=GPU_COUNTER["jax"] if on_accelerator else CPU_COUNTER["jax"],
-        replicas=1,
-        replica_devices=[f"{target.platform}:{target.id}"],
+        replicas=len(devices),
+        replica_devices=[f"{d.platform}:{d.id}" for d in devices],
         matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
     )
     return result
@@ -130,7 +140,8 @@ def _run_bare_jax(job, images, labels):
 
 # What peak_memory_bytes counts, per backend, as the rows name it.
 GPU_COUNTER = {"tensorflow": "GPU allocator peaks (TensorFlow), summed over every GPU",
-               "jax": "JAX device peak_bytes_in_use (one device; the worker's whole life, as JAX cannot reset it)"}
+               "jax": "JAX device peak_bytes_in_use, summed over the step's devices (the worker's whole life, "
+                      "as JAX cannot reset it)"}
 CPU_COUNTER = {"tensorflow": "process peak resident memory (ru_maxrss), TensorFlow runtime included",
                "jax": "process peak resident memory (ru_maxrss), JAX runtime included"}
 
@@ -264,7 +275,7 @@ def run_trainer(job):
         warmup_steps=job["warmup"], log_every=log_every,
         output_dir=job["output_dir"], price_per_hour=job["price_per_hour"],
         backend=job.get("backend", "tensorflow"),
-        strategy="default" if job.get("backend") == "jax" else job.get("strategy", "default"),
+        strategy=job.get("strategy", "default"),
         devices=tuple(job["devices"]) if job.get("devices") else None,
     )
     config.validate()
