@@ -18,6 +18,8 @@
 #      times the trainer's own loop against the bare step (float32: the benchmark's trainer overhead)
 #   2. float32 at the same batches with JAX_DEFAULT_MATMUL_PRECISION=highest (full float32 matmuls)
 #   3. the three policies at batch 4096 (an out-of-memory configuration is a row saying "oom")
+#   4. on a machine with several GPUs: float32 and mixed_float16 over all of them (--strategy mirrored,
+#      a jax.sharding mesh), at the first batch times the GPU count (each GPU's share as in phase 1)
 # then merges the phases that finished into one benchmark.json / .md / .csv and figures
 # (python -m acgan.benchmark_merge) in an output folder given by $OUT when it is set, else in
 # outputs/gpu-benchmark-<time>/. Each phase's own report and worker logs are kept beside it, in phases/
@@ -123,6 +125,11 @@ phase 2-float32-highest "$(count "$BATCHES")" JAX_DEFAULT_MATMUL_PRECISION=highe
     --batches "$BATCHES" --no-overhead
 if [ -n "$BIG_BATCH" ]; then
     phase 3-batch-"$BIG_BATCH" 3 -- --policies float32,mixed_float16,mixed_bfloat16 --batches "$BIG_BATCH" --no-overhead
+fi
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${GPUS:-0}" -gt 1 ]; then   # the step over every GPU (a jax.sharding mesh): its own " xN" rows
+    phase 4-mirrored-x"$GPUS" 2 -- --strategy mirrored --policies float32,mixed_float16 \
+        --batches "$((${BATCHES%%,*} * GPUS))" --no-overhead
 fi
 
 # -- merge --------------------------------------------------------------------------------------------
