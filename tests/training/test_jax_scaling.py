@@ -160,3 +160,20 @@ def test_two_processes_train_one_run_together(tmp_path):
                       *common)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((tmp_path / "one" / "report.json").read_text())["weights_fingerprint"] == fingerprints.pop()
+
+
+def test_a_resume_drops_the_old_devices_for_a_new_strategy_and_never_takes_a_saved_process_id(tmp_path):
+    from acgan.training.run_dir import config_to_resume
+
+    saved = Config(backend="jax", strategy="mirrored", devices=("cpu:0", "cpu:1"), output_dir=str(tmp_path))
+    (tmp_path / "config.json").write_text(saved.to_json())
+    config = config_to_resume(Config(strategy="default", output_dir=str(tmp_path)), {"strategy", "output_dir"})
+    assert (config.backend, config.strategy, config.devices) == ("jax", "default", None)
+    config.validate()
+
+    saved = Config(backend="jax", strategy="multi_worker", coordinator_address="host0:1234", num_processes=2,
+                   process_id=0, output_dir=str(tmp_path))
+    (tmp_path / "config.json").write_text(saved.to_json())
+    config = config_to_resume(Config(output_dir=str(tmp_path)), {"output_dir"})  # e.g. process 1, told by env
+    assert config.strategy == "multi_worker" and (config.coordinator_address, config.num_processes,
+                                                   config.process_id) == (None, None, None)
