@@ -1,7 +1,13 @@
-"""Shared CLI plumbing: absl flag parsing where every user error is one line and exit status 2."""
+"""Shared CLI plumbing: absl flag parsing where every user error is one line and exit status 2.
+
+A command module (acgan/train.py, ...) defines its flags in define_flags(), which run_main calls, so
+importing one defines nothing and any number load side by side; callable_as() makes the module its
+Python call (acgan.train(steps=10) is python -m acgan.train --steps 10, through acgan.api)."""
+import contextvars
 import dataclasses
 import os
 import sys
+import types
 
 from absl import app, flags, logging
 
@@ -125,20 +131,53 @@ def command_line():
     return " ".join([name] + argv[1:])
 
 
+_COMMAND_LINE = contextvars.ContextVar("acgan_command_line", default=None)
+
+
+def running_command_line():
+    """The command line of the command running now (run_main), or None when acgan is called from Python."""
+    return _COMMAND_LINE.get()
+
+
 def run_main(main):
-    """Runs `main(argv)` under absl; UserError becomes one line on stderr and exit status 2, DiskFull
-    one line and exit status 4 (acgan.errors holds the statuses)."""
+    """Runs `main(argv)` under absl after defining its module's flags (its define_flags); UserError
+    becomes one line on stderr and exit status 2, DiskFull one line and exit status 4 (acgan.errors
+    holds the statuses)."""
     # Quieten TensorFlow's C++ start-up chatter unless the user asked for it.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    define_flags = main.__globals__.get("define_flags")  # the module's, however it was loaded (-m, runpy)
+    if define_flags is not None:
+        define_flags()
 
     def guarded(argv):
         # absl's app.run logs INFO to stderr (TensorFlow's checkpoint chatter among it); keep warnings.
         logging.set_verbosity(logging.WARNING)
+        token = _COMMAND_LINE.set(command_line())
         try:
             main(argv)
         except UserError as e:
             fail(str(e))
         except DiskFull as e:
             fail(str(e), status=DISK_FULL_STATUS)
+        finally:
+            _COMMAND_LINE.reset(token)
 
     app.run(guarded, flags_parser=_parse_flags)
+
+
+class _CallableCommand(types.ModuleType):
+    """A command module that is also its Python call (callable_as)."""
+
+    def __call__(self, *args, **kwargs):
+        return self.__wrapped__(*args, **kwargs)
+
+
+def callable_as(module_name, function):
+    """Makes the command module `module_name` callable as `function`, its acgan.api call: acgan.train(...)
+    calls api.train, and inspect.signature(acgan.train) shows its settings. Nothing to do when the module
+    runs as __main__ (a command)."""
+    module = sys.modules.get(module_name)
+    if module_name == "__main__" or module is None:
+        return
+    module.__wrapped__ = function
+    module.__class__ = _CallableCommand

@@ -1,50 +1,43 @@
 """CLI: python -m acgan.evaluate --run DIR [--num_samples 10000] [--seed 0] [--judge_seed 0] [--judges 1] [--cas]:
-the sample quality of a run."""
+the sample quality of a run.
+
+From Python: acgan.evaluate(run, num_samples=10_000, ...) returns the result as a dict (quality.json's)."""
+import functools
+
 from absl import flags
 
-from acgan import cli
+from acgan import api, cli
 
-flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
-flags.DEFINE_integer("num_samples", 10_000, "Generated samples to judge; real test images: as many, or all if fewer.")
-flags.DEFINE_integer("seed", 0, "Seed for the noise and the real test subset.")
-flags.DEFINE_integer("judge_seed", 0, "Seed of the judge (its initialisation and data order); each seed's judge "
-                     "trains once and is cached. 0 is the one every other command uses.")
-flags.DEFINE_integer("judges", 1, "Judge the same samples with this many judges (seeds judge_seed, judge_seed + 1, "
-                     "...) and report how far the numbers move; the headline numbers stay the first judge's.")
-flags.DEFINE_string("data_dir", None, "Folder of datasets and cached judges (default: the run's --data_dir).")
-flags.DEFINE_bool("cas", False, "Also the classification accuracy score: the judge's CNN trained on the samples "
-                  "and scored on the real test images, beside the same training on real images (two trainings: "
-                  "~1.5 minutes for 10,000 swatches samples on 2 CPU cores).")
-cli.define_backend_flag(of_run=True)
+
+@functools.cache
+def define_flags():
+    """The command's flags; cli.run_main defines them before parsing (importing the module defines none)."""
+    flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
+    flags.DEFINE_integer("num_samples", 10_000, "Generated samples to judge; real test images: as many, or all if "
+                         "fewer.")
+    flags.DEFINE_integer("seed", 0, "Seed for the noise and the real test subset.")
+    flags.DEFINE_integer("judge_seed", 0, "Seed of the judge (its initialisation and data order); each seed's judge "
+                         "trains once and is cached. 0 is the one every other command uses.")
+    flags.DEFINE_integer("judges", 1, "Judge the same samples with this many judges (seeds judge_seed, judge_seed + 1, "
+                         "...) and report how far the numbers move; the headline numbers stay the first judge's.")
+    flags.DEFINE_string("data_dir", None, "Folder of datasets and cached judges (default: the run's --data_dir).")
+    flags.DEFINE_bool("cas", False, "Also the classification accuracy score: the judge's CNN trained on the samples "
+                      "and scored on the real test images, beside the same training on real images (two trainings: "
+                      "~1.5 minutes for 10,000 swatches samples on 2 CPU cores).")
+    cli.define_backend_flag(of_run=True)
+
+
 FLAGS = flags.FLAGS
 
 
 def main(argv):
     from pathlib import Path
 
-    from acgan.errors import UserError
-
-    if not FLAGS.run:
-        raise UserError("--run is required: the folder of a training run")
-    if FLAGS.num_samples < 2:
-        raise UserError(f"--num_samples must be at least 2 (a covariance needs two), got {FLAGS.num_samples}")
-    if FLAGS.seed < 0:
-        raise UserError(f"--seed must be non-negative, got {FLAGS.seed}")
-    if FLAGS.judge_seed < 0:
-        raise UserError(f"--judge_seed must be non-negative, got {FLAGS.judge_seed}")
-    if FLAGS.judges < 1:
-        raise UserError(f"--judges must be at least 1, got {FLAGS.judges}")
-    if not Path(FLAGS.run).is_dir():
-        raise UserError(f"--run {FLAGS.run} is not a folder")
-    from acgan import backend
-
-    backend.use_for_run(FLAGS.backend, Path(FLAGS.run))
-    from acgan.quality import evaluation  # Keras loads here, after the flags are known good.
+    result = api.evaluate(run=FLAGS.run, num_samples=FLAGS.num_samples, seed=FLAGS.seed, judge_seed=FLAGS.judge_seed,
+                          judges=FLAGS.judges, data_dir=FLAGS.data_dir, cas=FLAGS.cas, backend=FLAGS.backend)
+    from acgan.quality import evaluation
 
     run_dir = Path(FLAGS.run)
-    result = evaluation.evaluate_run(run_dir, FLAGS.num_samples, FLAGS.seed, data_dir=FLAGS.data_dir,
-                                     command=cli.command_line(), judge_seed=FLAGS.judge_seed, judges=FLAGS.judges,
-                                     cas=FLAGS.cas)
     print(summary_line(result))
     if result.get("across_judges"):
         across = result["across_judges"]
@@ -77,6 +70,8 @@ def summary_line(result):
             + (f", classification accuracy score {cas_text(result['classification_accuracy_score'])}"
                if result.get("classification_accuracy_score") else ""))
 
+
+cli.callable_as(__name__, api.evaluate)
 
 if __name__ == "__main__":
     cli.run_main(main)

@@ -1,37 +1,36 @@
-"""CLI: python -m acgan.generate --run DIR --per_class N --out FILE.png|FILE.npz"""
+"""CLI: python -m acgan.generate --run DIR --per_class N --out FILE.png|FILE.npz
+
+From Python: acgan.generate(run, per_class=10, out=None, ...) returns the samples as numpy arrays
+(acgan.api.Samples), writing `out` only when given."""
+import functools
+
 from absl import flags
 
-from acgan import cli
+from acgan import api, cli
 
-flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
-flags.DEFINE_integer("per_class", 10, "Samples per class.")
-flags.DEFINE_string("out", None, "Output file: .png (a grid, one row per class) or .npz (images, labels).")
-flags.DEFINE_integer("seed", 0, "Seed for the noise.")
-cli.define_labels_flag()
-cli.define_backend_flag(of_run=True)
+
+@functools.cache
+def define_flags():
+    """The command's flags; cli.run_main defines them before parsing (importing the module defines none)."""
+    flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
+    flags.DEFINE_integer("per_class", 10, "Samples per class.")
+    flags.DEFINE_string("out", None, "Output file: .png (a grid, one row per class) or .npz (images, labels).")
+    flags.DEFINE_integer("seed", 0, "Seed for the noise.")
+    cli.define_labels_flag()
+    cli.define_backend_flag(of_run=True)
+
+
 FLAGS = flags.FLAGS
 
 
 def main(argv):
-    from pathlib import Path
+    # --out is required here: an empty name is refused with the call's message for a bad one.
+    samples = api.generate(run=FLAGS.run, per_class=FLAGS.per_class, out=FLAGS.out or "", seed=FLAGS.seed,
+                           labels=FLAGS.labels, backend=FLAGS.backend)
+    print(f"wrote {samples.path}")
 
-    from acgan.errors import UserError
 
-    if not FLAGS.run:
-        raise UserError("--run is required: the folder of a training run")
-    if not FLAGS.out or Path(FLAGS.out).suffix.lower() not in (".png", ".npz"):
-        raise UserError("--out must name a .png or .npz file")
-    if FLAGS.per_class <= 0:
-        raise UserError(f"--per_class must be a positive integer, got {FLAGS.per_class}")
-    from acgan import backend
-
-    backend.use_for_run(FLAGS.backend, Path(FLAGS.run))
-    from acgan.training import sampling
-
-    path = sampling.generate_to_file(Path(FLAGS.run), FLAGS.per_class, Path(FLAGS.out), FLAGS.seed,
-                                       labels=FLAGS.labels)
-    print(f"wrote {path}")
-
+cli.callable_as(__name__, api.generate)
 
 if __name__ == "__main__":
     cli.run_main(main)

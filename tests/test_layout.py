@@ -4,8 +4,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "acgan"
-COMMANDS = {"train", "generate", "evaluate", "compare", "benchmark", "benchmark_merge"}
-SHARED = {"backend", "__init__", "cli", "config", "errors"}
+COMMANDS = {"train", "generate", "evaluate", "compare", "benchmark", "benchmark_merge", "export", "__main__"}
+SHARED = {"backend", "__init__", "api", "cli", "config", "errors"}
 
 
 def module_name(path):

@@ -51,14 +51,19 @@ def label_rows(grid, class_names, padding=2):
     return np.concatenate([margin_pixels, grid], axis=1)
 
 
+def grid_picture(grid, scale=2):
+    """A uint8 grid (make_grid, label_rows) as a PIL image, upscaled `scale` times with nearest neighbour."""
+    picture = Image.fromarray(grid[..., 0] if grid.shape[-1] == 1 else grid)
+    return picture.resize((picture.width * scale, picture.height * scale), Image.NEAREST)
+
+
 def save_grid(images, rows, path, scale=2, class_names=None):
     """Saves a grid of uint8 images as a PNG, upscaled `scale` times with nearest neighbour; with
     class_names (one per row), each row is labelled in a left margin. Returns the grid as saved (unscaled)."""
     grid = make_grid(images, rows)
     if class_names is not None:
         grid = label_rows(grid, class_names)
-    picture = Image.fromarray(grid[..., 0] if grid.shape[-1] == 1 else grid)
-    picture = picture.resize((picture.width * scale, picture.height * scale), Image.NEAREST)
+    picture = grid_picture(grid, scale)
     buffer = io.BytesIO()
     picture.save(buffer, format="PNG")
     write_atomically(path, buffer.getvalue())

@@ -73,31 +73,50 @@ def _mismatch_as_user_error(run_dir, checkpoint, config):
                         f"builds from its config ({first_line(e)})") from None
 
 
-def generate(gan, num_classes, per_class, seed):
-    """uint8 images [num_classes * per_class, H, W, C], class-major, and their labels."""
+def generator_inputs(num_classes, noise_dim, per_class, seed):
+    """(noise z [num_classes * per_class, noise_dim] uniform in [-1, 1], int32 labels), class-major: what
+    acgan.generate feeds G."""
     rng = np.random.default_rng(seed)
     labels = np.repeat(np.arange(num_classes, dtype=np.int32), per_class)
-    z = rng.uniform(-1.0, 1.0, (len(labels), gan.noise_dim)).astype(np.float32)
+    z = rng.uniform(-1.0, 1.0, (len(labels), noise_dim)).astype(np.float32)
+    return z, labels
+
+
+def generate(gan, num_classes, per_class, seed):
+    """uint8 images [num_classes * per_class, H, W, C], class-major, and their labels."""
+    z, labels = generator_inputs(num_classes, gan.noise_dim, per_class, seed)
     return generate_images(gan, z, labels), labels
+
+
+def generator_images(gan, z, labels, batch=500):
+    """float32 images in [0, 1] for noise z [N, noise_dim] and int labels [N], in inference mode."""
+    parts = [np.asarray(gan.generate(z[i : i + batch], labels[i : i + batch]), np.float32)
+             for i in range(0, len(z), batch)]
+    return np.concatenate(parts)
 
 
 def generate_images(gan, z, labels, batch=500):
     """uint8 images for noise z [N, noise_dim] and int labels [N], in inference mode."""
-    parts = [np.asarray(gan.generate(z[i : i + batch], labels[i : i + batch])) for i in range(0, len(z), batch)]
-    return grids.to_uint8(np.concatenate(parts))
+    return grids.to_uint8(generator_images(gan, z, labels, batch))
+
+
+def write_samples(images, labels, class_names, out, row_names=True):
+    """uint8 `images` (class-major) as a .png grid (one row per class, labelled unless row_names=False) or
+    an .npz of images, labels and class names."""
+    if out.suffix.lower() == ".png":
+        grids.save_grid(images, len(class_names), out, class_names=class_names if row_names else None)
+    else:
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, images=images, labels=labels, class_names=np.array(class_names))
+        write_atomically(out, buffer.getvalue())
+    return out
 
 
 def generate_to_file(run_dir, per_class, out, seed=0, labels=True):
     """A .png grid (one row per class, labelled unless labels=False) or an .npz of images and labels."""
     _, info, gan = load_run(run_dir)
     samples, labels_of = generate(gan, len(info["class_names"]), per_class, seed)
-    if out.suffix.lower() == ".png":
-        grids.save_grid(samples, len(info["class_names"]), out, class_names=info["class_names"] if labels else None)
-    else:
-        buffer = io.BytesIO()
-        np.savez_compressed(buffer, images=samples, labels=labels_of, class_names=np.array(info["class_names"]))
-        write_atomically(out, buffer.getvalue())
-    return out
+    return write_samples(samples, labels_of, info["class_names"], out, row_names=labels)
 
 
 GRID_COLUMNS = 10

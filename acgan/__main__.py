@@ -1,0 +1,50 @@
+"""The `acgan` command: `acgan COMMAND [FLAGS]` runs python -m acgan.COMMAND [FLAGS] (both forms work);
+`acgan --help` lists the commands, `acgan COMMAND --help` a command's flags."""
+import ast
+import importlib.util
+import runpy
+import sys
+from pathlib import Path
+
+# The commands, in the order a user meets them, each with its one line for `acgan --help`.
+COMMANDS = {
+    "train": "train an AC-GAN under a dtype policy; report time, cost, memory and sample grids",
+    "generate": "samples from a run: a PNG grid (one row per class) or an npz",
+    "evaluate": "the sample quality of a run (conditional accuracy, Fréchet distance, ...)",
+    "compare": "train every policy on the same budget, judge each, and write one page",
+    "benchmark": "time backend x policy x batch x XLA, each configuration in a fresh process",
+    "benchmark_merge": "merge benchmark.json files from several machines into one report",
+    "export": "a run's generator as one Keras file that loads without acgan",
+}
+
+
+def usage():
+    width = max(len(name) for name in COMMANDS)
+    lines = ["usage: acgan COMMAND [FLAGS]   (or: python -m acgan.COMMAND [FLAGS])", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
+    lines += ["", "acgan COMMAND --help lists a command's flags; from Python: acgan.train(...) etc. (docs/api.md)."]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    """Runs the command named by argv[0] (default: sys.argv[1:]) with the rest as its flags, as
+    python -m acgan.COMMAND would: it exits with the command's status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    name = argv[0]
+    if name not in COMMANDS:
+        sys.stderr.write(f"error: unknown command {name!r}: choose one of {', '.join(COMMANDS)} (acgan --help)\n")
+        return 2
+    sys.argv = [f"acgan {name}", *argv[1:]]  # what --help and the reports show as the command
+    module = f"acgan.{name}"
+    # absl's --help shows the docstring of __main__: the command's, read without importing it twice.
+    sys.modules["__main__"].__doc__ = ast.get_docstring(ast.parse(Path(importlib.util.find_spec(module).origin)
+                                                                  .read_text()))
+    runpy.run_module(module, run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

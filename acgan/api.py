@@ -1,0 +1,415 @@
+"""The Python API: each command as a call that a notebook or a script makes, and that the command itself
+makes after reading its flags.
+
+    import acgan
+
+    run = acgan.train(steps=500, policy="mixed_float16")  # python -m acgan.train --steps 500 --policy ...
+    run.grid()                                             # the final sample grid, a PIL image
+    quality = acgan.evaluate(run, num_samples=2000)        # a dict, as quality.json holds it
+    samples = acgan.generate(run, per_class=4)             # numpy arrays
+    acgan.export(run, out="generator.keras")               # a file that loads without acgan
+
+Each call takes its command's flags as keyword arguments, with the same names and defaults (a list flag
+takes a list, a tuple or a comma-separated string), and raises acgan.UserError with the command's one-line
+message where the command exits with status 2. docs/api.md documents every call.
+
+Backend: `backend=None` is the one Keras already runs on in this process, else KERAS_BACKEND, else
+tensorflow (for the calls that read a run: else the run's own). Keras takes one backend per process, so a
+later call naming the other raises UserError. Dtype policy: a call sets the run's while it works and puts
+back the one it found.
+"""
+import contextlib
+import dataclasses
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from acgan import backend as backend_lib
+from acgan import cli
+from acgan.config import POLICIES, Config
+from acgan.errors import UserError
+from acgan.quality.comparison import CompareSettings  # numpy only: no framework loads
+
+# Flags that take a list: a call takes a list, a tuple or a comma-separated string.
+LIST_SETTINGS = ("classes", "devices", "policies", "backends", "batches", "jit")
+EXPORT_FORMATS = ("keras", "savedmodel")
+
+
+# ---- What the calls return ----
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A run folder. `report`, `quality` and `config` are read from its files when asked, so they show
+    what a later acgan.evaluate added. acgan.Run("outputs/...") opens an existing run; a Run is accepted
+    wherever a run folder is (it is os.PathLike)."""
+    folder: Path
+    status: Optional[str] = None     # acgan.train's: "completed", "interrupted" or "diverged"
+    message: Optional[str] = None    # why it stopped early
+    signal: Optional[int] = None     # the signal that interrupted it
+    chief: bool = True               # False on a multi-worker task whose files the chief keeps
+    weights_fingerprint: Optional[str] = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "folder", Path(self.folder))
+
+    def __fspath__(self):
+        return os.fspath(self.folder)
+
+    @property
+    def config(self):
+        """config.json: every setting the run trained with."""
+        return _read_json(self.folder / "config.json")
+
+    @property
+    def report(self):
+        """report.json: timing, cost, memory, final metrics (None before the run has written it)."""
+        return _read_json(self.folder / "report.json")
+
+    @property
+    def quality(self):
+        """quality.json: the last acgan.evaluate's result (None before one)."""
+        return _read_json(self.folder / "quality.json")
+
+    def grid(self, step=None):
+        """The sample grid saved at the end (or at `step`) as a PIL image, which a notebook shows."""
+        from PIL import Image
+
+        path = self.folder / "samples" / ("final.png" if step is None else f"step_{step:07d}.png")
+        if not path.is_file():
+            raise UserError(f"{path} does not exist (the grids are saved every --sample_every steps and at the end)")
+        with Image.open(path) as picture:
+            return picture.copy()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # arrays: no element-wise ==
+class Samples:
+    """acgan.generate's samples, class-major (per_class of class 0, then of class 1, ...)."""
+    images: Any                 # float32 [N, H, W, C] in [0, 1], as G (and an exported generator) returns them
+    labels: Any                 # int32 [N]
+    noise: Any                  # float32 [N, noise_dim], uniform in [-1, 1]: G's input for these images
+    class_names: tuple
+    path: Optional[Path] = None  # the file written (`out`), if any
+
+    def grid(self, labels=True):
+        """One row per class as a PIL image, like the PNG acgan.generate writes (labels: class names beside)."""
+        from acgan.training import grids
+
+        rows = len(self.class_names)
+        grid = grids.make_grid(grids.to_uint8(self.images), rows)
+        return grids.grid_picture(grids.label_rows(grid, self.class_names) if labels else grid)
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    """acgan.export's file (or SavedModel folder) and the metadata it carries (acgan.json)."""
+    path: Path
+    metadata: dict
+
+    def load(self):
+        """The exported generator as a Keras model (a .keras file; a SavedModel loads with tf.saved_model.load)."""
+        if self.path.is_dir():
+            raise UserError(f"{self.path} is a SavedModel: load it with tf.saved_model.load")
+        import keras
+
+        return keras.saving.load_model(self.path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """acgan.compare's or acgan.benchmark's output folder and its JSON (compare.json, benchmark.json)."""
+    folder: Path
+    report: dict
+
+    def __fspath__(self):
+        return os.fspath(self.folder)
+
+    def figure(self, name=None):
+        """A figure of the folder as a PIL image: compare.png, or benchmark's time_per_batch.png (name: any
+        PNG of the folder, e.g. "cost_per_million_batches.png")."""
+        from PIL import Image
+
+        names = [name] if name else ["compare.png", "time_per_batch.png"]
+        for candidate in names:
+            if (self.folder / candidate).is_file():
+                with Image.open(self.folder / candidate) as picture:
+                    return picture.copy()
+        raise UserError(f"{self.folder} holds no {' or '.join(names)}")
+
+
+# ---- The calls ----
+
+def train(**settings):
+    """Trains (or resumes) one AC-GAN, as python -m acgan.train does; the settings are its flags (every
+    field of acgan.config.Config). Returns a Run; a run that diverged or was interrupted (Ctrl-C: it saves
+    a checkpoint and its report) returns too, with its status and message."""
+    values = _settings(Config, "train", settings)
+    values["backend"] = _choose_backend(values.get("backend"))
+    config = resolve_config(Config(**values), given=settings)
+    return train_with(config, command=_command("train", settings))
+
+
+def resolve_config(config, given=()):
+    """The Config a training runs with: `config` validated; for a run folder to resume, the saved run's
+    settings overridden by those named in `given` (the flags typed, the arguments passed)."""
+    config = config.validate()
+    if config.resume or (config.output_dir and Path(config.output_dir, "config.json").is_file()):
+        from acgan.training.run_dir import config_to_resume
+
+        config = config_to_resume(config, set(given)).validate()
+    return config
+
+
+def train_with(config, command=None):
+    """Trains as a resolved Config says (resolve_config): what python -m acgan.train and acgan.train both
+    do. command: what the report records as the command."""
+    from acgan import data
+
+    data.validate_dataset_name(config.dataset, classes=config.classes)
+    backend_lib.use(config.backend)  # before Keras loads; a resumed run keeps the backend it was trained on
+    from acgan.model import precision  # TensorFlow loads here, after the settings are known good.
+    from acgan.training import loop
+    from acgan.util import disk
+
+    disk.ignore_file_size_signal()  # past a file-size limit a write fails (EFBIG) instead of killing us
+    with _policy_restored():
+        precision.set_policy(config.policy)
+        result = loop.run(config, command=command)
+    return Run(result.run_dir, result.status, result.message, result.signal, result.chief,
+               result.weights_fingerprint)
+
+
+def generate(run=None, per_class=10, out=None, seed=0, labels=True, backend=None):
+    """Samples from a run's newest checkpoint, as python -m acgan.generate does: per_class images of every
+    class from noise drawn with `seed`. out: also write them, a .png grid (row names unless labels=False)
+    or an .npz (uint8 images, labels, class names). Returns Samples."""
+    _require_run(run)
+    if out is not None and Path(out).suffix.lower() not in (".png", ".npz"):
+        raise UserError("--out must name a .png or .npz file")
+    _check_int("per_class", per_class, 1, f"--per_class must be a positive integer, got {per_class}")
+    _check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
+    _use_for_run(backend, run)
+    from acgan.training import grids, sampling
+
+    with _policy_restored():
+        _, info, gan = sampling.load_run(Path(run))
+        class_names = tuple(info["class_names"])
+        z, labels_of = sampling.generator_inputs(len(class_names), gan.noise_dim, per_class, seed)
+        images = sampling.generator_images(gan, z, labels_of)
+    if out is not None:
+        sampling.write_samples(grids.to_uint8(images), labels_of, list(class_names), Path(out), row_names=labels)
+    return Samples(images, labels_of, z, class_names, Path(out) if out is not None else None)
+
+
+def evaluate(run=None, num_samples=10_000, seed=0, judge_seed=0, judges=1, data_dir=None, cas=False, backend=None):
+    """The sample quality of a run's newest checkpoint, as python -m acgan.evaluate judges it and records
+    it in the run (quality.json, report.md); returns that result as a dict."""
+    _require_run(run)
+    _check_int("num_samples", num_samples, 2,
+               f"--num_samples must be at least 2 (a covariance needs two), got {num_samples}")
+    _check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
+    _check_int("judge_seed", judge_seed, 0, f"--judge_seed must be non-negative, got {judge_seed}")
+    _check_int("judges", judges, 1, f"--judges must be at least 1, got {judges}")
+    if not Path(run).is_dir():
+        raise UserError(f"--run {os.fspath(run)} is not a folder")
+    settings = _changed(evaluate, dict(locals()))
+    _use_for_run(backend, run)
+    from acgan.quality import evaluation  # Keras loads here, after the settings are known good.
+
+    with _policy_restored():
+        return evaluation.evaluate_run(Path(run), num_samples, seed, data_dir=data_dir,
+                                       command=_command("evaluate", settings), judge_seed=judge_seed,
+                                       judges=judges, cas=cas)
+
+
+def compare(**settings):
+    """Trains every policy on the same budget (each in its own python -m acgan.train process), judges each
+    and writes the page, as python -m acgan.compare does; the settings are its flags (every field of
+    acgan.quality.comparison.CompareSettings). Returns a Report of compare.json."""
+    values = _settings(CompareSettings, "compare", settings)
+    values["backend"] = _choose_backend(values.get("backend"))
+    if "policies" in values:
+        values["policies"] = values["policies"] or ()
+    return compare_with(CompareSettings(**values), command=_command("compare", settings))
+
+
+def compare_with(settings, command=None):
+    """acgan.compare on a CompareSettings: what the command and the call both do."""
+    from acgan.quality.comparison import run_compare  # no framework: Keras loads after the training
+
+    out = run_compare(settings.validate(), command=command)
+    return Report(out, _read_json(out / "compare.json"))
+
+
+def benchmark(backends=None, policies=POLICIES, batches=(64, 256, 1024, 2048), jit=("on",), dataset="doodles",
+              data_dir="data", max_per_class=None, synthetic=False, arch="auto", width=1.0, steps=20, warmup=3,
+              repeats=3, seed=0, device_name=None, price_per_hour=None, output_dir=None, strategy="auto",
+              devices=None, overhead=True, overhead_batch=256, log_every=None, profile=None, max_seconds=None):
+    """Times every backend x policy x batch x XLA setting, each in a fresh worker process, as python -m
+    acgan.benchmark does (this process never loads Keras). backends=None: KERAS_BACKEND, else tensorflow;
+    jit takes "on", "off" (or True, False). Returns a Report of benchmark.json."""
+    from acgan.measure.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
+
+    given = dict(locals())
+    lists = {name: _as_tuple(given[name]) for name in ("backends", "policies", "batches", "jit", "devices")}
+    jit_words = tuple({True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else str(v)
+                      for v in lists["jit"] or ())
+    values = {f.name: given[f.name] for f in dataclasses.fields(SweepSettings) if f.name in given}
+    values.update(
+        backends=parse_backends(lists["backends"] if backends is not None else (backend_lib.default(),)),
+        policies=tuple(dict.fromkeys(lists["policies"] or ())),
+        batches=parse_batches([str(b) for b in lists["batches"] or ()]),
+        jits=parse_jit(jit_words), devices=lists["devices"] or None)
+    return benchmark_with(SweepSettings(**values).validate(), output_dir,
+                          command=_command("benchmark", _changed(benchmark, given)))
+
+
+def benchmark_with(settings, output_dir=None, command=None):
+    """acgan.benchmark on a validated SweepSettings: the sweep, then benchmark.json, .csv, .md and the figures."""
+    if not settings.synthetic:
+        from acgan import data
+
+        data.validate_dataset_name(settings.dataset)
+    from acgan.measure import sweep, tables  # no backend loads here: the workers load theirs
+
+    folder, doc = sweep.run_sweep(settings, output_dir, command=command)
+    tables.write_outputs(doc, folder)
+    return Report(folder, _read_json(folder / "benchmark.json"))
+
+
+def export(run=None, out=None, keep_policy=False, format="keras", backend=None):
+    """The generator of a run's newest checkpoint as one file that loads without acgan, as python -m
+    acgan.export writes it: keras.saving.load_model(out) on TensorFlow or JAX gives a model from (noise,
+    labels) to images in [0, 1], with acgan.json inside (noise size, image shape, class names).
+    keep_policy: the layers keep the run's policy (default: float32). format="savedmodel": a SavedModel
+    folder for TF Serving (needs TensorFlow). Returns Exported."""
+    _require_run(run)
+    if out is None or not os.fspath(out):
+        raise UserError("--out is required: the file to write, e.g. generator.keras")
+    if format not in EXPORT_FORMATS:
+        raise UserError(f"unknown format {format!r}: choose {' or '.join(EXPORT_FORMATS)}")
+    out = Path(out)
+    if format == "keras" and out.suffix.lower() != ".keras":
+        raise UserError(f"--out must name a .keras file, not {out.name!r} (--format savedmodel writes a folder)")
+    if format == "savedmodel" and out.exists():
+        raise UserError(f"--out {out} already exists: --format savedmodel writes a new folder")
+    if not Path(run).is_dir():
+        raise UserError(f"--run {os.fspath(run)} is not a folder")
+    if format == "savedmodel":
+        import importlib.util
+
+        if importlib.util.find_spec("tensorflow") is None:
+            raise UserError("--format savedmodel needs tensorflow, which is not installed: "
+                            + backend_lib.INSTALL["tensorflow"])
+    _use_for_run(backend, run)
+    from acgan.training import export as exporting  # Keras loads here
+
+    with _policy_restored():
+        meta = exporting.export_run(Path(run), out, keep_policy=keep_policy, format=format)
+    return Exported(out, meta)
+
+
+# ---- Settings, backend, policy ----
+
+def _settings(settings_class, command, given):
+    """`given` keyword arguments as settings_class's fields: UserError for an unknown name; list settings
+    as tuples (a comma-separated string split; an empty one None, as an empty list flag gives)."""
+    names = [f.name for f in dataclasses.fields(settings_class)]
+    for name in given:
+        if name not in names:
+            raise UserError(f"acgan.{command}() has no setting {name!r} (python -m acgan.{command} --help "
+                            "lists the flags, which are its settings)")
+    values = dict(given)
+    for name in LIST_SETTINGS:
+        if values.get(name) is not None:
+            values[name] = _as_tuple(values[name]) or None
+    return values
+
+
+def _as_tuple(value):
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return (value,)
+
+
+def _signature(settings_class, **defaults):
+    """Keyword-only parameters named and defaulted as settings_class's fields (for help() and notebooks)."""
+    return inspect.Signature([
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(f.name, f.default))
+        for f in dataclasses.fields(settings_class)])
+
+
+train.__signature__ = _signature(Config, backend=None)
+compare.__signature__ = _signature(CompareSettings, backend=None)
+
+
+def _changed(function, values):
+    """The arguments in `values` that differ from `function`'s defaults (what a report shows of a call)."""
+    defaults = {name: p.default for name, p in inspect.signature(function).parameters.items()}
+    return {name: v for name, v in values.items() if name in defaults and v != defaults[name]}
+
+
+def _check_int(name, value, lowest, message):
+    """UserError(message) for an integer below `lowest`; another for a value that is not an integer."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"--{name} must be an integer, got {value!r}")
+    if lowest is not None and value < lowest:
+        raise UserError(message)
+
+
+def _require_run(run):
+    if run is None or not os.fspath(run):
+        raise UserError("--run is required: the folder of a training run")
+
+
+def _running_backend():
+    keras = sys.modules.get("keras")
+    return keras.backend.backend() if keras is not None else None
+
+
+def _choose_backend(name):
+    """backend=None: the one Keras runs on in this process, else KERAS_BACKEND, else tensorflow."""
+    return name or _running_backend() or backend_lib.default()
+
+
+def _use_for_run(name, run):
+    """As the run commands choose: the named backend, else the one Keras runs on, else KERAS_BACKEND, else
+    the run's own."""
+    backend_lib.use_for_run(name or _running_backend() or os.environ.get("KERAS_BACKEND"), Path(run))
+
+
+@contextlib.contextmanager
+def _policy_restored():
+    """Puts the global dtype policy back as it was: a call sets the run's policy while it builds models."""
+    import keras
+
+    previous = keras.mixed_precision.global_policy()
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+def _command(name, settings):
+    """What a report records as its command: the command line under a command, else this call."""
+    line = cli.running_command_line()
+    if line:
+        return line
+    shown = ", ".join(f"{key}={os.fspath(v) if isinstance(v, os.PathLike) else v!r}"
+                      for key, v in settings.items())
+    return f"acgan.{name}({shown})"
+
+
+def _read_json(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} cannot be read ({e.__class__.__name__})") from None

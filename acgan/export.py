@@ -1,0 +1,39 @@
+"""CLI: python -m acgan.export --run DIR --out generator.keras [--keep_policy] [--format keras|savedmodel]:
+the run's generator as one file that loads without acgan (keras.saving.load_model, TensorFlow or JAX).
+
+From Python: acgan.export(run, out="generator.keras", ...) returns an acgan.api.Exported."""
+import functools
+
+from absl import flags
+
+from acgan import api, cli
+
+
+@functools.cache
+def define_flags():
+    """The command's flags; cli.run_main defines them before parsing (importing the module defines none)."""
+    flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
+    flags.DEFINE_string("out", None, "The file to write: a .keras file (--format savedmodel: a new folder).")
+    flags.DEFINE_boolean("keep_policy", False, "Keep the run's dtype policy in every layer (default: float32, "
+                         "which samples the same on any machine).")
+    flags.DEFINE_string("format", "keras", "keras: one .keras file for keras.saving.load_model; savedmodel: a "
+                        "TensorFlow SavedModel folder for TF Serving (needs TensorFlow).")
+    cli.define_backend_flag(of_run=True)
+
+
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    exported = api.export(run=FLAGS.run, out=FLAGS.out, keep_policy=FLAGS.keep_policy, format=FLAGS.format,
+                          backend=FLAGS.backend)
+    meta = exported.metadata
+    shape = "x".join(str(n) for n in meta["image_shape"])
+    print(f"wrote {exported.path}: the generator at step {meta['step']}, {meta['policy']}; noise {meta['noise_dim']} "
+          f"(uniform in [-1, 1]), {meta['num_classes']} classes, images {shape} in [0, 1] (acgan.json inside)")
+
+
+cli.callable_as(__name__, api.export)
+
+if __name__ == "__main__":
+    cli.run_main(main)

@@ -1,0 +1,149 @@
+"""A run's generator as one model file that loads without acgan: `keras.saving.load_model(path)` on
+TensorFlow or JAX gives a model from (noise [N, noise_dim] float32 uniform in [-1, 1], labels [N] int)
+to images [N, H, W, C] float32 in [0, 1].
+
+The generator is cloned into built-in Keras layers. acgan's own layers in a generator have built-in
+equivalents for sampling, so they are replaced rather than registered (a registered class loads only
+where its code is importable, which is what the file must not need):
+
+- TransposedConv2D -> keras.layers.Conv2DTranspose: the same config and weights; it differs only in its
+  gradient on JAX (model/transposed_conv.py), which sampling never takes.
+- UnitRange -> keras.ops.multiply and keras.ops.add: the same x * 0.5 + 0.5 (acgan_cifar's tanh image),
+  as Keras ops in the graph, which Keras saves itself, as it saves the one-hot of the labels. (Not
+  keras.layers.Rescaling: a tf.data layer, which on JAX reaches for TensorFlow whenever its module is
+  in sys.modules, even as the None that hides it.)
+
+Any other layer of acgan's own stops the export with a message naming it.
+
+Weights are float32 under every policy; by default every layer also computes in float32, so the file
+samples the same anywhere, CPUs included. keep_policy: each layer keeps the run's policy (mixed_float16
+or mixed_bfloat16 compute, float32 outputs), for serving on the hardware the run trained on.
+
+What a user needs besides the model travels inside the file: `acgan.json` in the .keras archive (a zip
+that Keras reads by name, so an extra member is left alone), or `assets.extra/acgan.json` in a SavedModel
+folder (TF Serving's place for extra files): METADATA_FORMAT, the noise size and distribution, the label
+and image contracts, the class names, and the run it came from.
+"""
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+import keras
+
+from acgan.errors import UserError
+from acgan.model.blocks import UnitRange
+from acgan.model.transposed_conv import TransposedConv2D
+from acgan.training.sampling import load_run
+from acgan.util import disk
+
+METADATA_FORMAT = "acgan-generator/1"
+METADATA_NAME = "acgan.json"
+
+
+def portable_layer(layer, dtype=None):
+    """A built-in Keras layer (or Keras ops) computing what `layer` computes, its weights not yet set;
+    dtype: the policy it computes in (None: the layer's own)."""
+    config = layer.get_config()
+    if dtype is not None:
+        config["dtype"] = dtype
+    if isinstance(layer, TransposedConv2D):
+        return keras.layers.Conv2DTranspose.from_config(config)
+    if isinstance(layer, UnitRange):  # a float32 output whatever the policy (blocks.float32_tanh_to_unit)
+        return lambda x: keras.ops.add(keras.ops.multiply(x, 0.5), 0.5)
+    if not type(layer).__module__.startswith("keras."):
+        raise RuntimeError(f"cannot export layer {layer.name!r}: {type(layer).__name__} is acgan's own and has no "
+                        "built-in Keras equivalent in acgan/training/export.py")
+    return type(layer).from_config(config)
+
+
+def portable_generator(generator, keep_policy=False):
+    """`generator` cloned into built-in Keras layers with its weights: float32 compute, or with
+    keep_policy each layer's own policy."""
+    dtype = None if keep_policy else "float32"
+    clone = keras.models.clone_model(generator, clone_function=lambda layer: portable_layer(layer, dtype))
+    for layer in generator.layers:
+        if layer.weights:
+            clone.get_layer(layer.name).set_weights(layer.get_weights())
+    return clone
+
+
+def metadata(config, info, generator, step, keep_policy, run_dir):
+    """The sampler's contract and the run's identity, as acgan.json holds them."""
+    noise_dim = int(generator.inputs[0].shape[-1])
+    return {
+        "format": METADATA_FORMAT,
+        "noise_dim": noise_dim,
+        "noise": f"float32 [N, {noise_dim}], uniform in [-1, 1]",
+        "labels": "int [N]: class indices, 0 to num_classes - 1 (class_names)",
+        "images": "float32 [N, height, width, channels] in [0, 1]",
+        "image_shape": [int(n) for n in info["image_shape"]],
+        "num_classes": len(info["class_names"]),
+        "class_names": list(info["class_names"]),
+        "policy": config.policy if keep_policy else "float32",  # what the file's layers compute in
+        "run_policy": config.policy,
+        "arch": config.arch,
+        "width": config.width,
+        "dataset": config.dataset,
+        "step": step,
+        "run": str(run_dir),
+        "run_backend": config.backend,
+        "exported_on": keras.backend.backend(),
+        "keras_version": keras.__version__,
+    }
+
+
+def read_metadata(path):
+    """acgan.json of an exported file (.keras) or folder (SavedModel)."""
+    path = Path(path)
+    if path.is_dir():
+        return json.loads((path / "assets.extra" / METADATA_NAME).read_text())
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read(METADATA_NAME))
+
+
+def export_run(run_dir, out, keep_policy=False, format="keras"):
+    """Writes the generator of `run_dir`'s newest intact checkpoint to `out` (a .keras file, or with
+    format="savedmodel" a new SavedModel folder); returns its metadata. Sets the run's dtype policy
+    (as acgan.generate does). Nothing is left half-written: the file or folder appears whole or not at all."""
+    config, info, gan = load_run(Path(run_dir))
+    generator = portable_generator(gan.models.generator, keep_policy)
+    meta = metadata(config, info, generator, int(gan.step.numpy()), keep_policy, run_dir)
+    out = Path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with disk.full_disk_stops_clearly(out.parent):
+            (_save_savedmodel if format == "savedmodel" else _save_keras)(generator, meta, out)
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}") from None
+    return meta
+
+
+def _save_keras(generator, meta, out):
+    from acgan import backend
+
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".keras")
+    os.close(fd)
+    try:
+        with backend.tensorflow_hidden():  # on JAX, saving probes TensorFlow: seconds for nothing
+            generator.save(tmp)
+        with zipfile.ZipFile(tmp, "a") as archive:
+            archive.writestr(METADATA_NAME, json.dumps(meta, indent=2) + "\n")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _save_savedmodel(generator, meta, out):
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    try:
+        generator.export(str(tmp), format="tf_saved_model", verbose=False)
+        (tmp / "assets.extra").mkdir(exist_ok=True)
+        (tmp / "assets.extra" / METADATA_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+        os.rename(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,135 @@
+"""Runs the API and export tests share, each made once per test run (under pytest-xdist, once for all
+workers: the first to need one makes it while the others wait on its lock):
+
+- tf_run: the reference preset on doodles, mixed_float16 with XLA (the fastest mixed run on a CPU),
+  trained by acgan.train in the test process (TensorFlow);
+- jax_run: acgan_cifar on swatches in float32 on JAX, in a child process of its own: trained by
+  acgan.train, sampled by acgan.generate and exported by the `acgan export` command. When the export
+  tests are collected it starts before tf_run trains, so the two share the machine's cores.
+"""
+import atexit
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Two steps, a checkpoint and a grid at the end; a few images per class.
+TINY = dict(steps=2, batch=8, width=0.125, max_per_class=10, sample_every=2, checkpoint_every=2, warmup_steps=0,
+            log_every=1)
+# XLA's backend unoptimized: half a JAX child's CPU time here (compiling every initializer and step);
+# what it computes is the same up to float rounding.
+FAST_XLA = "--xla_backend_optimization_level=0"
+_made = {}
+
+# The export command runs through its main in the same process: the only command whose flags it defines.
+JAX_RUN = """
+import json, sys
+import numpy as np
+import acgan
+from acgan.__main__ import main
+root, tiny = sys.argv[1], json.loads(sys.argv[2])
+run = acgan.train(backend="jax", dataset="swatches", output_dir=f"{root}/run", data_dir=f"{root}/data", **tiny)
+samples = acgan.generate(run, per_class=2, seed=3)
+np.savez(f"{root}/generated.npz", images=samples.images, noise=samples.noise, labels=samples.labels)
+try:
+    main(["export", "--run", f"{root}/run", "--out", f"{root}/generator.keras"])
+except SystemExit as e:
+    assert not e.code, e.code
+"""
+
+
+def tf_run(tmp_path_factory, collected=()):
+    """The shared TensorFlow run: the acgan.Run that acgan.train returned where this process trained it,
+    else the run folder opened. The JAX run starts first if the `collected` tests include
+    tests/test_export.py."""
+    if any(item.path.name == "test_export.py" for item in collected):
+        _start_jax_run(tmp_path_factory)
+    if "tf" not in _made:
+        import acgan
+
+        folder = shared_folder(tmp_path_factory, "tf")
+        with locked(folder):
+            if not (folder / "run" / "report.json").exists():
+                _made["tf"] = acgan.train(policy="mixed_float16", jit=True, output_dir=str(folder / "run"),
+                                          data_dir=str(folder / "data"), **TINY)
+        _made.setdefault("tf", acgan.Run(folder / "run"))
+    return _made["tf"]
+
+
+def jax_run(tmp_path_factory, timeout=600):
+    """(folder holding run/, generated.npz and generator.keras; the child's stdout), once it is done:
+    the process that started the child waits for it, any other for its files."""
+    folder = shared_folder(tmp_path_factory, "jax")
+    proc = _start_jax_run(tmp_path_factory)
+    if proc is not None and "jax-done" not in _made:
+        out, err = proc.communicate(timeout=timeout)
+        (folder / ("stdout.txt" if proc.returncode == 0 else "failed.txt")).write_text(out if proc.returncode == 0
+                                                                                       else err[-3000:])
+        _made["jax-done"] = True
+    deadline = time.monotonic() + timeout
+    while not any((folder / name).exists() for name in ("stdout.txt", "failed.txt")):
+        assert time.monotonic() < deadline, "the JAX run did not finish"
+        time.sleep(0.5)
+    assert not (folder / "failed.txt").exists(), (folder / "failed.txt").read_text()
+    return folder, (folder / "stdout.txt").read_text()
+
+
+def _start_jax_run(tmp_path_factory):
+    """Starts the JAX run's child unless a process of this test run has (the one that creates the folder's
+    `started` does); returns it where this process started it, else None."""
+    if "jax" not in _made:
+        folder = shared_folder(tmp_path_factory, "jax")
+        try:
+            (folder / "started").mkdir()
+        except FileExistsError:
+            _made["jax"] = None
+            return None
+        proc = subprocess.Popen([sys.executable, "-c", JAX_RUN, str(folder), json.dumps(TINY)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=child_env(fast_xla=True, KERAS_BACKEND="jax"), cwd=folder)
+        atexit.register(lambda: proc.poll() is None and proc.kill())
+        _made["jax"] = proc
+    return _made["jax"]
+
+
+def shared_folder(tmp_path_factory, name):
+    """A folder of this test run that every xdist worker sees (the run's temporary folder without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / f"api-runs-{name}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@contextlib.contextmanager
+def locked(folder):
+    import fcntl
+
+    with open(folder / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def child_env(fast_xla=False, **extra):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **extra)
+    if fast_xla:
+        env["XLA_FLAGS"] = " ".join(f for f in (env.get("XLA_FLAGS"), FAST_XLA) if f)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def acgan_command(*args, cwd=None, env=None, wait=True):
+    """`python -m acgan ARGS` (what the `acgan` console command runs): the CompletedProcess, or the
+    Popen when wait=False."""
+    command = [sys.executable, "-m", "acgan", *[str(a) for a in args]]
+    if not wait:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env or child_env(), cwd=cwd or ROOT)
+    return subprocess.run(command, capture_output=True, text=True, env=env or child_env(), cwd=cwd or ROOT,
+                          timeout=600)

@@ -1,0 +1,186 @@
+"""The Python API in this process: acgan.train, generate and evaluate on a tiny run; a bad argument is
+acgan.UserError with the command's one-line message; one backend per process; every call's settings are
+its command's flags, with the same defaults; the `acgan` command and its subcommands."""
+import inspect
+import json
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+from api_runs import ROOT, acgan_command, child_env, tf_run
+
+import acgan
+from acgan.training.grids import to_uint8
+
+CALLS = ("train", "generate", "evaluate", "compare", "benchmark", "export")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, request):
+    return tf_run(tmp_path_factory, request.session.items)
+
+
+def test_train_returns_the_run_with_its_report_config_and_grid(run):
+    assert isinstance(run, acgan.Run) and run.message is None
+    report = run.report  # (run.status is None where another xdist worker trained the run and this one opened it)
+    assert run.status in ("completed", None) and report["status"] == "completed" and report["steps"] == 2 and report["policy"] == "mixed_float16" and report["backend"] == "tensorflow"
+    assert report["command"].startswith("acgan.train(policy='mixed_float16', jit=True, output_dir=")
+    assert run.config["policy"] == "mixed_float16" and run.config["arch"] == "reference"
+    grid = run.grid()  # what a notebook shows: ten rows of 28-pixel doodles at 2x
+    assert grid.height == 2 * (10 * 30 + 2) and grid.width > grid.height
+    assert run.grid(step=2).size == grid.size
+    with pytest.raises(acgan.UserError, match="step_0000001.png does not exist"):
+        run.grid(step=1)
+    assert keras.mixed_precision.global_policy().name == "float32"  # the caller's policy, put back
+    assert acgan.Run(str(run.folder)).report == report  # an existing run folder, opened
+
+
+def test_generate_returns_numpy_samples_and_writes_what_the_command_writes(run, tmp_path):
+    samples = acgan.generate(run, per_class=3, seed=1)
+    assert samples.images.shape == (30, 28, 28, 1) and samples.images.dtype == np.float32
+    assert 0 <= samples.images.min() and samples.images.max() <= 1
+    assert samples.labels.tolist() == [c for c in range(10) for _ in range(3)]  # class-major
+    assert samples.noise.shape == (30, 62) and np.abs(samples.noise).max() <= 1
+    assert len(samples.class_names) == 10 and samples.path is None
+    bare = samples.grid(labels=False)  # one row per class, three columns, at 2x; grid() adds the names
+    assert bare.size == (2 * (3 * 30 + 2), 2 * (10 * 30 + 2)) and samples.grid().width > bare.width
+    written = acgan.generate(str(run.folder), per_class=3, seed=1, out=tmp_path / "samples.npz")
+    with np.load(written.path) as npz:
+        np.testing.assert_array_equal(npz["images"], to_uint8(samples.images))
+        np.testing.assert_array_equal(npz["labels"], samples.labels)
+    np.testing.assert_array_equal(written.noise, samples.noise)  # the same seed draws the same noise
+    assert acgan.generate(run, per_class=1, out=tmp_path / "grid.png").path.is_file()
+    assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_evaluate_returns_the_quality_and_records_it_in_the_run(run):
+    result = acgan.evaluate(run, num_samples=20)
+    assert result["step"] == 2 and result["num_generated"] == 20
+    assert 0 <= result["conditional_accuracy"] <= 1 and result["frechet_distance"] >= 0
+    assert run.quality["conditional_accuracy"] == result["conditional_accuracy"]
+    assert run.quality["command"].startswith("acgan.evaluate(run=")
+    assert "## Sample quality" in (run.folder / "report.md").read_text()
+
+
+# Each call's settings as its command's flags: the same one-line message, as UserError instead of exit 2.
+BAD = {
+    "train: a bad batch": ("train", dict(batch=0), ["--batch", "0"], "--batch must be a positive integer, got 0"),
+    "train: two lengths": ("train", dict(steps=3, minutes=1.0), ["--steps", "3", "--minutes", "1"],
+                           "give only one of --steps, --epochs, --minutes (got steps, minutes)"),
+    "generate: no run": ("generate", dict(out="x.png"), ["--out", "x.png"],
+                         "--run is required: the folder of a training run"),
+    "generate: a bad file": ("generate", dict(run="r", out="x.txt"), ["--run", "r", "--out", "x.txt"],
+                             "--out must name a .png or .npz file"),
+    "evaluate: one sample": ("evaluate", dict(run="r", num_samples=1), ["--run", "r", "--num_samples", "1"],
+                             "--num_samples must be at least 2 (a covariance needs two), got 1"),
+    "compare: no budget": ("compare", dict(policies="float32"), ["--policies", "float32"],
+                           "give exactly one of --steps (equal steps) or --minutes (equal time)"),
+    "benchmark: a bad batch": ("benchmark", dict(batches=[0]), ["--batches", "0"],
+                               "--batches must be positive integers, got '0'"),
+    "export: not a .keras file": ("export", dict(run="r", out="g.h5"), ["--run", "r", "--out", "g.h5"],
+                                  "--out must name a .keras file, not 'g.h5' (--format savedmodel writes a folder)"),
+    "export: no such run": ("export", dict(run="nowhere", out="g.keras"), ["--run", "nowhere", "--out", "g.keras"],
+                            "--run nowhere is not a folder"),
+}
+
+
+@pytest.mark.parametrize("case", BAD, ids=list(BAD))
+def test_a_bad_argument_raises_user_error_with_the_commands_message(case, tmp_path, monkeypatch):
+    name, kwargs, _, message = BAD[case]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(acgan.UserError) as error:
+        getattr(acgan, name)(**kwargs)
+    assert str(error.value) == message
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_the_commands_print_the_same_messages(tmp_path):
+    """One case of BAD per command as `acgan COMMAND FLAGS`, each in a child process (none loads Keras):
+    exit status 2 and the call's message as the one line on stderr."""
+    cases = ["train: a bad batch", "generate: a bad file", "evaluate: one sample", "compare: no budget",
+             "benchmark: a bad batch", "export: not a .keras file"]
+    procs = {case: acgan_command(BAD[case][0], *BAD[case][2], cwd=tmp_path, wait=False) for case in cases}
+    for case, proc in procs.items():
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, (case, err[-2000:])
+        assert err.strip().splitlines() == [f"error: {BAD[case][3]}"], (case, err[-2000:])
+
+
+def test_an_unknown_setting_and_a_second_backend_are_user_errors():
+    with pytest.raises(acgan.UserError, match="acgan.train\\(\\) has no setting 'bacth'"):
+        acgan.train(bacth=8)
+    with pytest.raises(acgan.UserError, match="acgan.compare\\(\\) has no setting 'policy'"):
+        acgan.compare(policy="float32", steps=1)
+    assert keras.backend.backend() == "tensorflow"  # this process's: the first choice holds
+    with pytest.raises(acgan.UserError) as error:
+        acgan.train(backend="jax", steps=1)
+    assert str(error.value) == "Keras already runs on tensorflow in this process; --backend jax needs a new one"
+
+
+# Defines each command's flags in turn in one child process (removing them before the next command, whose
+# flags share names) and prints their defaults.
+FLAG_DEFAULTS = r"""
+import importlib, json, sys
+from absl import flags
+defaults = {}
+for name in sys.argv[1:]:
+    module = importlib.import_module(f"acgan.{name}")
+    before = set(flags.FLAGS)
+    module.define_flags()
+    new = [n for n in flags.FLAGS if n not in before]
+    defaults[name] = {n: flags.FLAGS[n].default for n in new}
+    for n in new:
+        delattr(flags.FLAGS, n)
+print(json.dumps(defaults))
+"""
+
+
+def test_every_call_takes_its_commands_flags_with_the_same_defaults():
+    env = child_env()
+    env.pop("KERAS_BACKEND", None)
+    proc = subprocess.run([sys.executable, "-c", FLAG_DEFAULTS, *CALLS], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    flag_defaults = json.loads(proc.stdout)
+    for name in CALLS:
+        parameters = inspect.signature(getattr(acgan, name)).parameters
+        flags = {n: d for n, d in flag_defaults[name].items() if not (name == "benchmark" and n == "backend")}
+        assert set(parameters) == set(flags), name  # (benchmark's --backend is --backends' alias)
+        for flag, default in flags.items():
+            expected = parameters[flag].default
+            if flag in ("backend", "backends"):  # None: as Keras runs, else KERAS_BACKEND, else tensorflow
+                assert expected is None and default in (None, "tensorflow", ["tensorflow"]), (name, flag)
+            elif isinstance(expected, tuple):  # a list flag: strings
+                assert default == [str(v) for v in expected], (name, flag)
+            else:
+                assert default == expected, (name, flag)
+
+
+def test_the_acgan_command_lists_its_subcommands_and_runs_them():
+    listed = acgan_command("--help")
+    assert listed.returncode == 0
+    for name in CALLS + ("benchmark_merge",):
+        assert f"\n  {name} " in listed.stdout
+    unknown = acgan_command("trian")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown command 'trian'")
+    helped = acgan_command("export", "--help")  # a subcommand's own flags, under its name
+    assert "--keep_policy" in helped.stdout and "\nacgan export:\n" in helped.stdout  # (absl exits 1 after it)
+    assert helped.stdout.startswith("CLI: python -m acgan.export")
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"acgan": "acgan.__main__:main"}
+    console = ROOT / ".venv" / "bin" / "acgan"  # there once the package is installed with this pyproject
+    if console.exists():
+        assert "\n  export " in subprocess.run([str(console), "--help"], capture_output=True, text=True,
+                                               env=child_env(), timeout=60).stdout
+
+
+def test_importing_acgan_loads_no_framework_and_no_command():
+    probe = ("import sys, acgan; print(sorted(m for m in ('keras', 'tensorflow', 'jax', 'acgan.train', 'acgan.api') "
+             "if m in sys.modules)); acgan.export; print('keras' in sys.modules, callable(acgan.export))")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=child_env(), cwd=ROOT,
+                          timeout=60)
+    assert proc.stdout.split("\n")[:2] == ["[]", "False True"], proc.stderr[-2000:]

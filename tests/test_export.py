@@ -1,0 +1,211 @@
+"""acgan.export: a run's generator as one Keras file that a process where acgan cannot be imported loads
+on TensorFlow or on JAX (without TensorFlow there), and that samples what acgan.generate samples from the
+same noise and labels: both presets, both training backends, a mixed_float16 run exported in float32 and
+with its policy kept; SavedModel for TF Serving; one-line errors."""
+import json
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+from api_runs import ROOT, child_env, jax_run, locked, shared_folder, tf_run
+
+import acgan
+from acgan.config import Config
+from acgan.training.export import read_metadata
+
+# Loads each exported generator and samples from the given noise and labels, then runs the README's three
+# lines on the first, in a process where `import acgan` fails (the editable install's finder would find it
+# on any path: a None in sys.modules stops it), from another folder; on JAX TensorFlow is blocked the same
+# way: only Keras and the backend. Saves what it sampled; prints the backend and the frameworks loaded.
+LOADER = """
+import sys
+blocked = ["acgan"] + (["tensorflow"] if sys.argv[1] == "jax" else [])
+for name in blocked:
+    sys.modules[name] = None
+try:
+    import acgan
+except ImportError:
+    pass
+else:
+    raise SystemExit("acgan imported")
+import json, zipfile
+import keras
+import numpy as np
+for model_path, inputs_path, out_path in json.loads(sys.argv[2]):
+    generator = keras.saving.load_model(model_path)
+    with np.load(inputs_path) as inputs:
+        images = generator.predict([inputs["noise"], inputs["labels"]], verbose=0)
+    info = json.loads(zipfile.ZipFile(model_path).read("acgan.json"))
+    np.savez(out_path, images=images, noise_dim=generator.inputs[0].shape[1], class_names=info["class_names"],
+             policies=[layer.dtype_policy.name for layer in generator.layers])
+readme = {}  # the README's three lines, as printed there, on the first file
+exec(sys.argv[3].replace('"generator.keras"', repr(json.loads(sys.argv[2])[0][0])), readme)
+assert readme["images"].shape[0] == 10 and 0 <= readme["images"].min() and readme["images"].max() <= 1
+print(keras.backend.backend(), sorted(m for m in ("tensorflow", "jax") if sys.modules.get(m) is not None))
+"""
+
+BACKENDS = ("tensorflow", "jax")
+# name: how closely the exported generator's images match acgan.generate's (the greatest absolute
+# difference of pixels in [0, 1]; measured: 0 to 4e-7). A float32 run, and a mixed_float16 run with its
+# policy kept: float32 arithmetic in another order (another backend's kernels); the mixed_float16 run
+# exported in float32 also misses acgan.generate's float16 rounding, small in two-step generators whose
+# pre-activations are near 0 (test_portable_generator_computes_what_the_generator_does has large weights).
+EXPORTS = {
+    "jax-acgan_cifar-float32": 1e-5,
+    "tensorflow-reference-mixed_float16-as-float32": 2e-5,
+    "tensorflow-reference-mixed_float16-kept": 1e-5,
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, request):
+    """{name: (model file, acgan.generate's npz)}: the JAX run (api_runs.jax_run, exported by the `acgan
+    export` command) and the shared TensorFlow run, exported here in float32 and with its policy kept
+    (once for every xdist worker)."""
+    run = tf_run(tmp_path_factory, request.session.items)
+    root = shared_folder(tmp_path_factory, "export")
+    with locked(root):
+        if not (root / "tf-generated.npz").exists():
+            acgan.export(run, out=root / "tf-float32.keras")
+            acgan.export(run, out=root / "tf-kept.keras", keep_policy=True)
+            samples = acgan.generate(run, per_class=2, seed=3)
+            np.savez(root / "tf-generated.npz", images=samples.images, noise=samples.noise, labels=samples.labels)
+    jax_dir, out = jax_run(tmp_path_factory)
+    assert f"wrote {jax_dir / 'generator.keras'}: the generator at step 2, float32; noise 100 (uniform in [-1, 1]), " \
+           "10 classes, images 32x32x3 in [0, 1] (acgan.json inside)" in out
+    return {
+        "jax-acgan_cifar-float32": (jax_dir / "generator.keras", jax_dir / "generated.npz"),
+        "tensorflow-reference-mixed_float16-as-float32": (root / "tf-float32.keras", root / "tf-generated.npz"),
+        "tensorflow-reference-mixed_float16-kept": (root / "tf-kept.keras", root / "tf-generated.npz"),
+    }
+
+
+def readme_snippet():
+    """The README's three lines that load an exported generator and sample ten images."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index("    import keras, numpy as np")
+    assert lines[start + 1].startswith("    generator = keras.saving.load_model(")
+    return "\n".join(line[4:] for line in lines[start:start + 3])
+
+
+@pytest.fixture(scope="module")
+def loaded(exported, tmp_path_factory):
+    """{backend: {name: what the loader sampled}}: both loaders at once (once for every xdist worker)."""
+    root = shared_folder(tmp_path_factory, "loaded")
+    with locked(root):
+        if not (root / "done").exists():
+            procs = {}
+            for backend in BACKENDS:
+                jobs = [(str(model), str(inputs), str(root / f"{backend}-{name}.npz"))
+                        for name, (model, inputs) in exported.items()]
+                env = child_env(fast_xla=True, KERAS_BACKEND=backend)
+                env.pop("PYTHONPATH")
+                command = [sys.executable, "-I", "-c", LOADER, backend, json.dumps(jobs), readme_snippet()]
+                procs[backend] = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                  text=True, env=env, cwd=root)
+            for backend, proc in procs.items():
+                out, err = proc.communicate(timeout=600)
+                assert proc.returncode == 0, err[-3000:]
+                # The backend, and which frameworks loaded (Keras on TensorFlow probes JAX too).
+                last = out.strip().splitlines()[-1]
+                assert last == "jax ['jax']" if backend == "jax" else (
+                    last.startswith("tensorflow [") and "'tensorflow'" in last), last
+            (root / "done").write_text("")
+    return {backend: {name: dict(np.load(root / f"{backend}-{name}.npz")) for name in exported} for backend in BACKENDS}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", EXPORTS)
+def test_the_exported_generator_samples_what_generate_does_without_acgan(exported, loaded, name, backend):
+    _, inputs = exported[name]
+    sampled = loaded[backend][name]
+    with np.load(inputs) as generated:
+        expected = generated["images"]
+    assert sampled["images"].shape == expected.shape and sampled["images"].dtype == np.float32
+    difference = np.abs(sampled["images"] - expected).max()
+    assert difference <= EXPORTS[name], difference
+    assert np.ptp(expected) > 10 * EXPORTS[name]  # the images differ from each other by more than that
+    assert 0 <= sampled["images"].min() and sampled["images"].max() <= 1
+    policies = {str(p) for p in sampled["policies"]}  # mixed: batch norms and the image layer stay float32
+    assert policies == ({"mixed_float16", "float32"} if name.endswith("-kept") else {"float32"})
+
+
+def test_the_metadata_travels_in_the_file(exported):
+    jax_meta = read_metadata(exported["jax-acgan_cifar-float32"][0])
+    assert jax_meta["format"] == "acgan-generator/1" and jax_meta["noise_dim"] == 100
+    assert jax_meta["image_shape"] == [32, 32, 3] and jax_meta["num_classes"] == len(jax_meta["class_names"]) == 10
+    assert (jax_meta["arch"], jax_meta["run_backend"], jax_meta["exported_on"]) == ("acgan_cifar", "jax", "jax")
+    tf_meta = read_metadata(exported["tensorflow-reference-mixed_float16-as-float32"][0])
+    assert (tf_meta["noise_dim"], tf_meta["image_shape"], tf_meta["arch"]) == (62, [28, 28, 1], "reference")
+    assert (tf_meta["policy"], tf_meta["run_policy"], tf_meta["step"]) == ("float32", "mixed_float16", 2)
+    assert read_metadata(exported["tensorflow-reference-mixed_float16-kept"][0])["policy"] == "mixed_float16"
+
+
+def test_the_exported_generator_holds_only_built_in_layers(exported):
+    for model, _ in exported.values():
+        config = json.loads(zipfile.ZipFile(model).read("config.json"))
+        modules = {layer["module"] for layer in config["config"]["layers"]}
+        assert all(m.startswith("keras") for m in modules), modules
+
+
+@pytest.mark.parametrize("arch, shape", [("reference", (28, 28, 1)), ("acgan_cifar", (32, 32, 3))])
+def test_portable_generator_computes_what_the_generator_does(arch, shape, set_policy):
+    """Both presets' generators with large random weights (images across [0, 1], unlike a two-step run's
+    near 0.5), cloned into built-in layers: float32 as float32, and mixed_float16 kept as such, exactly."""
+    from acgan.model.networks import build_models
+    from acgan.training.export import portable_generator
+
+    rng = np.random.default_rng(0)
+    for policy in ("float32", "mixed_float16"):
+        set_policy(policy)
+        generator = build_models(shape, 10, width=0.125, arch=arch).generator
+        for variable in generator.weights:  # batch norms' variances positive
+            positive = "variance" in variable.path
+            draw = rng.uniform(0.5, 2.0, variable.shape) if positive else rng.normal(0, 0.5, variable.shape)
+            variable.assign(draw.astype(np.float32))
+        z = rng.uniform(-1, 1, (20, generator.inputs[0].shape[1])).astype(np.float32)
+        labels = np.arange(20, dtype=np.int32) % 10
+        images = np.asarray(generator([z, labels], training=False))
+        assert np.ptp(images) > 0.5
+        clone = portable_generator(generator, keep_policy=policy != "float32")
+        assert all(type(layer).__module__.startswith("keras.") for layer in clone.layers)
+        np.testing.assert_array_equal(np.asarray(clone([z, labels], training=False)), images)
+    as_float32 = np.asarray(portable_generator(generator)([z, labels], training=False))  # the mixed one
+    assert 0 < np.abs(as_float32 - images).mean() < 0.01  # only float16's rounding is gone
+
+
+def test_savedmodel_serves_the_same_images(tmp_path_factory):
+    import tensorflow as tf
+
+    run = tf_run(tmp_path_factory)
+    out = tmp_path_factory.mktemp("savedmodel") / "generator"
+    exported = acgan.export(run, out=out, format="savedmodel")
+    assert exported.metadata == read_metadata(out) and exported.metadata["noise_dim"] == 62
+    samples = acgan.generate(run, per_class=1, seed=5)
+    serve = tf.saved_model.load(str(out)).signatures["serving_default"]
+    images = serve(z=tf.constant(samples.noise), labels=tf.constant(samples.labels))["output_0"].numpy()
+    assert np.abs(images - samples.images).max() <= EXPORTS["tensorflow-reference-mixed_float16-as-float32"]
+    with pytest.raises(acgan.UserError, match=f"--out {out} already exists: --format savedmodel writes a new folder"):
+        acgan.export(run, out=out, format="savedmodel")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(out="g.keras"), "--run is required: the folder of a training run"),
+    (dict(run="r"), "--out is required: the file to write, e.g. generator.keras"),
+    (dict(run="r", out="g.keras", format="onnx"), "unknown format 'onnx': choose keras or savedmodel"),
+], ids=["no run", "no out", "unknown format"])
+def test_export_errors_are_one_line(kwargs, message):
+    with pytest.raises(acgan.UserError) as error:
+        acgan.export(**kwargs)
+    assert str(error.value) == message
+
+
+def test_a_run_without_a_checkpoint_is_one_line(tmp_path):
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "config.json").write_text(Config(dataset="doodles").to_json())
+    (tmp_path / "run" / "dataset.json").write_text(json.dumps({"class_names": ["a", "b"], "image_shape": [28, 28, 1]}))
+    with pytest.raises(acgan.UserError, match="has no checkpoint yet"):
+        acgan.export(tmp_path / "run", out=tmp_path / "g.keras")
+    assert not (tmp_path / "g.keras").exists()
