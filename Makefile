@@ -4,6 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
+TEST_WORKERS ?= 2
 
 .PHONY: setup train test benchmark clean
 
@@ -18,8 +19,13 @@ $(STAMP): pyproject.toml constraints.txt
 train: $(STAMP)
 	$(BIN)/python -m acgan.train $(ARGS)
 
+# Two passes: the few timing tests (marked serial) alone, then the rest on $(TEST_WORKERS) pytest-xdist
+# workers; both run whatever the other fails, and ARGS goes to both (e.g. ARGS="-m 'not slow'").
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(ARGS)
+	@status=0; \
+	$(BIN)/python -m pytest -q --only-serial $(ARGS) || status=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --skip-serial $(ARGS) || status=$$?; \
+	exit $$status
 
 benchmark: $(STAMP)
 	$(BIN)/python -m acgan.benchmark $(ARGS)

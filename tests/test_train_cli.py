@@ -20,10 +20,10 @@ def _run(module, *args, cwd=None, env=None):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, data_dir_with_doodles):
     """One tiny run per policy (XLA on for mixed_float16, off elsewhere to keep the suite fast)."""
     root = tmp_path_factory.mktemp("runs")
-    data_dir = str(root / "data")
+    data_dir = str(data_dir_with_doodles(root / "data"))
     out = {}
     for policy in POLICIES:
         jit = ["--jit"] if policy == "mixed_float16" else ["--no-jit"]
@@ -208,11 +208,13 @@ def _run_in_process(argv, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
-def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys, set_policy):
+def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys, set_policy, doodles_cache):
     make_args, message = BAD_INPUTS[case]
     args = make_args(tmp_path)
     if "--output_dir" not in args:
         args += ["--output_dir", str(tmp_path / "run")]
+    if "--data_dir" not in args:  # the doodles drawn once, not again for each case that loads them
+        args += ["--data_dir", str(doodles_cache)]
     if not {"--steps", "--minutes"} & set(args):
         args += ["--steps", "3"]
     monkeypatch.setenv("ACGAN_QUICKDRAW_URL", "http://127.0.0.1:9/")  # a closed port: never the internet

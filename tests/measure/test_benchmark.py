@@ -140,6 +140,7 @@ def test_trainer_overhead_is_reported(bench):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a ratio of two timings: run alone (see conftest.py)
 def test_overhead_ratio_rises_by_a_known_logging_delay(tmp_path):
     """A sleep injected into every metrics read (--log_every 1) shows up in the loop's time, not the bare step's."""
     delay_ms = 150.0
@@ -485,6 +486,7 @@ def test_jax_sweep_never_imports_tensorflow_and_reports_jax_out_of_memory(tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a ratio of two timings: run alone (see conftest.py)
 def test_trainer_overhead_is_measured_per_backend(tmp_path):
     out = tmp_path / "out"
     proc = run_cli("acgan.benchmark", "--backends", "tensorflow,jax", "--synthetic", "--policies", "float32",

@@ -99,8 +99,8 @@ def test_inception_fid_says_plainly_when_it_cannot_be_computed(tmp_path, monkeyp
 # ---- the judge ----
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("data")
+def data_dir(tmp_path_factory, data_dir_with_doodles):
+    return data_dir_with_doodles(tmp_path_factory.mktemp("data"))
 
 
 @pytest.fixture(scope="module")

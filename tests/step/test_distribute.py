@@ -251,8 +251,9 @@ def _finish(processes, timeout=300):
     return results
 
 
-def test_two_workers_on_localhost_agree_and_only_the_chief_writes(tmp_path):
+def test_two_workers_on_localhost_agree_and_only_the_chief_writes(tmp_path, data_dir_with_doodles):
     run_dir = tmp_path / "run"
+    data_dir_with_doodles(tmp_path / "data")
     results = _finish(_start_two_workers(tmp_path, "--steps", "3", "--sample_every", "2", "--checkpoint_every", "2"))
     for status, _, err in results:
         assert status == 0, err[-3000:]
@@ -271,7 +272,8 @@ def test_two_workers_on_localhost_agree_and_only_the_chief_writes(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "run"]
 
 
-def test_sigterm_to_one_worker_stops_both_at_the_same_step(tmp_path):
+def test_sigterm_to_one_worker_stops_both_at_the_same_step(tmp_path, data_dir_with_doodles):
+    data_dir_with_doodles(tmp_path / "data")
     processes = _start_two_workers(tmp_path, "--steps", "100000", "--sample_every", "1000", "--checkpoint_every", "2")
     checkpoints = tmp_path / "run" / "checkpoints"
     deadline = time.time() + 240
@@ -323,14 +325,15 @@ def test_cost_counts_every_device():
     assert cpu["cost_per_million_batches"] is None
 
 
-def test_a_run_moves_between_two_replicas_and_one_device(tmp_path, set_policy):
+def test_a_run_moves_between_two_replicas_and_one_device(tmp_path, set_policy, data_dir_with_doodles):
     """Preempted on one machine, resumed on another: the checkpoint does not depend on the replicas."""
     from acgan.config import Config
     from acgan.training import loop
 
     set_policy("mixed_float16")
     config = Config(batch=16, width=0.125, jit=False, sample_every=None, warmup_steps=0, checkpoint_every=2,
-                    data_dir=str(tmp_path / "data"), output_dir=str(tmp_path / "run"), policy="mixed_float16")
+                    data_dir=str(data_dir_with_doodles(tmp_path / "data")), output_dir=str(tmp_path / "run"),
+                    policy="mixed_float16")
     two = loop.run(dataclasses.replace(config, steps=2, devices=("cpu:0", "cpu:1")))
     one = loop.run(dataclasses.replace(config, steps=4, strategy="default", resume=True))
     again = loop.run(dataclasses.replace(config, steps=6, devices=("cpu:0", "cpu:1"), resume=True))
