@@ -32,7 +32,7 @@ def run_arithmetic(gan, config, times, machine, layout):
     count = flops.step_flops_from_layers(gan.models, config.batch, gan.q_learns_from_fakes, gan.g_learns_from_q)
     replicas = layout["replicas"] if layout else 1
     wall = flops.arithmetic_summary(count, "layers", times.get("time_per_batch_ms"), machine, config.policy, replicas)
-    bare = flops.arithmetic_summary(count, "layers", times.get("bare_step_ms"), machine, config.policy, replicas)
+    bare = flops.utilisation(count, times.get("bare_step_ms"), wall["peak_tflops"])
     return dict(wall, bare_tflops=bare["tflops"], bare_share_of_peak=bare["share_of_peak"])
 
 
