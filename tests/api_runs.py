@@ -118,7 +118,7 @@ def locked(folder):
 
 def child_env(fast_xla=False, **extra):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **extra)
-    if fast_xla:
+    if fast_xla and FAST_XLA not in env.get("XLA_FLAGS", ""):
         env["XLA_FLAGS"] = " ".join(f for f in (env.get("XLA_FLAGS"), FAST_XLA) if f)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from api_runs import FAST_XLA
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_jax_sweep_times_the_step_over_two_devices(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = FAST_XLA  # no device count from outside: --devices makes the two
     proc = subprocess.run([sys.executable, "-m", "acgan.benchmark", "--backends", "jax", "--strategy", "mirrored",
                            "--devices", "cpu:0,cpu:1", "--synthetic", "--policies", "float32", "--batches", "8",
                            "--width", "0.125", "--steps", "2", "--warmup", "0", "--repeats", "1", "--no-overhead",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from api_runs import FAST_XLA
 
 try:
     import jax  # noqa: F401
@@ -28,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("sharded") / "out.npz"
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2",
-               XLA_FLAGS="--xla_force_host_platform_device_count=4")
+               XLA_FLAGS=f"{FAST_XLA} --xla_force_host_platform_device_count=4")
     done = subprocess.run([sys.executable, str(RUNNER), str(out)], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
     if done.returncode:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from api_runs import FAST_XLA
 
 from acgan.config import Config
 from acgan.errors import USER_ERROR_STATUS, UserError
@@ -22,9 +23,7 @@ FOUR = "--xla_force_host_platform_device_count=4"
 def _train_jax(*args, xla_flags=None, timeout=300):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", JAX_PLATFORMS="cpu")
     env.pop("KERAS_BACKEND", None)
-    env.pop("XLA_FLAGS", None)
-    if xla_flags:
-        env["XLA_FLAGS"] = xla_flags
+    env["XLA_FLAGS"] = " ".join(f for f in (FAST_XLA, xla_flags) if f)
     done = subprocess.run([sys.executable, str(RUNNER), *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
     assert "tensorflow imports attempted: []" in done.stderr, done.stderr[-3000:]
@@ -130,7 +129,7 @@ def test_two_processes_train_one_run_together(tmp_path):
     common = ["--steps", "6", "--checkpoint_every", "3", "--sample_every", "3", *TINY[:-2]]
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", JAX_PLATFORMS="cpu")
     env.pop("KERAS_BACKEND", None)
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = FAST_XLA
     # Process 0 told by flags, process 1 by the environment (JAX's JAX_COORDINATOR_ADDRESS, acgan's other two).
     where = [["--coordinator_address", f"localhost:{port}", "--num_processes", "2", "--process_id", "0"], []]
     envs = [env, dict(env, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID="1")]
