@@ -1,5 +1,5 @@
-"""The training loop: set-up (data, models, restore), the step loop (grids, TensorBoard, checkpoints,
-stop signals), and the run report.
+"""The training loop: set-up (data, models, restore) and the step loop (grids, TensorBoard, checkpoints,
+stop signals); report_content.py assembles the run report.
 
 A run resumes from its folder: the checkpoint holds the models, the three optimizers (loss-scale
 state included), the step and the timing history; the data stream and G's noise are rebuilt at the
@@ -14,7 +14,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import NamedTuple, Optional
@@ -29,13 +28,15 @@ from acgan.measure import advice, device
 from acgan.measure.profile import StepWindow
 from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.model.precision import needs_loss_scaling
-from acgan.step.common import OPTIMIZER_NAMES, adversarial_loss, learning_rate_decay, learning_rate_scale
+from acgan.step.common import adversarial_loss, learning_rate_decay, learning_rate_scale
 from acgan.training import report as run_report
 from acgan.training import run_lock
 from acgan.training.health import DivergenceMonitor
+from acgan.training.report_content import assemble_report
 from acgan.training.run_dir import prepare_run_dir, write_run_files
 from acgan.training.sampling import TrainingGrids
 from acgan.training.session_timing import SessionClock, session_record
+from acgan.training.stop_signals import StopSignals
 from acgan.training.tensorboard import SummaryWriter
 from acgan.util import disk
 
@@ -120,27 +121,6 @@ def total_steps(config, num_images):
         # Batches straddle epochs (data.pipeline), so E passes over n images take ceil(E*n/b) steps.
         return -(-config.epochs * num_images // config.batch)
     return config.steps or DEFAULT_STEPS
-
-
-class StopSignals:
-    """SIGINT / SIGTERM set a flag; the loop finishes its step, saves and stops."""
-
-    def __init__(self):
-        self.received = None
-        self._previous = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        self.received = signum
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 # ---- Set-up: models, step, checkpoint restore, run files ----
@@ -407,59 +387,6 @@ def bare_window(gan, batches, step, metrics, config, last_step, clock, read):
         if (step + offset) % config.log_every == 0 or offset == count:
             message = message or read(step + offset, result)
     return step + count, results[-1], message, count
-
-
-# ---- The report ----
-
-def assemble_report(setup, outcome, config, command, started):
-    """report.json's content: settings, machine, this session's timing and cost, memory, the final state.
-
-    Timing and cost are this session's alone; the sessions before a resume are listed apart (they may
-    have run on another device, replica count or XLA setting), never blended in.
-    """
-    s, clock = setup, outcome.clock
-    times = clock.summary(config.batch, s.runtime.replicas)
-    earlier = outcome.earlier_sessions
-    return {
-        "run_dir": str(s.run_dir),
-        "command": command or "acgan.training.loop.run",
-        "status": outcome.status,
-        "message": outcome.message,
-        "config": dataclasses.asdict(config),
-        "device": s.machine,
-        "advice": s.notes,
-        "backend": config.backend,
-        "policy": config.policy,
-        "jit": config.jit,
-        "batch": config.batch,
-        "learning_rates": dict(zip(OPTIMIZER_NAMES, s.gan.learning_rates)),  # what the step's optimizers use
-        "q_learns_from_fakes": s.gan.q_learns_from_fakes,
-        "g_learns_from_q": s.gan.g_learns_from_q,
-        "learning_rate_decay": s.learning_rate_decay,  # the last fraction of the run they fall over
-        "final_learning_rate_scale": s.gan.learning_rate_scale,
-        "adam_beta_1": s.gan.beta_1,
-        "diff_augment": list(s.gan.augment) if s.gan.augment else None,  # what D's inputs are augmented with
-        "distribution": s.layout,
-        "steps": outcome.step,
-        "session_steps": outcome.step - s.start_step,
-        "resumed_from": s.resumed_from,
-        "warmup_steps": config.warmup_steps,
-        "log_every": config.log_every,
-        "compile_seconds": clock.compile_seconds,
-        "compile_seconds_per_session": [e.get("compile_seconds") for e in earlier] + [clock.compile_seconds],
-        "timing": times,
-        "maintenance_seconds": dict(clock.maintenance),
-        "earlier_sessions": earlier,
-        "cost": run_report.run_cost(times.get("time_per_batch_ms"), config.price_per_hour, s.machine, s.layout),
-        "arithmetic": run_report.run_arithmetic(s.gan, config, times, s.machine, s.layout),
-        "peak_memory_bytes": device.peak_memory_bytes(),
-        "loop_seconds": outcome.loop_seconds,
-        "wall_seconds": time.perf_counter() - started,
-        "final_metrics": outcome.final_metrics,
-        "quality_during_training": s.evaluator.last if s.evaluator else None,
-        "last_checkpoint": s.checkpoints.latest_checkpoint,
-        "weights_fingerprint": s.gan.weights_fingerprint(),
-    }
 
 
 # On the console: losses and accuracies averaged since the start, loss scale and skips as they are now.
