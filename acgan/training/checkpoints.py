@@ -28,7 +28,7 @@ def step_of(prefix):
 
 def candidates(directory):
     """Every checkpoint prefix in `directory`, newest first: those in the state file and those on disk."""
-    import tensorflow as tf
+    import tensorflow as tf  # only here: JAX runs use this module too
 
     directory = Path(directory)
     prefixes = {str(p.with_suffix("")) for p in directory.glob("ckpt-*.index")}
@@ -57,7 +57,7 @@ def first_line(exc):
 def damage(prefix):
     """None when the checkpoint at `prefix` has all its files and every tensor reads back with a
     matching checksum; else a short reason naming the damaged file."""
-    import tensorflow as tf
+    import tensorflow as tf  # only here: JAX runs use this module too
 
     name = Path(prefix).name
     if not Path(prefix + ".index").is_file():
@@ -173,7 +173,7 @@ def move_aside(prefix):
 def rewrite_state(directory, remaining):
     """The `checkpoint` state file listing `remaining` (any order), newest last, with their times, so
     that the CheckpointManager keeps sweeping them past --keep_checkpoints."""
-    import tensorflow as tf
+    import tensorflow as tf  # only here: JAX runs use this module too
 
     remaining = sorted((p for p in remaining if Path(p + ".index").is_file()), key=step_of)
     if remaining:
@@ -186,7 +186,7 @@ def rewrite_state(directory, remaining):
 def save(manager, step):
     """manager.save(checkpoint_number=step); a full disk removes this save's partial files and raises
     DiskFull, so the state file and the newest checkpoint stay the previous, whole one."""
-    import tensorflow as tf
+    import tensorflow as tf  # only here: JAX runs use this module too
 
     directory = Path(manager.directory)
     prefix = directory / f"ckpt-{step}"

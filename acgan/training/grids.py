@@ -2,7 +2,7 @@
 import io
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
 from acgan.util.files import write_atomically
 
@@ -33,8 +33,6 @@ def label_rows(grid, class_names, padding=2):
     grid: make_grid's output for len(class_names) rows. The images keep their pixels; the margin is as wide
     as the widest name in Pillow's built-in font (no font files needed) plus padding on both sides.
     """
-    from PIL import ImageDraw, ImageFont
-
     rows = len(class_names)
     height, width, depth = grid.shape
     font = ImageFont.load_default()

@@ -1,5 +1,7 @@
-"""The training loop: set-up (data, models, restore), the step loop (grids, TensorBoard, checkpoints,
-stop signals), and the run report.
+"""The training loop: `run` reads the data, sets up (models, step, restore, run files), trains and writes
+the report. The loop itself (`train_loop`) reads top to bottom: the compile step, the warm-up, the
+bare-step window, the timed steps, each step followed by the same work (grids, TensorBoard,
+checkpoints, stop signals), then the end (the last grid and checkpoint).
 
 A run resumes from its folder: the checkpoint holds the models, the three optimizers (loss-scale
 state included), the step and the timing history; the data stream and G's noise are rebuilt at the
@@ -14,7 +16,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import NamedTuple, Optional
@@ -29,13 +30,15 @@ from acgan.measure import advice, device
 from acgan.measure.profile import StepWindow
 from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.model.precision import needs_loss_scaling
-from acgan.step.common import OPTIMIZER_NAMES, adversarial_loss, learning_rate_decay, learning_rate_scale
+from acgan.step.common import adversarial_loss, learning_rate_decay, learning_rate_scale
 from acgan.training import report as run_report
 from acgan.training import run_lock
 from acgan.training.health import DivergenceMonitor
+from acgan.training.report_content import assemble_report
 from acgan.training.run_dir import prepare_run_dir, write_run_files
 from acgan.training.sampling import TrainingGrids
 from acgan.training.session_timing import SessionClock, session_record
+from acgan.training.stop_signals import StopSignals
 from acgan.training.tensorboard import SummaryWriter
 from acgan.util import disk
 
@@ -45,6 +48,7 @@ def make_runtime(config):
     running = keras.backend.backend()
     if running != config.backend:
         raise RuntimeError(f"Keras runs on {running}, the run asks for {config.backend} (acgan.backend.use first)")
+    # Here, not at the top: each runtime loads its framework, and a run loads only its own.
     if config.backend == "jax":
         from acgan.training.jax_runtime import JaxRuntime
 
@@ -120,27 +124,6 @@ def total_steps(config, num_images):
         # Batches straddle epochs (data.pipeline), so E passes over n images take ceil(E*n/b) steps.
         return -(-config.epochs * num_images // config.batch)
     return config.steps or DEFAULT_STEPS
-
-
-class StopSignals:
-    """SIGINT / SIGTERM set a flag; the loop finishes its step, saves and stops."""
-
-    def __init__(self):
-        self.received = None
-        self._previous = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        self.received = signum
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 # ---- Set-up: models, step, checkpoint restore, run files ----
@@ -231,237 +214,227 @@ def train_loop(setup, config, started):
     """Runs steps until the length, --minutes, a stop signal or divergence; saves the last grid and
     checkpoint (unless diverged).
 
-    The host enqueues a step and, every --log_every steps, reads the metrics of the step before (one
-    copy; the device is already busy with the next one). Grids, evaluations and checkpoints read the
-    step they follow; a checkpoint is never written after a non-finite step.
+    In order: the compile step (its own time), --warmup_steps steps left out of the timing, a window of
+    as many steps back to back that times the bare device step, then the timed steps (wall time per
+    step). Every step, in any of them, is followed by the same work (SessionSteps.after_step): learning
+    rates, grids, evaluations, checkpoints, the stop signals; any of them can end the run.
     """
-    s, gan = setup, setup.gan
-    batches = s.runtime.batches(s.data, config, gan.noise_dim, s.start_step)
-    writer = SummaryWriter(s.files_dir / "tensorboard")
-    grids = TrainingGrids(gan, s.files_dir, s.data.num_classes, config.seed, s.data.class_names, config.labels,
-                          writer)
-    progress = keras.utils.Progbar(s.steps, stateful_metrics=_STATEFUL, unit_name="step",
-                                   verbose=1 if s.chief else 0)
-    monitor = DivergenceMonitor(needs_loss_scaling(config.policy), config.max_skipped_in_a_row)
-    deadline = None if config.minutes is None else started + config.minutes * 60.0
-    clock = SessionClock()
-    earlier = s.earlier_sessions
-    last = {"step": None, "values": {}}
-    decay = s.learning_rate_decay
-    profiler = None
-    if config.profile_steps and s.chief:
-        profiler = StepWindow(config.profile_steps, s.files_dir / "profile",
-                              title=f"{config.backend}, {config.policy}, batch {config.batch}",
-                              hlo_text=getattr(gan, "compiled_hlo", None))
-
-    def schedule_learning_rates(step, force=False):
-        """The preset's decay: the rates' factor for this point of the run (of --steps/--epochs, or of
-        this session's --minutes: a run has one of the two), assigned when it changes."""
-        if not decay and not force:
-            return
-        if s.steps:
-            progress = step / s.steps
-        else:
-            progress = (time.perf_counter() - started) / (config.minutes * 60.0) if deadline else None
-        scale = learning_rate_scale(progress, decay)
-        if force or scale != gan.learning_rate_scale:
-            gan.set_learning_rate_scale(scale)
-            if decay:
-                writer.scalars({"learning_rate_scale": scale}, step)
-
-    def read(step, metrics):
-        """Copies one step's metrics to the host, logs them, checks them; a message if diverged."""
-        if last["step"] == step:
-            return None
-        values = metrics.read()
-        clock.synced()
-        last.update(step=step, values=values)
-        writer.scalars(values, step)
-        progress.update(step, [(k, values[k]) for k in _SHOWN])
-        return monitor.check(step, values)
-
-    def save_checkpoint(step):
-        record = session_record(clock, len(earlier), s.start_step, step, config, s.machine, s.layout)
-        s.checkpoints.save(step, earlier + [record])  # a full disk: DiskFull, the previous checkpoint intact
-
-    def due(every, step):
-        return bool(every) and step % every == 0
-
-    status, message, step, stop_signal, pending, metrics = "completed", None, s.start_step, None, None, None
-    # compile (one step) -> warmup (--warmup_steps ordinary steps) -> bare (as many, back to back) -> timed
-    phase, warmup_left = "compile", config.warmup_steps
-    with writer, StopSignals() as signals:
+    session = SessionSteps(setup, config, started)
+    clock = session.clock
+    with session.writer, session.stop_signals:
         # Always: a restored checkpoint holds the rates its last step used, not this session's.
-        schedule_learning_rates(step, force=True)
+        session.schedule_learning_rates(force=True)
         loop_started = time.perf_counter()
-        while True:
-            if phase == "timed":
-                clock.lap()
-            if profiler:
-                with clock.maintenance_of("profiling"):
-                    profiler.before(step)
-            ran = 0
-            if phase == "bare":
-                # -- steps back to back on batches fetched first: the bare device step, for comparison --
-                phase = "timed"
-                if pending is not None:  # logged in step order; the sync the window starts with anyway
-                    message, pending = read(*pending), None
-                step, metrics, window_message, ran = bare_window(gan, batches, step, metrics, config, s.steps,
-                                                                 clock, read)
-                message = message or window_message
-            if not ran:
-                # -- one step: enqueue it, then read the metrics of the logged step before it --
-                metrics = gan.train_step(*next(batches))
-                step += 1
-                if phase == "compile":  # its own time, ending on a sync
-                    message = read(step, metrics)
-                    clock.compile_seconds = time.perf_counter() - loop_started
-                    phase = "warmup"
-                elif pending is not None:
-                    message = read(*pending)
-                pending = (step, metrics) if step % config.log_every == 0 else None
-                if phase == "warmup":
-                    warmup_left -= 1
-                    if warmup_left < 0:
-                        phase = "bare" if config.warmup_steps else "timed"
-            if message:
-                status = "diverged"
-                break  # no checkpoint: the weights may already be non-finite
 
-            schedule_learning_rates(step)
-            if profiler:
-                with clock.maintenance_of("profiling"):
-                    if profiler.after(step, metrics.read):
-                        print(f"\nprofile of steps {config.profile_steps}: {profiler.directory / 'profile.md'}")
+        # -- the compile step: its own time, ending on a sync --
+        message = session.one_step(read_now=True)
+        clock.compile_seconds = time.perf_counter() - loop_started
+        going = session.after_step(message)
 
-            # -- grids, evaluation, checkpoints: each reads (and checks) the step it follows --
-            sample, evaluate = due(config.sample_every, step), s.evaluator and due(config.eval_every, step)
-            checkpoint = due(config.checkpoint_every, step)
-            if sample or evaluate or checkpoint:
-                message = read(step, metrics)
-                if message:
-                    status = "diverged"
-                    break
-                pending = None
-            if sample:
-                with clock.maintenance_of("grids"):
-                    grids.save(step)
-            if evaluate:
-                with clock.maintenance_of("evaluation"):
-                    s.evaluator.evaluate(gan, step, writer)
-            if checkpoint:
-                with clock.maintenance_of("checkpoints"):
-                    save_checkpoint(step)
-
-            # -- stop? --
-            stop_signal, out_of_time = s.runtime.agree_on_stop(
-                signals.received, bool(deadline and time.perf_counter() >= deadline))
-            if stop_signal:
-                status, message = "interrupted", f"stopped by {signal.Signals(stop_signal).name} at step {step}"
+        # -- the warm-up: ordinary steps, untimed, so that caches and autotuning settle --
+        for _ in range(config.warmup_steps):
+            if not going:
                 break
-            if (s.steps is not None and step >= s.steps) or out_of_time:
-                break
-        if status != "diverged":
-            message_now = read(step, metrics)  # the last step's metrics; the sync that ends its interval
-            if message_now:
-                status, message = "diverged", message_now
-        if phase == "timed":
-            clock.stop()
-        if profiler and metrics is not None:  # a session that ended inside the range: what it holds
-            profiler.after(step, metrics.read, final=True)
+            going = session.after_step(session.one_step())
+
+        # -- the bare step: as many steps again, back to back, for comparison --
+        if going and config.warmup_steps:
+            going = session.after_step(session.bare_step_window())
+
+        # -- the timed steps: wall time per step, loop top to loop top --
+        while going:
+            clock.lap()
+            going = session.after_step(session.one_step())
+
+        # -- the end: the last step's metrics, the final grid and checkpoint --
+        session.read_last_step()  # the sync that ends its interval
+        clock.stop()
+        if session.profiler:  # a session that ended inside the range: what it holds
+            session.profiler.after(session.step, session.metrics.read, final=True)
         loop_seconds = time.perf_counter() - loop_started
-        if status != "diverged":
-            grids.save(step, name="final")
-            if step % config.checkpoint_every:
-                save_checkpoint(step)
+        if session.status != "diverged":  # no checkpoint: the weights may already be non-finite
+            session.grids.save(session.step, name="final")
+            if session.step % config.checkpoint_every:
+                session.save_checkpoint()
     sys.stdout.write("\n")
-    return LoopOutcome(status, message if status != "completed" else None, stop_signal, step, last["values"],
-                       clock, earlier, loop_seconds)
-
-
-def bare_window(gan, batches, step, metrics, config, last_step, clock, read):
-    """Runs up to --warmup_steps steps back to back, their batches fetched first, and times them between
-    two syncs: the bare device step (it follows the warm-up, so caches and autotuning have settled).
-    Returns (step, its metrics, divergence message or None, steps run).
-
-    The window stops short of a grid, evaluation or checkpoint step, so those happen after it at their
-    exact step, and takes at most half of the steps left, so a short run still times its loop.
-    """
-    count = config.warmup_steps
-    if last_step is not None:  # leave the loop at least as many steps to time
-        count = min(count, (last_step - step) // 2)
-    for every in (config.sample_every, config.eval_every, config.checkpoint_every):
-        if every:
-            count = min(count, every - step % every - 1)
-    if count <= 0:
-        return step, metrics, None, 0
-    inputs = [next(batches) for _ in range(count)]
-    if metrics is not None:
-        metrics.read()  # the sync: the steps enqueued before (asynchronous on JAX and GPUs) are done
-    started = time.perf_counter()
-    results = [gan.train_step(*batch) for batch in inputs]
-    results[-1].read()  # the sync: every enqueued step has finished
-    clock.bare_step_seconds = (time.perf_counter() - started) / count
-    message = None
-    for offset, result in enumerate(results, start=1):
-        if (step + offset) % config.log_every == 0 or offset == count:
-            message = message or read(step + offset, result)
-    return step + count, results[-1], message, count
-
-
-# ---- The report ----
-
-def assemble_report(setup, outcome, config, command, started):
-    """report.json's content: settings, machine, this session's timing and cost, memory, the final state.
-
-    Timing and cost are this session's alone; the sessions before a resume are listed apart (they may
-    have run on another device, replica count or XLA setting), never blended in.
-    """
-    s, clock = setup, outcome.clock
-    times = clock.summary(config.batch, s.runtime.replicas)
-    earlier = outcome.earlier_sessions
-    return {
-        "run_dir": str(s.run_dir),
-        "command": command or "acgan.training.loop.run",
-        "status": outcome.status,
-        "message": outcome.message,
-        "config": dataclasses.asdict(config),
-        "device": s.machine,
-        "advice": s.notes,
-        "backend": config.backend,
-        "policy": config.policy,
-        "jit": config.jit,
-        "batch": config.batch,
-        "learning_rates": dict(zip(OPTIMIZER_NAMES, s.gan.learning_rates)),  # what the step's optimizers use
-        "q_learns_from_fakes": s.gan.q_learns_from_fakes,
-        "g_learns_from_q": s.gan.g_learns_from_q,
-        "learning_rate_decay": s.learning_rate_decay,  # the last fraction of the run they fall over
-        "final_learning_rate_scale": s.gan.learning_rate_scale,
-        "adam_beta_1": s.gan.beta_1,
-        "diff_augment": list(s.gan.augment) if s.gan.augment else None,  # what D's inputs are augmented with
-        "distribution": s.layout,
-        "steps": outcome.step,
-        "session_steps": outcome.step - s.start_step,
-        "resumed_from": s.resumed_from,
-        "warmup_steps": config.warmup_steps,
-        "log_every": config.log_every,
-        "compile_seconds": clock.compile_seconds,
-        "compile_seconds_per_session": [e.get("compile_seconds") for e in earlier] + [clock.compile_seconds],
-        "timing": times,
-        "maintenance_seconds": dict(clock.maintenance),
-        "earlier_sessions": earlier,
-        "cost": run_report.run_cost(times.get("time_per_batch_ms"), config.price_per_hour, s.machine, s.layout),
-        "arithmetic": run_report.run_arithmetic(s.gan, config, times, s.machine, s.layout),
-        "peak_memory_bytes": device.peak_memory_bytes(),
-        "loop_seconds": outcome.loop_seconds,
-        "wall_seconds": time.perf_counter() - started,
-        "final_metrics": outcome.final_metrics,
-        "quality_during_training": s.evaluator.last if s.evaluator else None,
-        "last_checkpoint": s.checkpoints.latest_checkpoint,
-        "weights_fingerprint": s.gan.weights_fingerprint(),
-    }
+    return LoopOutcome(session.status, session.message, session.stop_signal, session.step, session.last_values, clock,
+                       setup.earlier_sessions, loop_seconds)
 
 
 # On the console: losses and accuracies averaged since the start, loss scale and skips as they are now.
 _SHOWN = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake", "g_loss_scale", "g_skipped")
 _STATEFUL = ("g_loss_scale", "g_skipped")
+
+
+class SessionSteps:
+    """The steps of one session, and what train_loop carries from one to the next.
+
+    The host enqueues a step and, every --log_every steps, reads the metrics of the step before (one
+    copy; the device is already busy with the next one). Grids, evaluations and checkpoints read the
+    step they follow; a checkpoint is never written after a non-finite step.
+    """
+
+    def __init__(self, setup, config, started):
+        s, gan = setup, setup.gan
+        self.setup, self.config, self.gan, self.started = setup, config, gan, started
+        self.batches = s.runtime.batches(s.data, config, gan.noise_dim, s.start_step)
+        self.writer = SummaryWriter(s.files_dir / "tensorboard")
+        self.grids = TrainingGrids(gan, s.files_dir, s.data.num_classes, config.seed, s.data.class_names,
+                                   config.labels, self.writer)
+        self.progress = keras.utils.Progbar(s.steps, stateful_metrics=_STATEFUL, unit_name="step",
+                                            verbose=1 if s.chief else 0)
+        self.monitor = DivergenceMonitor(needs_loss_scaling(config.policy), config.max_skipped_in_a_row)
+        self.deadline = None if config.minutes is None else started + config.minutes * 60.0
+        self.clock = SessionClock()
+        self.profiler = None
+        if config.profile_steps and s.chief:
+            self.profiler = StepWindow(config.profile_steps, s.files_dir / "profile",
+                                       title=f"{config.backend}, {config.policy}, batch {config.batch}",
+                                       hlo_text=getattr(gan, "compiled_hlo", None))
+        self.stop_signals = StopSignals()
+        self.step, self.metrics = s.start_step, None
+        self.pending = None                    # (step, metrics) of a logged step not read yet
+        self.last_read, self.last_values = None, {}
+        self.status, self.message, self.stop_signal = "completed", None, None
+
+    def one_step(self, read_now=False):
+        """Enqueues one step, then reads the metrics of the logged step before it (read_now: this step's,
+        a sync). Returns a divergence message or None."""
+        self._profile_before()
+        return self._enqueue(read_now)
+
+    def _enqueue(self, read_now=False):
+        self.metrics = self.gan.train_step(*next(self.batches))
+        self.step += 1
+        message = self.read(self.step, self.metrics) if read_now else self._read_pending()
+        self.pending = (self.step, self.metrics) if self.step % self.config.log_every == 0 else None
+        return message
+
+    def bare_step_window(self):
+        """Up to --warmup_steps steps back to back on batches fetched first, timed between two syncs: the
+        bare device step (it follows the warm-up, so caches and autotuning have settled). Returns a
+        divergence message or None.
+
+        The window stops short of a grid, evaluation or checkpoint step, so those happen after it at their
+        exact step, and takes at most half of the steps left, so a short run still times its loop. Where
+        no step fits, one ordinary step runs in its place, untimed like the warm-up.
+        """
+        config, first = self.config, self.step
+        self._profile_before()
+        message = self._read_pending()  # logged in step order; the sync the window starts with anyway
+        count = config.warmup_steps
+        if self.setup.steps is not None:  # leave the loop at least as many steps to time
+            count = min(count, (self.setup.steps - first) // 2)
+        for every in (config.sample_every, config.eval_every, config.checkpoint_every):
+            if every:
+                count = min(count, every - first % every - 1)
+        if count <= 0:
+            self._enqueue()
+            return message
+        inputs = [next(self.batches) for _ in range(count)]
+        self.metrics.read()  # the sync: the steps enqueued before (asynchronous on JAX and GPUs) are done
+        window_started = time.perf_counter()
+        results = [self.gan.train_step(*batch) for batch in inputs]
+        results[-1].read()  # the sync: every enqueued step has finished
+        self.clock.bare_step_seconds = (time.perf_counter() - window_started) / count
+        window_message = None
+        for offset, result in enumerate(results, start=1):
+            if (first + offset) % config.log_every == 0 or offset == count:
+                window_message = window_message or self.read(first + offset, result)
+        self.step, self.metrics = first + count, results[-1]
+        return message or window_message
+
+    def after_step(self, message):
+        """What follows every step: the divergence check of its read, the learning rates, the profiler,
+        grids, evaluation and checkpoint when due, the stop signals. Returns whether to go on; status,
+        message and stop_signal say why not."""
+        config, step = self.config, self.step
+        if message:
+            self.status, self.message = "diverged", message
+            return False  # no checkpoint: the weights may already be non-finite
+        self.schedule_learning_rates()
+        if self.profiler:
+            with self.clock.maintenance_of("profiling"):
+                if self.profiler.after(step, self.metrics.read):
+                    print(f"\nprofile of steps {config.profile_steps}: {self.profiler.directory / 'profile.md'}")
+
+        # -- grids, evaluation, checkpoints: each reads (and checks) the step it follows --
+        sample, evaluate = _due(config.sample_every, step), self.setup.evaluator and _due(config.eval_every, step)
+        checkpoint = _due(config.checkpoint_every, step)
+        if sample or evaluate or checkpoint:
+            message = self.read(step, self.metrics)
+            if message:
+                self.status, self.message = "diverged", message
+                return False
+            self.pending = None
+        if sample:
+            with self.clock.maintenance_of("grids"):
+                self.grids.save(step)
+        if evaluate:
+            with self.clock.maintenance_of("evaluation"):
+                self.setup.evaluator.evaluate(self.gan, step, self.writer)
+        if checkpoint:
+            with self.clock.maintenance_of("checkpoints"):
+                self.save_checkpoint()
+
+        # -- stop? --
+        stop_signal, out_of_time = self.setup.runtime.agree_on_stop(
+            self.stop_signals.received, bool(self.deadline and time.perf_counter() >= self.deadline))
+        if stop_signal:
+            self.status, self.stop_signal = "interrupted", stop_signal
+            self.message = f"stopped by {signal.Signals(stop_signal).name} at step {step}"
+            return False
+        return not ((self.setup.steps is not None and step >= self.setup.steps) or out_of_time)
+
+    def read_last_step(self):
+        """After the loop: the last step's metrics (unless the run diverged), checked like any other."""
+        if self.status != "diverged":
+            message = self.read(self.step, self.metrics)
+            if message:
+                self.status, self.message = "diverged", message
+
+    def read(self, step, metrics):
+        """Copies one step's metrics to the host, logs them, checks them; a message if diverged."""
+        if self.last_read == step:
+            return None
+        values = metrics.read()
+        self.clock.synced()
+        self.last_read, self.last_values = step, values
+        self.writer.scalars(values, step)
+        self.progress.update(step, [(k, values[k]) for k in _SHOWN])
+        return self.monitor.check(step, values)
+
+    def _read_pending(self):
+        pending, self.pending = self.pending, None
+        return self.read(*pending) if pending is not None else None
+
+    def _profile_before(self):
+        if self.profiler:
+            with self.clock.maintenance_of("profiling"):
+                self.profiler.before(self.step)
+
+    def schedule_learning_rates(self, force=False):
+        """The preset's decay: the rates' factor for this point of the run (of --steps/--epochs, or of
+        this session's --minutes: a run has one of the two), assigned when it changes."""
+        decay = self.setup.learning_rate_decay
+        if not decay and not force:
+            return
+        if self.setup.steps:
+            progress = self.step / self.setup.steps
+        else:
+            progress = (time.perf_counter() - self.started) / (self.config.minutes * 60.0) if self.deadline else None
+        scale = learning_rate_scale(progress, decay)
+        if force or scale != self.gan.learning_rate_scale:
+            self.gan.set_learning_rate_scale(scale)
+            if decay:
+                self.writer.scalars({"learning_rate_scale": scale}, self.step)
+
+    def save_checkpoint(self):
+        s = self.setup
+        record = session_record(self.clock, len(s.earlier_sessions), s.start_step, self.step, self.config,
+                                s.machine, s.layout)
+        s.checkpoints.save(self.step, s.earlier_sessions + [record])  # a full disk: DiskFull, the previous one intact
+
+
+def _due(every, step):
+    return bool(every) and step % every == 0

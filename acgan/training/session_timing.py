@@ -2,8 +2,8 @@
 
 What a user waits for and pays for is wall time per iteration, loop top to loop top: the step, the
 input pipeline, metric reads, TensorBoard, the progress bar. Only grids, evaluations and checkpoints
-are taken out (and reported on their own). The warm-up steps, run back to back on batches fetched
-beforehand, time the bare device step for comparison.
+are taken out (and reported on their own). As many steps as the warm-up, run back to back after it on
+batches fetched beforehand, time the bare device step for comparison.
 
 The host waits for the device only when it reads metrics (every --log_every steps, and before grids,
 evaluations and checkpoints); between reads it only enqueues steps, where the backend lets it (JAX, or
@@ -21,7 +21,7 @@ from acgan.measure import timing
 class SessionClock:
     def __init__(self):
         self.compile_seconds = None
-        self.bare_step_seconds = None         # mean of the warm-up steps run back to back
+        self.bare_step_seconds = None         # mean of the steps run back to back after the warm-up
         self.intervals = []                   # one per timed step, seconds
         self.windows = []                     # (seconds, steps) from one metrics read to the next
         self._window = [0.0, 0]
@@ -49,9 +49,11 @@ class SessionClock:
         self._synced = True
 
     def stop(self):
-        """Ends the timed region without opening a new interval."""
-        self.lap()
-        self._top = None
+        """Ends the timed region without opening a new interval; nothing to do when a session ended before
+        its timed steps began."""
+        if self._top is not None:
+            self.lap()
+            self._top = None
 
     @contextlib.contextmanager
     def maintenance_of(self, what):

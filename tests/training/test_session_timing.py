@@ -1,4 +1,5 @@
-"""SessionClock: the mean over every timed step, the spread over the windows between metric reads."""
+"""SessionClock: the mean over every timed step, the spread over the windows between metric reads; and the
+loop's order: which steps it compiles on, warms up with, runs back to back for the bare step, and times."""
 import pytest
 
 from acgan.training import session_timing
@@ -34,3 +35,98 @@ def test_maintenance_is_taken_out_of_its_interval(monkeypatch):
     clock.stop()
     assert clock.intervals == [1.0] and clock.maintenance == {"checkpoints": 3.0}
     assert clock.summary(batch=1, replicas=1)["spread_windows"] == 1
+
+
+def test_stop_before_any_timed_step_times_nothing():
+    clock = session_timing.SessionClock()
+    clock.stop()  # a session that ended in its warm-up
+    assert clock.intervals == [] and clock.summary(batch=1, replicas=1) == {"measured_steps": 0,
+                                                                            "bare_step_ms": None,
+                                                                            "wall_over_bare": None}
+
+
+class _Metrics:
+    def __init__(self, step, events):
+        self.step, self.events = step, events
+
+    def read(self):
+        self.events.append(("read", self.step))
+        return {"d_loss": 1.0, "g_loss": 1.0, "q_loss": 1.0, "q_accuracy_real": 0.5, "q_accuracy_fake": 0.5,
+                "g_loss_scale": 1.0, "g_skipped": 0.0}
+
+
+class _Step:
+    """The step interface as far as the loop uses it, recording what it is asked to do."""
+    noise_dim, learning_rate_scale = 4, 1.0
+
+    def __init__(self, events):
+        self.events, self.step = events, 0
+
+    def train_step(self, *batch):
+        self.step += 1
+        self.events.append(("step", self.step))
+        return _Metrics(self.step, self.events)
+
+    def set_learning_rate_scale(self, scale):
+        self.learning_rate_scale = scale
+
+
+class _Runtime:
+    def __init__(self, events):
+        self.events = events
+
+    def batches(self, data, config, noise_dim, start_step):
+        while True:
+            self.events.append(("batch",))
+            yield ()
+
+    def agree_on_stop(self, stop_signal, out_of_time):
+        return stop_signal, out_of_time
+
+
+class _Checkpoints:
+    def __init__(self, events):
+        self.events = events
+
+    def save(self, step, sessions):
+        self.events.append(("checkpoint", step, sessions[-1]["timing"]["measured_steps"]))
+
+
+class _Grids:
+    def __init__(self, *args):
+        pass
+
+    def save(self, step, name=None):
+        pass
+
+
+def test_the_loop_runs_compile_warm_up_bare_window_then_timed_steps(tmp_path, monkeypatch):
+    """12 steps, --warmup_steps 2, --log_every 3, --checkpoint_every 8: the compile step (read at once), two
+    warm-up steps, a window of two steps back to back on batches fetched first, then seven timed steps;
+    metrics are read a step late except before a checkpoint and at the end."""
+    import types
+
+    from acgan.config import Config
+    from acgan.training import loop
+
+    monkeypatch.setattr(loop, "TrainingGrids", _Grids)
+    events = []
+    config = Config(steps=12, batch=8, warmup_steps=2, log_every=3, checkpoint_every=8, sample_every=None)
+    data = types.SimpleNamespace(num_classes=2, class_names=["a", "b"])
+    machine = {"name": "cpu", "kind": "CPU"}
+    layout = {"strategy": "default", "replicas": 1, "workers": 1, "xla": "off"}
+    setup = loop.Setup(_Runtime(events), data, tmp_path, tmp_path, False, _Step(events), machine, layout, [], [],
+                       _Checkpoints(events), None, 0, 12, None, None)
+    outcome = loop.train_loop(setup, config, started=0.0)
+    assert outcome.status == "completed" and outcome.step == 12
+    # Step 3 (logged) and 5 (the window's last) are each read twice: once as the sync a window starts or
+    # ends on, once to log them.
+    assert [e[1] for e in events if e[0] == "read"] == [1, 3, 3, 5, 5, 6, 8, 9, 12]
+    # The window: step 3 logged, the window's two batches fetched, the sync on step 3, its steps back to back.
+    window = events.index(("step", 4))
+    assert events[window - 4:window + 3] == [("read", 3), ("batch",), ("batch",), ("read", 3), ("step", 4),
+                                             ("step", 5), ("read", 5)]
+    # Timed: steps 6 to 12 (the checkpoint at step 8 saw steps 6 and 7; the one at the end, all seven).
+    assert [e for e in events if e[0] == "checkpoint"] == [("checkpoint", 8, 2), ("checkpoint", 12, 7)]
+    assert len(outcome.clock.intervals) == 7 and outcome.clock.bare_step_seconds is not None
+    assert outcome.clock.compile_seconds is not None
