@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from conftest import POLICIES
 
+from acgan import presets
 from acgan.config import Config
 from acgan.errors import UserError
-from acgan.model import blocks, networks, paper_cifar
+from acgan.model import blocks, networks
 from acgan.training import run_dir as run_dirs
 
 SHAPE = (32, 32, 3)
@@ -24,7 +25,7 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
     set_policy(policy)
     m = networks.build_models(SHAPE, 10, arch="acgan_cifar")
     compute = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}[policy]
-    z = np.random.default_rng(0).uniform(-1, 1, (4, paper_cifar.NOISE_DIM)).astype(np.float32)
+    z = np.random.default_rng(0).uniform(-1, 1, (4, presets.ACGAN_CIFAR.networks.noise_dim)).astype(np.float32)
     images = m.generator([z, np.arange(4, dtype=np.int32)], training=False)
     assert tuple(images.shape) == (4,) + SHAPE and images.dtype == "float32"
     assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0  # (tanh + 1) / 2
@@ -56,7 +57,8 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
     assert all(isinstance(layers[f"d_conv{i}"], blocks.SpectralConv2D) for i in range(1, 7))
     assert not any(isinstance(l, keras.layers.BatchNormalization) for l in m.trunk.layers)
     assert all(layers[f"d_conv{i}"].sn_u.dtype == "float32" for i in range(1, 7))
-    assert paper_cifar.DROPOUT == 0.0 and not any(isinstance(l, keras.layers.Dropout) for l in layers.values())
+    assert presets.ACGAN_CIFAR.networks.dropout == 0.0
+    assert not any(isinstance(l, keras.layers.Dropout) for l in layers.values())
     # The third departure: the minibatch spread after D's last convolution, before the heads.
     assert [l.name for l in m.trunk.layers[-3:]] == ["d_lrelu6", "d_minibatch_stddev", "d_flatten"]
 
@@ -173,17 +175,15 @@ def test_each_preset_trains_with_its_own_learning_rates(set_policy):
     np.testing.assert_allclose([float(default.g_optimizer.learning_rate)], [1e-3])
 
 
-def test_the_tables_transposed_convolutions_batch_norm_and_dropout_still_build(monkeypatch):
-    monkeypatch.setattr(paper_cifar, "UPSAMPLE", "transpose")
-    monkeypatch.setattr(paper_cifar, "DROPOUT", 0.5)
-    monkeypatch.setattr(paper_cifar, "SPECTRAL_NORM", False)
-    m = networks.build_models(SHAPE, 10, arch="acgan_cifar")
+def test_the_tables_transposed_convolutions_batch_norm_and_dropout_still_build():
+    table = dataclasses.replace(presets.ACGAN_CIFAR.networks, upsample="transpose", dropout=0.5, spectral_norm=False)
+    m = networks.build_models(SHAPE, 10, arch=dataclasses.replace(presets.ACGAN_CIFAR, networks=table))
     layers = {l.name: l for part in m for l in part.layers}
     assert isinstance(layers["g_deconv1"], keras.layers.Conv2DTranspose) and layers["g_deconv1"].strides == (2, 2)
     assert all(layers[f"d_dropout{i}"].rate == 0.5 for i in range(1, 7))
     assert "d_bn1" not in layers and all(f"d_bn{i}" in layers for i in range(2, 7))
     assert not any(isinstance(layers[f"d_conv{i}"], blocks.SpectralConv2D) for i in range(1, 7))
-    images = m.generator([np.zeros((2, paper_cifar.NOISE_DIM), np.float32), np.array([0, 1], np.int32)])
+    images = m.generator([np.zeros((2, table.noise_dim), np.float32), np.array([0, 1], np.int32)])
     assert tuple(images.shape) == (2,) + SHAPE
 
 

@@ -25,7 +25,8 @@ except ImportError as error:
     pytest.skip(f"jax is not installed ({error}); pip install -e '.[jax]' to test the JAX step",
                 allow_module_level=True)
 
-from acgan.model import networks, paper_cifar, precision  # noqa: E402
+from acgan import presets  # noqa: E402
+from acgan.model import networks, precision  # noqa: E402
 from acgan.model.blocks import BN_MOMENTUM  # noqa: E402
 from acgan.step import common, tf_step  # noqa: E402
 from acgan.step.common import LOSS_METRICS, METRIC_NAMES  # noqa: E402
@@ -53,7 +54,7 @@ def _initial_weights(arch="reference"):
 def _batch(n=BATCH, seed=SEED, arch="reference"):
     """(uint8 images, labels, z uniform in [-1, 1] as sample_noise draws it, fake labels), with numpy."""
     rng = np.random.default_rng(seed)
-    noise_dim = paper_cifar.NOISE_DIM if arch == "acgan_cifar" else networks.NOISE_DIM
+    noise_dim = presets.get(arch).networks.noise_dim
     return (rng.integers(0, 256, (n,) + SHAPES[arch], dtype=np.uint8), rng.integers(0, 10, n).astype(np.int32),
             rng.uniform(-1.0, 1.0, (n, noise_dim)).astype(np.float32),
             rng.integers(0, 10, n).astype(np.int32))
