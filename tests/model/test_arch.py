@@ -153,23 +153,23 @@ def test_spectral_conv_divides_the_kernel_by_its_largest_singular_value(policy, 
 
 
 def test_each_preset_trains_with_its_own_learning_rates(set_policy):
-    from acgan.step.common import (LEARNING_RATES, adam_beta_1, g_learns_from_q, learning_rates,
-                                   q_learns_from_fakes, step_options)
+    from acgan.step.factory import build_step
     from acgan.step.tf_step import ACGAN
 
-    assert learning_rates("reference") == (2e-4, 1e-3, 1e-3)  # the seed's, unchanged
-    assert learning_rates("acgan_cifar") == LEARNING_RATES["acgan_cifar"] == (2e-4, 2e-4, 2e-4)  # the paper's
-    assert q_learns_from_fakes("reference") and not q_learns_from_fakes("acgan_cifar")
-    assert g_learns_from_q("reference") and not g_learns_from_q("acgan_cifar")
-    assert adam_beta_1("reference") == 0.5 and adam_beta_1("acgan_cifar") == 0.0
+    reference, cifar = presets.get("reference"), presets.get("acgan_cifar")
+    assert reference.learning_rates == (2e-4, 1e-3, 1e-3)  # the seed's, unchanged
+    assert cifar.learning_rates == presets.ACGAN_CIFAR.learning_rates == (2e-4, 2e-4, 2e-4)  # the paper's
+    assert reference.q_learns_from_fakes and not cifar.q_learns_from_fakes
+    assert reference.g_learns_from_q and not cifar.g_learns_from_q
+    assert reference.beta_1 == 0.5 and cifar.beta_1 == 0.0
     set_policy("mixed_float16")
     m = networks.build_models(SHAPE, 10, width=0.25, arch="acgan_cifar")
-    gan = ACGAN(m, 10, "mixed_float16", jit=False, **step_options("acgan_cifar"))  # as training builds it
+    gan = build_step(cifar, "tensorflow", m, 10, "mixed_float16", jit=False)  # as training builds it
     assert not gan.q_learns_from_fakes and not gan.g_learns_from_q
     assert len(gan.q_variables) == len(m.trunk.trainable_variables) + len(m.q_head.trainable_variables)
     optimizers = (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer)
     rates = [float(o.learning_rate) for o in optimizers]
-    np.testing.assert_allclose(rates, LEARNING_RATES["acgan_cifar"])
+    np.testing.assert_allclose(rates, presets.ACGAN_CIFAR.learning_rates)
     assert [o.inner_optimizer.beta_1 for o in optimizers] == [0.0] * 3  # inside the loss-scale wrappers
     default = ACGAN(m, 10, "float32", jit=False)
     np.testing.assert_allclose([float(default.g_optimizer.learning_rate)], [1e-3])
@@ -255,14 +255,16 @@ def test_the_preset_on_28x28_data_is_refused_before_anything_is_written(tmp_path
 JAX_SCRIPT = """
 import sys
 sys.modules["tensorflow"] = None  # the JAX path must never need TensorFlow
-import keras, numpy as np
+import dataclasses, keras, numpy as np
+from acgan import presets
 from acgan.model import networks, precision
 from acgan.step import jax_step
 assert keras.backend.backend() == "jax"
 for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
     precision.set_policy(policy)
     m = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
-    gan = jax_step.JaxACGAN(m, 10, policy, jit=True, q_learns_from_fakes=False, beta_1=0.0)  # the preset's
+    preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, beta_1=0.0)  # the preset's
+    gan = jax_step.JaxACGAN(m, 10, policy, preset, jit=True)
     adam = gan.g_optimizer.inner_optimizer if policy == "mixed_float16" else gan.g_optimizer
     assert adam.beta_1 == 0.0
     u_before = [v.numpy().copy() for v in m.trunk.non_trainable_variables if "sn_u" in v.path]
