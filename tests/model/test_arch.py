@@ -14,7 +14,7 @@ from conftest import POLICIES
 from acgan import presets
 from acgan.config import Config
 from acgan.errors import UserError
-from acgan.model import blocks, networks
+from acgan.model import blocks, networks, paper_cifar
 from acgan.training import run_dir as run_dirs
 
 SHAPE = (32, 32, 3)
