@@ -1,9 +1,10 @@
 """The AC-GAN train step, behind one small interface that the training loop, sampling and the
-benchmark use, with one implementation per Keras backend:
+benchmark use, with one implementation per Keras backend. factory.build_step builds it for every caller:
 
-    step = factory.build_step(preset, backend, models, num_classes, policy, loss=..., jit=...,
-                              strategy=..., sync_bn=...)   # TensorFlow: tf_step.ACGAN on a tf.distribute strategy
-                              mesh=...)                    # JAX: jax_step.JaxACGAN, one device or a mesh's "data" axis
+    step = build_step(preset, "tensorflow", models, num_classes, policy, loss=..., jit=..., strategy=...,
+                      sync_bn=...)     # tf_step.ACGAN, on a tf.distribute strategy
+    step = build_step(preset, "jax", models, num_classes, policy, loss=..., jit=..., mesh=...)
+                                       # jax_step.JaxACGAN, on one device or a mesh's "data" axis
     step.train_step(images, labels, z, fake_labels) -> StepMetrics
 
 base.py states the whole contract and holds what both steps share (the preset's settings, the optimizers
