@@ -4,15 +4,14 @@ import json
 from typing import Optional
 
 from acgan.errors import UserError
+from acgan.presets import ADVERSARIAL_LOSSES, PRESETS
 
 DEFAULT_STEPS = 1000
 BACKENDS = ("tensorflow", "jax")
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
-# Model presets (acgan.model.networks); "auto" resolves from the image shape when the data is loaded.
-ARCHS = ("reference", "acgan_cifar")
-# D's and G's real/fake loss (acgan.step.losses); "auto" is the preset's (acgan.step.common.ADVERSARIAL_LOSS).
-ADVERSARIAL_LOSSES = ("nonsaturating", "hinge")
+# Model presets' names (acgan.presets); "auto" resolves from the image shape when the data is loaded.
+ARCHS = tuple(PRESETS)
 
 
 def auto_arch(arch, image_shape):

@@ -54,12 +54,12 @@ def _run_bare_tensorflow(job, images, labels):
     import keras
     import tensorflow as tf
 
+    from acgan import presets
     from acgan.data.batches import sample_noise
     from acgan.measure import device
     from acgan.model.networks import build_models, resolve_arch
     from acgan.step import distribute
-    from acgan.step.common import step_options
-    from acgan.step.tf_step import ACGAN
+    from acgan.step.factory import build_step
 
     batch = job["batch"]
     on_gpu = bool(tf.config.list_physical_devices("GPU"))
@@ -71,7 +71,8 @@ def _run_bare_tensorflow(job, images, labels):
     arch = resolve_arch(job.get("arch", "auto"), images.shape[1:])
     with strategy.scope():
         models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=arch)
-    gan = ACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], strategy=strategy, **step_options(arch))
+    gan = build_step(presets.get(arch), "tensorflow", models, job["num_classes"], job["policy"], jit=job["jit"],
+                     strategy=strategy)
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
     if strategy.num_replicas_in_sync > 1:  # each replica's slice, once, on its device
@@ -97,14 +98,13 @@ def _run_bare_jax(job, images, labels):
     import jax
     import numpy as np
 
-    from acgan import backend
+    from acgan import backend, presets
     from acgan.config import validate_backend
     from acgan.data.batches import sample_noise
     from acgan.measure import device
     from acgan.model.networks import build_models, resolve_arch
-    from acgan.step.common import step_options
     from acgan.step.distribute import check_global_batch
-    from acgan.step.jax_step import JaxACGAN
+    from acgan.step.factory import build_step
     from acgan.training.jax_runtime import pick_devices
 
     validate_backend("jax", job.get("strategy", "default"))
@@ -117,7 +117,7 @@ def _run_bare_jax(job, images, labels):
     backend.set_random_seed(job["seed"])
     arch = resolve_arch(job.get("arch", "auto"), images.shape[1:])
     models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=arch)
-    gan = JaxACGAN(models, job["num_classes"], job["policy"], jit=job["jit"], mesh=mesh, **step_options(arch))
+    gan = build_step(presets.get(arch), "jax", models, job["num_classes"], job["policy"], jit=job["jit"], mesh=mesh)
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     if mesh is None:
         inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]

@@ -1,11 +1,12 @@
-"""The AC-GAN's four parts (generator G, discriminator trunk, adversarial head D, class head Q) in one of
-two presets (`--arch`):
+"""The AC-GAN's four parts (generator G, discriminator trunk, adversarial head D, class head Q) for a model
+preset (acgan.presets, `--arch`), built by the preset's `networks.architecture`:
 
-- `reference`: the original experiment's design (docs/presets.md#the-reference-model); for 28x28 the
-  generator starts from 7x7, for 32x32 from 8x8. Any square image whose side divides by 4 (two stride-2
+- `reference` (ReferenceNetworks): the original experiment's design, here
+  (docs/presets.md#the-reference-model); for 28x28 the generator starts from 7x7, for 32x32 from 8x8.
+  Any square image whose side divides by 4 (two stride-2 layers each way).
+- `paper_cifar` (PaperCifarNetworks, the `acgan_cifar` preset): the AC-GAN paper's CIFAR-10 networks
+  (acgan/model/paper_cifar.py, docs/presets.md#acgan_cifar): sides that divide by 8 (three stride-2
   layers each way).
-- `acgan_cifar`: the AC-GAN paper's CIFAR-10 networks (acgan/model/paper_cifar.py, docs/presets.md#acgan_cifar):
-  sides that divide by 8 (three stride-2 layers each way).
 
 `auto` (the command lines' default) picks `acgan_cifar` for 32x32x3 images and `reference` otherwise.
 """
@@ -14,11 +15,12 @@ from typing import NamedTuple
 import keras
 from keras import layers
 
-from acgan.config import ARCHS, auto_arch, validate_arch
+from acgan import presets
+from acgan.config import auto_arch, validate_arch
 from acgan.errors import UserError
 from acgan.model import blocks, paper_cifar
 
-NOISE_DIM = 62
+NOISE_DIM = presets.REFERENCE.networks.noise_dim  # the reference model's G noise size
 
 
 class ACGANModels(NamedTuple):
@@ -38,15 +40,19 @@ def resolve_arch(arch, image_shape):
 
 
 def check_image_shape(image_shape, arch="reference"):
+    """UserError unless preset `arch` (a resolved name, or an acgan.presets.Preset) builds images of
+    `image_shape`."""
     height, width, depth = image_shape
     if height != width or height % 4 or height < 8 or depth not in (1, 3):
         raise UserError(
             f"image size {height}x{width}x{depth} is not supported: the models need square images "
             "whose side divides by 4 (e.g. 28x28 or 32x32) with 1 or 3 channels"
         )
-    if arch == "acgan_cifar" and height % 8:
-        raise UserError(f"--arch acgan_cifar needs a side that divides by 8 (e.g. 32x32), not {height}x{width}; "
-                        "use --arch reference")
+    preset = arch if isinstance(arch, presets.Preset) else presets.get(arch)
+    divisor = preset.networks.side_divisor
+    if height % divisor:
+        raise UserError(f"--arch {preset.name} needs a side that divides by {divisor} (e.g. 32x32), "
+                        f"not {height}x{width}; use --arch reference")
 
 
 def build_generator(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
@@ -106,22 +112,29 @@ def build_q_head(feature_dim, num_classes, width=1.0):
 
 
 def build_models(image_shape, num_classes, width=1.0, noise_dim=None, arch="reference"):
-    """All four parts of the preset `arch` (ARCHS, or "auto") under the current global dtype policy.
+    """All four parts of a preset under the current global dtype policy. `arch`: a preset's name (ARCHS),
+    "auto", or an acgan.presets.Preset.
 
     noise_dim: G's noise size (default: the preset's, 62 for reference and 100 for acgan_cifar).
     """
     image_shape = tuple(image_shape)
-    arch = resolve_arch(arch, image_shape)
-    if arch == "acgan_cifar":
-        trunk = paper_cifar.build_trunk(image_shape, width)
+    if isinstance(arch, presets.Preset):
+        preset = arch
+        check_image_shape(image_shape, preset)
+    else:
+        preset = presets.get(resolve_arch(arch, image_shape))
+    knobs = preset.networks
+    noise_dim = noise_dim or knobs.noise_dim
+    if knobs.architecture == "paper_cifar":
+        trunk = paper_cifar.build_trunk(image_shape, knobs, width)
         feature_dim = trunk.output.shape[-1]
         return ACGANModels(
-            generator=paper_cifar.build_generator(image_shape, num_classes, width, noise_dim or paper_cifar.NOISE_DIM),
+            generator=paper_cifar.build_generator(image_shape, num_classes, knobs, width, noise_dim),
             trunk=trunk,
-            d_head=paper_cifar.build_d_head(feature_dim, num_classes, paper_cifar.map_positions(trunk)),
+            d_head=paper_cifar.build_d_head(feature_dim, num_classes, paper_cifar.map_positions(trunk),
+                                            knobs.projection),
             q_head=paper_cifar.build_q_head(feature_dim, num_classes),
         )
-    noise_dim = noise_dim or NOISE_DIM
     trunk = build_trunk(image_shape, width)
     feature_dim = trunk.output.shape[-1]
     return ACGANModels(

@@ -36,7 +36,7 @@ from typing import Optional
 from acgan.config import POLICIES, Config, auto_arch, validate_policy
 from acgan.errors import UserError
 from acgan.quality.evaluation import ACROSS_JUDGES, span_text, spread  # numpy only: no framework loads
-from acgan.step.common import adversarial_loss  # numpy only too
+from acgan.presets import adversarial_loss  # no framework either
 from acgan.training.run_dir import RESUME_FIXED, read_run  # no framework loads either
 from acgan.util.children import child_env, last_log_line
 from acgan.util.files import write_atomically, write_json

@@ -27,20 +27,20 @@ gradients, and the batch-norm statistics (what --sync_bn means on TensorFlow). A
 any device's shard is therefore in the one gradient every LossScaleOptimizer checks: all skip together.
 With processes on several hosts the state is a global array; reads take this process's own copy.
 """
-import hashlib
+import functools
 
 import jax
 import jax.numpy as jnp
 import keras
 import numpy as np
 
+from acgan import presets
 from acgan.model import precision
 from acgan.model.networks import d_head_inputs
 from acgan.step import augment as augment_lib
-from acgan.step import common, losses
-from acgan.step.common import BETA_1, OPTIMIZER_NAMES, StepMetrics
-
-MODEL_NAMES = ("generator", "trunk", "d_head", "q_head")  # the order of networks.ACGANModels
+from acgan.step import losses
+from acgan.step.base import StepBase, metric_vector, next_skip_streak
+from acgan.step.common import MODEL_NAMES, OPTIMIZER_NAMES, StepMetrics
 
 
 def _accuracy(labels, logits):
@@ -79,32 +79,19 @@ class _Counter:
         return f"<step {int(self)}>"
 
 
-class JaxACGAN(common.StepOptions):
+class JaxACGAN(StepBase):
     """Holds the models, the three optimizers and the step's state, and runs the step on one device or,
-    data parallel, over the devices of `mesh`."""
+    data parallel, over the devices of `mesh`. `preset`: the acgan.presets.Preset whose settings it trains
+    with (its loss resolved; factory.build_step gives it)."""
 
-    def __init__(self, models, num_classes, policy, jit=True, learning_rates=None, q_learns_from_fakes=True,
-                 g_learns_from_q=True, beta_1=BETA_1, augment=None, loss="nonsaturating", mesh=None):
+    def __init__(self, models, num_classes, policy, preset=presets.REFERENCE, jit=True, mesh=None):
         if keras.backend.backend() != "jax":
             raise RuntimeError(f"JaxACGAN needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
-        self.models = models
-        self.num_classes = num_classes
+        self._set_up(models, num_classes, preset)
         self.policy = policy
-        self.noise_dim = models.generator.input[0].shape[-1]
-        self.set_options(learning_rates, q_learns_from_fakes, g_learns_from_q, beta_1, augment, loss)
-        d_rate, g_rate, q_rate = self.learning_rates
-        self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
-        self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
-        self.q_optimizer = precision.make_optimizer(q_rate, self.beta_1, policy, "q_optimizer")
-        m = models
-        # The same lists, in the same order, as tf_step.ACGAN's.
-        self.d_variables = m.trunk.trainable_variables + m.d_head.trainable_variables
-        self.g_variables = m.generator.trainable_variables
-        self.q_variables = m.trunk.trainable_variables + m.q_head.trainable_variables + (
-            m.generator.trainable_variables if self.g_learns_from_q else [])
-        for optimizer, variables in self._optimizers_and_variables():
-            optimizer.build(variables)
-        self._optimizers = dict(zip(OPTIMIZER_NAMES, (self.d_optimizer, self.g_optimizer, self.q_optimizer)))
+        self._make_optimizers(policy)
+        self._build_optimizers()  # the same variable lists, in the same order, as tf_step.ACGAN's
+        self._optimizers = self._named_optimizers()
         # Where, in each optimizer's variable list, its (inner optimizer's) iteration count and its loss
         # scale are.
         self._iterations_index = {n: _index(o.variables, o.iterations) for n, o in self._optimizers.items()}
@@ -123,13 +110,6 @@ class JaxACGAN(common.StepOptions):
         self.compile_reason = ("jax.jit: the whole step is one XLA computation, its state donated" if jit
                                else "--nojit: the step runs op by op, uncompiled")
         self.retrace()
-
-    def _optimizers_and_variables(self):
-        return (
-            (self.d_optimizer, self.d_variables),
-            (self.g_optimizer, self.g_variables),
-            (self.q_optimizer, self.q_variables),
-        )
 
     # -- state ---------------------------------------------------------------------------------------
 
@@ -222,14 +202,12 @@ class JaxACGAN(common.StepOptions):
         new["skip_streak"] = jnp.zeros(len(OPTIMIZER_NAMES), jnp.int32)
         self._state = self._place(new)
 
-    def set_learning_rate_scale(self, scale):
-        """Sets each optimizer's learning rate to its preset rate times `scale`: a new value in the state
-        (the compiled step takes it as an input, so no retrace)."""
+    def _set_learning_rates(self, rates):
+        """New values in the state (the compiled step takes them as inputs)."""
         optimizers = {name: list(values) for name, values in self._state["optimizers"].items()}
-        for (name, i), rate in zip(self._learning_rate_index.items(), self.learning_rates):
-            optimizers[name][i] = jnp.asarray(rate * scale, optimizers[name][i].dtype)
+        for (name, i), rate in zip(self._learning_rate_index.items(), rates):
+            optimizers[name][i] = jnp.asarray(rate, optimizers[name][i].dtype)
         self._state = self._place(dict(self._state, optimizers=optimizers))
-        self.learning_rate_scale = scale
 
     def sync_variables(self):
         """Writes the state into the Keras variables (models and optimizers), e.g. to save with Keras or
@@ -289,65 +267,103 @@ class JaxACGAN(common.StepOptions):
             return precision.scale_loss(optimizer, loss)
 
     def _step(self, state, images, labels, z, fake_labels):
-        """The step as a pure function: (state, batch) -> (new state, metric vector)."""
-        m = self.models
-        g, t, dh, qh = (state["models"][name] for name in MODEL_NAMES)
-        optimizer_values = dict(state["optimizers"])
+        """The step as a pure function: (state, batch) -> (new state, metric vector).
+
+        `weights` ({model name: {"trainable": [...], "non_trainable": [...]}}) and `optimizers` ({name:
+        [values]}) start as the state's and take each update's new values as the step goes."""
+        weights = {name: dict(state["models"][name]) for name in MODEL_NAMES}
+        optimizers = dict(state["optimizers"])
         real = jnp.asarray(images).astype(jnp.float32) / 255.0
         labels = jnp.asarray(labels).astype(jnp.int32)
         fake_labels = jnp.asarray(fake_labels).astype(jnp.int32)
-        batch = real.shape[0]
-        iterations_before = self._iterations(optimizer_values)
-
+        iterations_before = self._iterations(optimizers)
         if self.augment:  # the same draws as the TF step's (a hash of the step counter)
-            real = augment_lib.augment(real, augment_lib.draws(state["step"], batch, augment_lib.REAL), self.augment)
+            draws = augment_lib.draws(state["step"], real.shape[0], augment_lib.REAL)
+            real = augment_lib.augment(real, draws, self.augment)
 
-        # The iteration's one G forward (G's batch-norm statistics move here, once), kept for G's backward;
-        # the augmentation of its images is part of it, so G's gradients pass back through it.
-        def g_forward(g_trainable):
-            images, non_trainable = m.generator.stateless_call(g_trainable, g["non_trainable"], [z, fake_labels],
-                                                               training=True)
-            if self.augment:
-                images = augment_lib.augment(images, augment_lib.draws(state["step"], batch, augment_lib.FAKE),
-                                             self.augment)
-            return images, non_trainable
+        # The iteration's one G forward (G's batch-norm statistics move here, once), kept for G's backward.
+        g = weights["generator"]
+        g_forward = functools.partial(self._g_forward, non_trainable=g["non_trainable"], z=z, labels=fake_labels,
+                                      step=state["step"])
+        fake, g_pullback, g["non_trainable"] = jax.vjp(g_forward, g["trainable"], has_aux=True)
+        fake = jax.lax.stop_gradient(fake)
 
-        fake, g_pullback, g_non_trainable = jax.vjp(g_forward, g["trainable"], has_aux=True)
-        fake_constant = jax.lax.stop_gradient(fake)
+        # D on the real and the fake batch.
+        d_loss = self._d_update(weights, optimizers, real, labels, fake, fake_labels)
 
-        # D: the trunk sees the real batch, then the fake one; its statistics move in this pass only.
-        n_trunk = len(t["trainable"])
+        # G and Q through the freshly updated D, from the same fake batch.
+        g_loss, q_loss, q_accuracy_real, q_accuracy_fake = self._gq_update(
+            weights, optimizers, real, labels, fake, fake_labels, g_pullback)
 
-        def d_loss_fn(d_trainable):
+        step = state["step"] + 1
+        iterations = self._iterations(optimizers)
+        streak = next_skip_streak(state["skip_streak"], iterations_before, iterations)
+        new_state = {
+            "models": {name: {kind: list(values) for kind, values in weights[name].items()} for name in MODEL_NAMES},
+            "optimizers": {name: list(values) for name, values in optimizers.items()},
+            "step": step,
+            "skip_streak": streak,
+        }
+        loss_values = jnp.stack([jnp.asarray(x, jnp.float32)
+                                 for x in (d_loss, g_loss, q_loss, q_accuracy_real, q_accuracy_fake)])
+        return new_state, metric_vector(loss_values, self._scales(optimizers), step, iterations, streak)
+
+    def _g_forward(self, trainable, non_trainable, z, labels, step):
+        """G's images (augmented as D sees them, so G's gradients pass back through the augmentation) and
+        G's new batch statistics."""
+        images, non_trainable = self.models.generator.stateless_call(trainable, non_trainable, [z, labels],
+                                                                     training=True)
+        if self.augment:
+            images = augment_lib.augment(images, augment_lib.draws(step, images.shape[0], augment_lib.FAKE),
+                                         self.augment)
+        return images, non_trainable
+
+    def _d_update(self, weights, optimizers, real, labels, fake, fake_labels):
+        """D's update (the trunk and D head) on the real and the fake batch, written into `weights` and
+        `optimizers`; returns D's loss. The trunk sees the real batch, then the fake one; its statistics
+        move in this pass only."""
+        m = self.models
+        trunk, head = weights["trunk"], weights["d_head"]
+        n_trunk = len(trunk["trainable"])
+
+        def loss_fn(d_trainable):
             trunk_trainable, head_trainable = d_trainable[:n_trunk], d_trainable[n_trunk:]
-            trunk_state, head_state = t["non_trainable"], dh["non_trainable"]
+            trunk_state, head_state = trunk["non_trainable"], head["non_trainable"]
             features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, real, training=True)
             d_real, head_state = m.d_head.stateless_call(head_trainable, head_state,
                                                          d_head_inputs(m.d_head, features, labels), training=True)
-            features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, fake_constant,
-                                                           training=True)
+            features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, fake, training=True)
             d_fake, head_state = m.d_head.stateless_call(head_trainable, head_state,
                                                          d_head_inputs(m.d_head, features, fake_labels), training=True)
             d_loss = losses.d_adversarial(self.loss, d_real, d_fake)
-            return self._scaled("d", optimizer_values["d"], d_loss), (d_loss, trunk_state, head_state)
+            return self._scaled("d", optimizers["d"], d_loss), (d_loss, trunk_state, head_state)
 
-        d_grads, (d_loss, t_non_trainable, dh_non_trainable) = jax.grad(d_loss_fn, has_aux=True)(
-            t["trainable"] + dh["trainable"])
-        d_trainable, optimizer_values["d"] = self.d_optimizer.stateless_apply(
-            optimizer_values["d"], d_grads, t["trainable"] + dh["trainable"])
-        t_trainable, dh_trainable = d_trainable[:n_trunk], d_trainable[n_trunk:]
+        d_trainable = trunk["trainable"] + head["trainable"]
+        grads, (d_loss, trunk["non_trainable"], head["non_trainable"]) = jax.grad(loss_fn, has_aux=True)(d_trainable)
+        d_trainable, optimizers["d"] = self.d_optimizer.stateless_apply(optimizers["d"], grads, d_trainable)
+        trunk["trainable"], head["trainable"] = d_trainable[:n_trunk], d_trainable[n_trunk:]
+        return d_loss
 
-        # G and Q through the freshly updated D. The trunk's statistics updates are dropped here; Q's
-        # head moves its own (real, then fake), as on TensorFlow. Two separate backward passes, as the TF
-        # step's two tape.gradient calls: pulled back through one vjp of both losses, an overflow in one
-        # (inf * a zero cotangent = NaN) would reach the other's gradients. The trunk's forward on the
-        # fake batch is then written twice; under jit XLA computes it once.
+    def _gq_update(self, weights, optimizers, real, labels, fake, fake_labels, g_pullback):
+        """G's and Q's updates through D as it is now, G's gradients pulled back through its one forward
+        (`g_pullback`), written into `weights` and `optimizers`; returns G's and Q's losses and Q's
+        accuracies on the real and the fake batch.
+
+        The trunk's statistics updates are dropped here; Q's head moves its own (real, then fake), as on
+        TensorFlow. Two separate backward passes, as the TF step's two tape.gradient calls: pulled back
+        through one vjp of both losses, an overflow in one (inf * a zero cotangent = NaN) would reach the
+        other's gradients. The trunk's forward on the fake batch is then written twice; under jit XLA
+        computes it once."""
+        m = self.models
+        g, trunk, d_head, q_head = (weights[name] for name in MODEL_NAMES)
+
         def g_loss_fn(fake_images):
-            features, _ = m.trunk.stateless_call(t_trainable, t_non_trainable, fake_images, training=True)
-            d_fake, _ = m.d_head.stateless_call(dh_trainable, dh_non_trainable,
+            features, _ = m.trunk.stateless_call(trunk["trainable"], trunk["non_trainable"], fake_images,
+                                                 training=True)
+            d_fake, _ = m.d_head.stateless_call(d_head["trainable"], d_head["non_trainable"],
                                                 d_head_inputs(m.d_head, features, fake_labels), training=True)
             g_loss = losses.g_adversarial(self.loss, d_fake)
-            return self._scaled("g", optimizer_values["g"], g_loss), g_loss
+            return self._scaled("g", optimizers["g"], g_loss), g_loss
 
         def q_loss_fn(trunk_trainable, q_head_trainable, fake_images):
             # The weights the fake batch's class loss sees: frozen when Q learns from real images only,
@@ -355,56 +371,33 @@ class JaxACGAN(common.StepOptions):
             fake_trunk, fake_head = trunk_trainable, q_head_trainable
             if not self.q_learns_from_fakes:
                 fake_trunk, fake_head = ([jax.lax.stop_gradient(v) for v in vs] for vs in (fake_trunk, fake_head))
-            fake_features, _ = m.trunk.stateless_call(fake_trunk, t_non_trainable, fake_images, training=True)
-            real_features, _ = m.trunk.stateless_call(trunk_trainable, t_non_trainable, real, training=True)
-            q_state = qh["non_trainable"]
+            fake_features, _ = m.trunk.stateless_call(fake_trunk, trunk["non_trainable"], fake_images, training=True)
+            real_features, _ = m.trunk.stateless_call(trunk_trainable, trunk["non_trainable"], real, training=True)
+            q_state = q_head["non_trainable"]
             q_real, q_state = m.q_head.stateless_call(q_head_trainable, q_state, real_features, training=True)
             q_fake, q_state = m.q_head.stateless_call(fake_head, q_state, fake_features, training=True)
             q_loss = losses.ce(labels, q_real) + losses.ce(fake_labels, q_fake)
-            return (self._scaled("q", optimizer_values["q"], q_loss),
+            return (self._scaled("q", optimizers["q"], q_loss),
                     (q_loss, _accuracy(labels, q_real), _accuracy(fake_labels, q_fake), q_state))
 
         # The still-scaled cotangents of G's and Q's losses w.r.t. the fake images, and Q's gradients.
-        g_cotangent, g_loss = jax.grad(g_loss_fn, has_aux=True)(fake_constant)
+        g_cotangent, g_loss = jax.grad(g_loss_fn, has_aux=True)(fake)
         # Without g_learns_from_q the fake batch's class loss reaches no weight of G: no cotangent.
         q_argnums = (0, 1, 2) if self.g_learns_from_q else (0, 1)
-        q_grads, aux = jax.grad(q_loss_fn, argnums=q_argnums, has_aux=True)(
-            t_trainable, qh["trainable"], fake_constant)
-        q_loss, q_accuracy_real, q_accuracy_fake, qh_non_trainable = aux
+        q_grads, (q_loss, q_accuracy_real, q_accuracy_fake, q_head["non_trainable"]) = jax.grad(
+            q_loss_fn, argnums=q_argnums, has_aux=True)(trunk["trainable"], q_head["trainable"], fake)
         (g_grads,) = g_pullback(g_cotangent)
         q_g_grads = list(g_pullback(q_grads[2])[0]) if self.g_learns_from_q else []
-        g_trainable, optimizer_values["g"] = self.g_optimizer.stateless_apply(
-            optimizer_values["g"], g_grads, g["trainable"])
-        q_trainable, optimizer_values["q"] = self.q_optimizer.stateless_apply(
-            optimizer_values["q"], list(q_grads[0]) + list(q_grads[1]) + q_g_grads,
-            t_trainable + qh["trainable"] + (g_trainable if self.g_learns_from_q else []))
-        n_q_head = len(qh["trainable"])
-        t_trainable = q_trainable[:n_trunk]
-        qh_trainable = q_trainable[n_trunk:n_trunk + n_q_head]
+        g["trainable"], optimizers["g"] = self.g_optimizer.stateless_apply(optimizers["g"], g_grads, g["trainable"])
+        q_trainable, optimizers["q"] = self.q_optimizer.stateless_apply(
+            optimizers["q"], list(q_grads[0]) + list(q_grads[1]) + q_g_grads,
+            trunk["trainable"] + q_head["trainable"] + (g["trainable"] if self.g_learns_from_q else []))
+        n_trunk, n_q_head = len(trunk["trainable"]), len(q_head["trainable"])
+        trunk["trainable"] = q_trainable[:n_trunk]
+        q_head["trainable"] = q_trainable[n_trunk:n_trunk + n_q_head]
         if self.g_learns_from_q:
-            g_trainable = q_trainable[n_trunk + n_q_head:]
-
-        step = state["step"] + 1
-        iterations = self._iterations(optimizer_values)
-        # A loss-scale optimizer skips a non-finite step without advancing its inner optimizer's iterations.
-        skipped_now = iterations == iterations_before
-        streak = jnp.where(skipped_now, state["skip_streak"] + 1, 0)
-        new_state = {
-            "models": {
-                "generator": {"trainable": list(g_trainable), "non_trainable": list(g_non_trainable)},
-                "trunk": {"trainable": list(t_trainable), "non_trainable": list(t_non_trainable)},
-                "d_head": {"trainable": list(dh_trainable), "non_trainable": list(dh_non_trainable)},
-                "q_head": {"trainable": list(qh_trainable), "non_trainable": list(qh_non_trainable)},
-            },
-            "optimizers": {name: list(values) for name, values in optimizer_values.items()},
-            "step": step,
-            "skip_streak": streak,
-        }
-        loss_values = jnp.stack([jnp.asarray(x, jnp.float32)
-                            for x in (d_loss, g_loss, q_loss, q_accuracy_real, q_accuracy_fake)])
-        vector = jnp.concatenate([loss_values, self._scales(optimizer_values), (step - iterations).astype(jnp.float32),
-                                  streak.astype(jnp.float32)])
-        return new_state, vector
+            g["trainable"] = q_trainable[n_trunk + n_q_head:]
+        return g_loss, q_loss, q_accuracy_real, q_accuracy_fake
 
     def _iterations(self, optimizer_values):
         return jnp.stack([jnp.asarray(optimizer_values[n][self._iterations_index[n]], jnp.int32)
@@ -420,30 +413,18 @@ class JaxACGAN(common.StepOptions):
     def step(self):
         return _Counter(self)
 
-    def skipped_steps(self):
-        """{optimizer name: steps it skipped so far}."""
+    def _host_step_and_iterations(self):
         state = self._local(self._state)
-        step = int(state["step"])
-        iterations = np.asarray(self._iterations(state["optimizers"]))
-        return {name: step - int(i) for name, i in zip(OPTIMIZER_NAMES, iterations)}
+        return int(state["step"]), np.asarray(self._iterations(state["optimizers"]))
 
-    def loss_scales(self):
-        """{optimizer name: current loss scale} (1.0 where there is no loss scaling)."""
-        scales = self._scales(self._local(self._state["optimizers"]))
-        return dict(zip(OPTIMIZER_NAMES, (float(s) for s in np.asarray(scales))))
+    def _host_loss_scales(self):
+        return np.asarray(self._scales(self._local(self._state["optimizers"])))
 
-    def weights_fingerprint(self):
-        """sha256 of every model weight, BN statistics included, in tf_step.ACGAN's order (each model's
-        `variables`), so the same weights give the same fingerprint on both backends."""
-        digest = hashlib.sha256()
-        state = self._local(self._state)
-        for name, model in zip(MODEL_NAMES, self.models):
-            values = state["models"][name]
-            by_id = {id(v): x for v, x in zip(model.trainable_variables, values["trainable"])}
-            by_id.update({id(v): x for v, x in zip(model.non_trainable_variables, values["non_trainable"])})
-            for variable in model.variables:
-                digest.update(np.ascontiguousarray(np.asarray(by_id[id(variable)])).tobytes())
-        return digest.hexdigest()
+    def _host_model_values(self, name, model):
+        values = self._local(self._state["models"][name])
+        by_id = {id(v): x for v, x in zip(model.trainable_variables, values["trainable"])}
+        by_id.update({id(v): x for v, x in zip(model.non_trainable_variables, values["non_trainable"])})
+        return [by_id[id(variable)] for variable in model.variables]
 
     def generate(self, z, labels):
         """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics)."""

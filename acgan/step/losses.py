@@ -2,7 +2,7 @@
 steps call them through this module, and the adversarial losses call `bce` through it, so a test can
 swap `losses.bce` for both steps).
 
-D's real/fake loss comes in two forms (acgan.config.ADVERSARIAL_LOSSES, chosen per preset or by --loss):
+D's real/fake loss comes in two forms (acgan.presets.ADVERSARIAL_LOSSES, chosen per preset or by --loss):
 - nonsaturating: the AC-GAN paper's (and the original GAN's) binary cross-entropy on D's logits, G
   maximising log D(G(z)) rather than minimising log(1 - D(G(z))) (Goodfellow et al. 2014);
 - hinge: D's hinge on its logits, G raising D's logit on its images (Lim and Ye 2017), the loss of the

@@ -5,22 +5,35 @@ G runs once per iteration: D trains on its output with the gradient stopped, and
 gradients reach G's weights through the same forward pass (cotangents with respect to the fake images).
 It returns its metrics as one float32 vector (StepMetrics), so the host reads them with one copy.
 """
-import hashlib
+from typing import NamedTuple, Optional
 
 import keras
-import numpy as np
 import tensorflow as tf
 
+from acgan import presets
 from acgan.model import precision
 from acgan.model.networks import d_head_inputs
 from acgan.step import augment as augment_lib
-from acgan.step import common, distribute, losses
+from acgan.step import distribute, losses
+from acgan.step.base import StepBase, metric_vector, next_skip_streak
 # The backend-neutral names live in common.py; re-exported so `from acgan.step.tf_step import ...` keeps working.
-from acgan.step.common import BETA_1, LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, StepMetrics  # noqa: F401
+from acgan.step.common import LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, StepMetrics  # noqa: F401
 
 
 class _Untracked:
     """Holds state that the checkpoint must not contain (tf.Module tracks only trackable attributes)."""
+
+
+class GQPass(NamedTuple):
+    """What the G/Q pass gives (this replica's shares; gradients and cotangents still loss-scaled)."""
+
+    g_loss: tf.Tensor
+    q_loss: tf.Tensor
+    q_accuracy_real: tf.Tensor
+    q_accuracy_fake: tf.Tensor
+    q_grads: list  # Q's gradients for the trunk and its head
+    g_cotangent: tf.Tensor  # of G's loss w.r.t. the fake images
+    q_cotangent: Optional[tf.Tensor]  # of Q's loss w.r.t. the fake images; None when G does not learn from Q
 
 
 def _accuracy(labels, logits):
@@ -28,39 +41,27 @@ def _accuracy(labels, logits):
     return tf.reduce_mean(tf.cast(tf.equal(predicted, labels), tf.float32))
 
 
-class ACGAN(tf.Module, common.StepOptions):
+class ACGAN(tf.Module, StepBase):
     """Holds the models, the three optimizers and the step counter, and runs the step on a strategy.
 
     A tf.Module, so `tf.train.Checkpoint(gan=gan)` saves all of it, loss-scale state included. Build
-    the models inside `strategy.scope()`; the optimizers and the step are made in it here.
+    the models inside `strategy.scope()`; the optimizers and the step are made in it here. `preset`: the
+    acgan.presets.Preset whose settings it trains with (its loss resolved; factory.build_step gives it).
     """
 
-    def __init__(self, models, num_classes, policy, jit=True, strategy=None, sync_bn=True, learning_rates=None,
-                 q_learns_from_fakes=True, g_learns_from_q=True, beta_1=BETA_1, augment=None, loss="nonsaturating"):
+    def __init__(self, models, num_classes, policy, preset=presets.REFERENCE, jit=True, strategy=None,
+                 sync_bn=True):
         super().__init__(name="acgan")
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
-        self.models = models
-        self.num_classes = num_classes
-        self.noise_dim = models.generator.input[0].shape[-1]
+        self._set_up(models, num_classes, preset)
         self.synchronized_batch_norm = bool(sync_bn and self.replicas > 1)
         if self.synchronized_batch_norm:
             distribute.synchronize_batch_norm(models)
-        self.set_options(learning_rates, q_learns_from_fakes, g_learns_from_q, beta_1, augment, loss)
-        d_rate, g_rate, q_rate = self.learning_rates
         with self.strategy.scope():
-            self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
-            self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
-            self.q_optimizer = precision.make_optimizer(q_rate, self.beta_1, policy, "q_optimizer")
+            self._make_optimizers(policy)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-            m = models
-            self.d_variables = m.trunk.trainable_variables + m.d_head.trainable_variables
-            self.g_variables = m.generator.trainable_variables
-            # Q trains the shared trunk, its head and (with g_learns_from_q) G: the mutual-information term.
-            self.q_variables = m.trunk.trainable_variables + m.q_head.trainable_variables + (
-                m.generator.trainable_variables if self.g_learns_from_q else [])
-            for optimizer, variables in self._optimizers_and_variables():
-                optimizer.build(variables)
+            self._build_optimizers()
             # Consecutive skipped steps per optimizer, for the divergence check between metric reads.
             # Not checkpointed: a resumed run starts counting afresh, as the monitor always did.
             self._scratch = _Untracked()
@@ -86,13 +87,6 @@ class ACGAN(tf.Module, common.StepOptions):
         """One global step (see _step); returns its StepMetrics without waiting for the device."""
         return StepMetrics(self._step_function(images, labels, z, fake_labels))
 
-    def _optimizers_and_variables(self):
-        return (
-            (self.d_optimizer, self.d_variables),
-            (self.g_optimizer, self.g_variables),
-            (self.q_optimizer, self.q_variables),
-        )
-
     def _step(self, images, labels, z, fake_labels):
         """One global step. Arguments are global batches (or per-replica values from a distributed
         dataset): uint8 images [B, H, W, C], int labels [B], z [B, noise_dim], int fake_labels [B].
@@ -104,15 +98,13 @@ class ACGAN(tf.Module, common.StepOptions):
         loss_values = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         self.step.assign_add(1)
         iterations = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
-        # A loss-scale optimizer skips a non-finite step without advancing `iterations`.
-        skipped_now = tf.equal(iterations, iterations_before)
-        streak = self._scratch.skip_streak
-        streak.assign(tf.where(skipped_now, streak + 1, tf.zeros_like(streak)))
+        streak = next_skip_streak(self._scratch.skip_streak, iterations_before, iterations)
+        self._scratch.skip_streak.assign(streak)
         scales = tf.stack([tf.cast(precision.current_loss_scale(o), tf.float32) for o in optimizers])
-        skipped = tf.cast(self.step - iterations, tf.float32)
-        return tf.concat([loss_values, scales, skipped, tf.cast(streak, tf.float32)], axis=0)
+        return metric_vector(loss_values, scales, self.step, iterations, streak)
 
     def _replica_step(self, images, labels, z, fake_labels, step):
+        """One replica's share of the step: D's update, then G's and Q's, from one G forward."""
         real = tf.cast(images, tf.float32) / 255.0
         labels = tf.cast(labels, tf.int32)
         # The iteration's one G forward, recorded for G's backward pass at the end.
@@ -122,19 +114,21 @@ class ACGAN(tf.Module, common.StepOptions):
                 fake = self._augmented(fake, step, augment_lib.FAKE)
         if self.augment:
             real = self._augmented(real, step, augment_lib.REAL)
+
+        # D on the real and the fake batch, G's output a constant.
         d_loss, d_grads = self._d_pass(real, tf.stop_gradient(fake), labels, fake_labels)
         self._apply(self.d_optimizer, d_grads, self.d_variables)
-        # G and Q through the freshly updated D: gradients for the trunk and Q head, and the cotangents
-        # of G's and Q's (scaled) losses with respect to the fake images.
-        g_loss, q_loss, q_accuracy_real, q_accuracy_fake, q_head_grads, g_cotangent, q_cotangent = \
-            self._gq_pass(real, labels, tf.stop_gradient(fake), fake_labels)
-        g_grads = g_tape.gradient(fake, self.g_variables, output_gradients=g_cotangent)
-        q_g_grads = (g_tape.gradient(fake, self.g_variables, output_gradients=q_cotangent)
+
+        # G and Q through the freshly updated D: Q's gradients for the trunk and its head, and the
+        # cotangents of G's and Q's losses w.r.t. the fake images, pulled back through G's one forward.
+        gq = self._gq_pass(real, labels, tf.stop_gradient(fake), fake_labels)
+        g_grads = g_tape.gradient(fake, self.g_variables, output_gradients=gq.g_cotangent)
+        q_g_grads = (g_tape.gradient(fake, self.g_variables, output_gradients=gq.q_cotangent)
                      if self.g_learns_from_q else [])
         del g_tape
         self._apply(self.g_optimizer, g_grads, self.g_variables)
-        self._apply(self.q_optimizer, list(q_head_grads) + list(q_g_grads), self.q_variables)
-        return tf.stack([d_loss, g_loss, q_loss, q_accuracy_real, q_accuracy_fake])
+        self._apply(self.q_optimizer, list(gq.q_grads) + list(q_g_grads), self.q_variables)
+        return tf.stack([d_loss, gq.g_loss, gq.q_loss, gq.q_accuracy_real, gq.q_accuracy_fake])
 
     def _augmented(self, images, step, salt):
         """`images` augmented with this step's draws for this replica's share of the global batch."""
@@ -167,9 +161,8 @@ class ACGAN(tf.Module, common.StepOptions):
         return tf.cast(d_loss, tf.float32), tape.gradient(scaled, self.d_variables)
 
     def _gq_forward_backward(self, real, labels, fake, fake_labels):
-        """G's and Q's losses and accuracies (this replica's shares), Q's still-scaled gradients for the
-        trunk and its head, and the still-scaled cotangents of G's and Q's losses w.r.t. `fake` (Q's None
-        when G does not learn from Q).
+        """G's and Q's losses and accuracies, Q's gradients for the trunk and its head, and the cotangents
+        of G's and Q's losses w.r.t. `fake` (a GQPass).
 
         The trunk already saw these real and fake batches in D's pass, so here its batch-norm layers use
         the batch statistics without moving their averages again (a StatelessScope drops the updates).
@@ -204,40 +197,28 @@ class ACGAN(tf.Module, common.StepOptions):
             if self.g_learns_from_q:
                 q_cotangent = tape.gradient(q_scaled, fake)
         del tape
-        return (tf.cast(g_loss, tf.float32), tf.cast(q_loss, tf.float32), _accuracy(labels, q_real) / self.replicas,
-                _accuracy(fake_labels, q_fake) / self.replicas, q_grads, g_cotangent, q_cotangent)
-
-    def set_learning_rate_scale(self, scale):
-        """Sets each optimizer's learning rate to its preset rate times `scale` (the step reads the
-        variables, so no retrace)."""
-        for (optimizer, _), rate in zip(self._optimizers_and_variables(), self.learning_rates):
-            precision.learning_rate_variable(optimizer).assign(rate * scale)
-        self.learning_rate_scale = scale
+        return GQPass(g_loss=tf.cast(g_loss, tf.float32), q_loss=tf.cast(q_loss, tf.float32),
+                      q_accuracy_real=_accuracy(labels, q_real) / self.replicas,
+                      q_accuracy_fake=_accuracy(fake_labels, q_fake) / self.replicas,
+                      q_grads=q_grads, g_cotangent=g_cotangent, q_cotangent=q_cotangent)
 
     def sync_variables(self):
         """Nothing to copy: on TensorFlow the Keras variables are the step's state (jax_step's counterpart
         writes its state back into them)."""
 
-    def skipped_steps(self):
-        """{optimizer name: steps it skipped so far}."""
-        return {name: int(self.step.numpy()) - int(optimizer.iterations.numpy())
-                for name, (optimizer, _) in zip(OPTIMIZER_NAMES, self._optimizers_and_variables())}
+    def _set_learning_rates(self, rates):
+        for (optimizer, _), rate in zip(self._optimizers_and_variables(), rates):
+            precision.learning_rate_variable(optimizer).assign(rate)
 
-    def loss_scales(self):
-        """{optimizer name: current loss scale} (1.0 where there is no loss scaling)."""
+    def _host_step_and_iterations(self):
+        return int(self.step.numpy()), [int(o.iterations.numpy()) for o, _ in self._optimizers_and_variables()]
+
+    def _host_loss_scales(self):
         # Through a tensor: float() of a Keras variable holding a MirroredVariable raises.
-        return {name: float(tf.convert_to_tensor(precision.current_loss_scale(optimizer)))
-                for name, (optimizer, _) in zip(OPTIMIZER_NAMES, self._optimizers_and_variables())}
+        return [tf.convert_to_tensor(precision.current_loss_scale(o)) for o, _ in self._optimizers_and_variables()]
 
-    def weights_fingerprint(self):
-        """sha256 of every model weight, BN statistics included (this worker's first replica).
-
-        Replicas and workers of one run hold equal weights, so their fingerprints match."""
-        digest = hashlib.sha256()
-        for model in self.models:
-            for variable in model.variables:
-                digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
-        return digest.hexdigest()
+    def _host_model_values(self, name, model):
+        return [variable.numpy() for variable in model.variables]  # this worker's first replica's
 
     def generate(self, z, labels):
         """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics)."""

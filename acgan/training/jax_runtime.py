@@ -13,11 +13,11 @@ import os
 import jax
 import numpy as np
 
+from acgan import presets
 from acgan.data.batches import BatchPlan, prefetched
 from acgan.errors import UserError
-from acgan.step.common import step_options
 from acgan.step.distribute import check_global_batch, short_device_name
-from acgan.step.jax_step import JaxACGAN
+from acgan.step.factory import build_step
 from acgan.training.jax_checkpoints import JaxCheckpoints
 
 # acgan's own fallbacks for multi_worker's process count and id (JAX reads JAX_COORDINATOR_ADDRESS itself).
@@ -103,8 +103,8 @@ class JaxRuntime:
         return contextlib.nullcontext()
 
     def make_step(self, models, num_classes, config):
-        self.gan = JaxACGAN(models, num_classes, config.policy, jit=config.jit, mesh=self.mesh,
-                            **step_options(config.arch, config.loss))
+        self.gan = build_step(presets.get(config.arch), self.name, models, num_classes, config.policy,
+                              loss=config.loss, jit=config.jit, mesh=self.mesh)
         return self.gan
 
     def layout(self, gan):

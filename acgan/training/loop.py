@@ -30,7 +30,8 @@ from acgan.measure import advice, device
 from acgan.measure.profile import StepWindow
 from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.model.precision import needs_loss_scaling
-from acgan.step.common import adversarial_loss, learning_rate_decay, learning_rate_scale
+from acgan.presets import adversarial_loss, learning_rate_decay
+from acgan.step.common import learning_rate_scale
 from acgan.training import report as run_report
 from acgan.training import run_lock
 from acgan.training.health import DivergenceMonitor

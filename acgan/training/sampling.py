@@ -7,10 +7,11 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from acgan import presets
 from acgan.errors import UserError
 from acgan.model import precision
-from acgan.model.networks import build_models
-from acgan.step.common import step_options
+from acgan.model.networks import build_models, resolve_arch
+from acgan.step.factory import build_step
 from acgan.training import grids
 from acgan.training.checkpoints import first_line
 from acgan.training.run_dir import read_run
@@ -36,26 +37,24 @@ def load_run(run_dir):
     if latest is None:
         raise UserError(f"{run_dir} has no checkpoint yet")
     precision.set_policy(config.policy)
-    models = build_models(info["image_shape"], len(info["class_names"]), width=config.width, arch=config.arch)
+    preset = presets.get(resolve_arch(config.arch, info["image_shape"]))  # UserError for an unknown one
+    models = build_models(info["image_shape"], len(info["class_names"]), width=config.width, arch=preset)
     num_classes = len(info["class_names"])
+    # The preset's step, so the saved optimizers' state fits.
     if running == "jax":  # then a JAX run: the step takes its whole saved state
-        from acgan.step.jax_step import JaxACGAN
-
-        # jit: generate() compiles once; the preset's step, so the saved optimizers' state fits
-        gan = JaxACGAN(models, num_classes, config.policy, jit=True, **step_options(config.arch, config.loss))
+        # jit: generate() compiles once
+        gan = build_step(preset, running, models, num_classes, config.policy, loss=config.loss, jit=True)
         with _mismatch_as_user_error(run_dir, latest, config):
             gan.load_state(saved.read_state(latest))
         gan.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
         return config, info, gan
     import tensorflow as tf
 
-    from acgan.step.tf_step import ACGAN
-
-    gan = ACGAN(models, num_classes, config.policy, jit=False, **step_options(config.arch, config.loss))
+    gan = build_step(preset, running, models, num_classes, config.policy, loss=config.loss, jit=False)
     with _mismatch_as_user_error(run_dir, latest, config):
         if config.backend == "jax":  # a JAX run on TensorFlow: its model weights by variable path, and its step
             arrays = saved.read_state(latest)
-            saved.assign_models(arrays, models, models._fields)  # jax_step.MODEL_NAMES, without importing JAX
+            saved.assign_models(arrays, models, models._fields)  # common.MODEL_NAMES
             gan.step.assign(int(arrays["step"]))
         else:
             tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()

@@ -5,10 +5,10 @@ import json
 
 import tensorflow as tf
 
+from acgan import presets
 from acgan.data.pipeline import training_batches
 from acgan.step import distribute
-from acgan.step.common import step_options
-from acgan.step.tf_step import ACGAN
+from acgan.step.factory import build_step
 from acgan.training import checkpoints as checkpoint_files
 from acgan.training import report as run_report
 
@@ -75,8 +75,8 @@ class TensorFlowRuntime:
         return self.strategy.scope()
 
     def make_step(self, models, num_classes, config):
-        return ACGAN(models, num_classes, config.policy, jit=config.jit, strategy=self.strategy,
-                     sync_bn=config.sync_bn, **step_options(config.arch, config.loss))
+        return build_step(presets.get(config.arch), self.name, models, num_classes, config.policy, loss=config.loss,
+                          jit=config.jit, strategy=self.strategy, sync_bn=config.sync_bn)
 
     def layout(self, gan):
         return run_report.distribution_summary(self.strategy, gan)

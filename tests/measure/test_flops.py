@@ -75,20 +75,20 @@ SCRIPT = textwrap.dedent("""
     from acgan.measure import flops
     from acgan.model import precision
     from acgan.model.networks import build_models
-    from acgan.step.common import step_options
-    from acgan.step.jax_step import JaxACGAN
+    from acgan import presets
+    from acgan.step.factory import build_step
 
     out = {}
     for arch, shape, batch in (("reference", (28, 28, 1), 16), ("acgan_cifar", (32, 32, 3), 8)):
         precision.set_policy("float32")
         models = build_models(shape, 10, width=0.25, arch=arch)
-        options = step_options(arch)
-        gan = JaxACGAN(models, 10, "float32", **options)
+        preset = presets.get(arch)
+        gan = build_step(preset, "jax", models, 10, "float32")
         z, fake_labels = sample_noise(0, 0, batch, gan.noise_dim, 10)
         images = np.random.RandomState(0).randint(0, 255, (batch,) + shape).astype(np.uint8)
         inputs = (images, np.arange(batch) % 10, z, fake_labels)
         xla = flops.xla_flops(gan.lowered_step(*inputs).compile())
-        layers = flops.step_flops_from_layers(models, batch, options["q_learns_from_fakes"], options["g_learns_from_q"])
+        layers = flops.step_flops_from_layers(models, batch, preset.q_learns_from_fakes, preset.g_learns_from_q)
         out[arch] = {"xla": xla, "layers": layers, "chosen": flops.count_step_flops(gan, inputs, batch)}
     print(json.dumps(out))
 """)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import POLICIES
 
+from acgan import presets
 from acgan.config import Config
 from acgan.errors import UserError
 from acgan.model import blocks, networks, paper_cifar
@@ -24,7 +25,7 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
     set_policy(policy)
     m = networks.build_models(SHAPE, 10, arch="acgan_cifar")
     compute = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}[policy]
-    z = np.random.default_rng(0).uniform(-1, 1, (4, paper_cifar.NOISE_DIM)).astype(np.float32)
+    z = np.random.default_rng(0).uniform(-1, 1, (4, presets.ACGAN_CIFAR.networks.noise_dim)).astype(np.float32)
     images = m.generator([z, np.arange(4, dtype=np.int32)], training=False)
     assert tuple(images.shape) == (4,) + SHAPE and images.dtype == "float32"
     assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0  # (tanh + 1) / 2
@@ -56,7 +57,8 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
     assert all(isinstance(layers[f"d_conv{i}"], blocks.SpectralConv2D) for i in range(1, 7))
     assert not any(isinstance(l, keras.layers.BatchNormalization) for l in m.trunk.layers)
     assert all(layers[f"d_conv{i}"].sn_u.dtype == "float32" for i in range(1, 7))
-    assert paper_cifar.DROPOUT == 0.0 and not any(isinstance(l, keras.layers.Dropout) for l in layers.values())
+    assert presets.ACGAN_CIFAR.networks.dropout == 0.0
+    assert not any(isinstance(l, keras.layers.Dropout) for l in layers.values())
     # The third departure: the minibatch spread after D's last convolution, before the heads.
     assert [l.name for l in m.trunk.layers[-3:]] == ["d_lrelu6", "d_minibatch_stddev", "d_flatten"]
 
@@ -151,39 +153,37 @@ def test_spectral_conv_divides_the_kernel_by_its_largest_singular_value(policy, 
 
 
 def test_each_preset_trains_with_its_own_learning_rates(set_policy):
-    from acgan.step.common import (LEARNING_RATES, adam_beta_1, g_learns_from_q, learning_rates,
-                                   q_learns_from_fakes, step_options)
+    from acgan.step.factory import build_step
     from acgan.step.tf_step import ACGAN
 
-    assert learning_rates("reference") == (2e-4, 1e-3, 1e-3)  # the seed's, unchanged
-    assert learning_rates("acgan_cifar") == LEARNING_RATES["acgan_cifar"] == (2e-4, 2e-4, 2e-4)  # the paper's
-    assert q_learns_from_fakes("reference") and not q_learns_from_fakes("acgan_cifar")
-    assert g_learns_from_q("reference") and not g_learns_from_q("acgan_cifar")
-    assert adam_beta_1("reference") == 0.5 and adam_beta_1("acgan_cifar") == 0.0
+    reference, cifar = presets.get("reference"), presets.get("acgan_cifar")
+    assert reference.learning_rates == (2e-4, 1e-3, 1e-3)  # the seed's, unchanged
+    assert cifar.learning_rates == presets.ACGAN_CIFAR.learning_rates == (2e-4, 2e-4, 2e-4)  # the paper's
+    assert reference.q_learns_from_fakes and not cifar.q_learns_from_fakes
+    assert reference.g_learns_from_q and not cifar.g_learns_from_q
+    assert reference.beta_1 == 0.5 and cifar.beta_1 == 0.0
     set_policy("mixed_float16")
     m = networks.build_models(SHAPE, 10, width=0.25, arch="acgan_cifar")
-    gan = ACGAN(m, 10, "mixed_float16", jit=False, **step_options("acgan_cifar"))  # as training builds it
+    gan = build_step(cifar, "tensorflow", m, 10, "mixed_float16", jit=False)  # as training builds it
     assert not gan.q_learns_from_fakes and not gan.g_learns_from_q
     assert len(gan.q_variables) == len(m.trunk.trainable_variables) + len(m.q_head.trainable_variables)
     optimizers = (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer)
     rates = [float(o.learning_rate) for o in optimizers]
-    np.testing.assert_allclose(rates, LEARNING_RATES["acgan_cifar"])
+    np.testing.assert_allclose(rates, presets.ACGAN_CIFAR.learning_rates)
     assert [o.inner_optimizer.beta_1 for o in optimizers] == [0.0] * 3  # inside the loss-scale wrappers
     default = ACGAN(m, 10, "float32", jit=False)
     np.testing.assert_allclose([float(default.g_optimizer.learning_rate)], [1e-3])
 
 
-def test_the_tables_transposed_convolutions_batch_norm_and_dropout_still_build(monkeypatch):
-    monkeypatch.setattr(paper_cifar, "UPSAMPLE", "transpose")
-    monkeypatch.setattr(paper_cifar, "DROPOUT", 0.5)
-    monkeypatch.setattr(paper_cifar, "SPECTRAL_NORM", False)
-    m = networks.build_models(SHAPE, 10, arch="acgan_cifar")
+def test_the_tables_transposed_convolutions_batch_norm_and_dropout_still_build():
+    table = dataclasses.replace(presets.ACGAN_CIFAR.networks, upsample="transpose", dropout=0.5, spectral_norm=False)
+    m = networks.build_models(SHAPE, 10, arch=dataclasses.replace(presets.ACGAN_CIFAR, networks=table))
     layers = {l.name: l for part in m for l in part.layers}
     assert isinstance(layers["g_deconv1"], keras.layers.Conv2DTranspose) and layers["g_deconv1"].strides == (2, 2)
     assert all(layers[f"d_dropout{i}"].rate == 0.5 for i in range(1, 7))
     assert "d_bn1" not in layers and all(f"d_bn{i}" in layers for i in range(2, 7))
     assert not any(isinstance(layers[f"d_conv{i}"], blocks.SpectralConv2D) for i in range(1, 7))
-    images = m.generator([np.zeros((2, paper_cifar.NOISE_DIM), np.float32), np.array([0, 1], np.int32)])
+    images = m.generator([np.zeros((2, table.noise_dim), np.float32), np.array([0, 1], np.int32)])
     assert tuple(images.shape) == (2,) + SHAPE
 
 
@@ -255,14 +255,16 @@ def test_the_preset_on_28x28_data_is_refused_before_anything_is_written(tmp_path
 JAX_SCRIPT = """
 import sys
 sys.modules["tensorflow"] = None  # the JAX path must never need TensorFlow
-import keras, numpy as np
+import dataclasses, keras, numpy as np
+from acgan import presets
 from acgan.model import networks, precision
 from acgan.step import jax_step
 assert keras.backend.backend() == "jax"
 for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
     precision.set_policy(policy)
     m = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
-    gan = jax_step.JaxACGAN(m, 10, policy, jit=True, q_learns_from_fakes=False, beta_1=0.0)  # the preset's
+    preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, beta_1=0.0)  # the preset's
+    gan = jax_step.JaxACGAN(m, 10, policy, preset, jit=True)
     adam = gan.g_optimizer.inner_optimizer if policy == "mixed_float16" else gan.g_optimizer
     assert adam.beta_1 == 0.0
     u_before = [v.numpy().copy() for v in m.trunk.non_trainable_variables if "sn_u" in v.path]

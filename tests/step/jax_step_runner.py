@@ -14,6 +14,7 @@ reference, 28x28x1), `loss` (D's and G's real/fake loss; default nonsaturating).
 TensorFlow is blocked here (sys.modules["tensorflow"] = None), so a run also shows the JAX step never
 needs it.
 """
+import dataclasses
 import os
 import sys
 
@@ -22,6 +23,7 @@ sys.modules["tensorflow"] = None  # `import tensorflow` now raises ImportError
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from acgan import presets  # noqa: E402
 from acgan.model import networks, precision  # noqa: E402
 from acgan.step import jax_step  # noqa: E402
 
@@ -39,11 +41,12 @@ def main(in_path, out_path):
         for i, variable in enumerate(model.variables):
             assert variable.path == str(job[f"paths/{model.name}/{i}"]), variable.path
             variable.assign(job[f"weights/{model.name}/{i}"])
-    gan = jax_step.JaxACGAN(models, 10, policy, jit=bool(job["jit"]),
-                            q_learns_from_fakes=bool(job.get("q_learns_from_fakes", True)),
-                            g_learns_from_q=bool(job.get("g_learns_from_q", True)),
-                            augment=tuple(str(job["augment"]).split(",")) if "augment" in job else None,
-                            loss=str(job.get("loss", "nonsaturating")))
+    preset = dataclasses.replace(presets.REFERENCE,  # the reference preset's rates and beta_1, with the job's
+                                 q_learns_from_fakes=bool(job.get("q_learns_from_fakes", True)),
+                                 g_learns_from_q=bool(job.get("g_learns_from_q", True)),
+                                 augment=tuple(str(job["augment"]).split(",")) if "augment" in job else None,
+                                 loss=str(job.get("loss", "nonsaturating")))
+    gan = jax_step.JaxACGAN(models, 10, policy, preset, jit=bool(job["jit"]))
     state = gan.state()
     if "d_learning_rate" in job:
         state["optimizers/d_optimizer_adam/learning_rate"] = np.float32(job["d_learning_rate"])

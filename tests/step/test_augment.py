@@ -82,22 +82,24 @@ def test_the_gradient_is_the_transformation_run_backwards():
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_the_preset_step_trains_d_on_augmented_images_and_samples_stay_unaugmented(policy, set_policy):
+    import dataclasses
+
+    from acgan import presets
     from acgan.data.batches import sample_noise
     from acgan.model import networks
-    from acgan.step.common import diff_augment, step_options
-    from acgan.step.tf_step import ACGAN
+    from acgan.step.factory import build_step
 
-    assert diff_augment("reference") is None and diff_augment("acgan_cifar") == augment.POLICY
-    assert step_options("acgan_cifar")["augment"] == augment.POLICY
+    assert presets.REFERENCE.augment is None and presets.ACGAN_CIFAR.augment == augment.POLICY
     set_policy(policy)
     rng = np.random.default_rng(0)
     batch = (rng.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8), rng.integers(0, 10, 16).astype(np.int32),
              *sample_noise(1, 0, 16, 100, 10))
     d_losses, samples = [], []
-    for options in (step_options("acgan_cifar"), dict(step_options("acgan_cifar"), augment=None)):
+    for preset in (presets.ACGAN_CIFAR, dataclasses.replace(presets.ACGAN_CIFAR, augment=None)):
         keras.utils.set_random_seed(5)
-        gan = ACGAN(networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar"), 10, policy,
-                    jit=False, **options)
+        gan = build_step(preset, "tensorflow", networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar"),
+                         10, policy, jit=False)
+        assert gan.augment == preset.augment  # the step the factory builds for the preset takes its policy
         samples.append(np.asarray(gan.generate(*batch[2:])))
         metrics = gan.train_step(*batch).read()
         assert np.isfinite(list(metrics.values())).all()

@@ -10,6 +10,7 @@ Compared, per optimizer (all of D's, all of G's, all of Q's variables concatenat
 test_mixed_precision_numerics.py): the losses, and Adam's first moments after the first step, i.e.
 (1 - beta_1) * the unscaled gradient each optimizer applied.
 """
+import dataclasses
 import os
 import subprocess
 import sys
@@ -25,9 +26,10 @@ except ImportError as error:
     pytest.skip(f"jax is not installed ({error}); pip install -e '.[jax]' to test the JAX step",
                 allow_module_level=True)
 
-from acgan.model import networks, paper_cifar, precision  # noqa: E402
+from acgan import presets  # noqa: E402
+from acgan.model import networks, precision  # noqa: E402
 from acgan.model.blocks import BN_MOMENTUM  # noqa: E402
-from acgan.step import common, tf_step  # noqa: E402
+from acgan.step import tf_step  # noqa: E402
 from acgan.step.common import LOSS_METRICS, METRIC_NAMES  # noqa: E402
 
 RUNNER = Path(__file__).with_name("jax_step_runner.py")
@@ -53,7 +55,7 @@ def _initial_weights(arch="reference"):
 def _batch(n=BATCH, seed=SEED, arch="reference"):
     """(uint8 images, labels, z uniform in [-1, 1] as sample_noise draws it, fake labels), with numpy."""
     rng = np.random.default_rng(seed)
-    noise_dim = paper_cifar.NOISE_DIM if arch == "acgan_cifar" else networks.NOISE_DIM
+    noise_dim = presets.get(arch).networks.noise_dim
     return (rng.integers(0, 256, (n,) + SHAPES[arch], dtype=np.uint8), rng.integers(0, 10, n).astype(np.int32),
             rng.uniform(-1.0, 1.0, (n, noise_dim)).astype(np.float32),
             rng.integers(0, 10, n).astype(np.int32))
@@ -102,8 +104,9 @@ def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns
         for model in models:
             for variable, value in zip(model.variables, values[model.name]):
                 variable.assign(value)
-        gan = tf_step.ACGAN(models, 10, policy, jit=False, q_learns_from_fakes=q_learns_from_fakes,
-                            g_learns_from_q=g_learns_from_q, augment=augment, loss=loss)
+        preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=q_learns_from_fakes,
+                                     g_learns_from_q=g_learns_from_q, augment=augment, loss=loss)
+        gan = tf_step.ACGAN(models, 10, policy, preset, jit=False)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     if learning_rate_scale is not None:
@@ -227,8 +230,8 @@ def test_the_paper_preset_step_matches_the_tf_step(loss, tmp_path):
     the learning rates halved as the preset's decay halves them: the same losses and first moments, the
     rates the compiled step used; Q's optimizer holds the trunk and Q head only. With either real/fake loss."""
     weights, batch = _initial_weights("acgan_cifar"), _batch(arch="acgan_cifar")
-    options = {"q_learns_from_fakes": False, "g_learns_from_q": False,  # the preset's (common.step_options)
-               "augment": common.diff_augment("acgan_cifar"),  # the same draws on both backends
+    options = {"q_learns_from_fakes": False, "g_learns_from_q": False,  # the preset's (presets.ACGAN_CIFAR)
+               "augment": presets.ACGAN_CIFAR.augment,  # the same draws on both backends
                "loss": loss}
     options["learning_rate_scale"] = 0.5  # halfway through the preset's learning-rate decay
     tf_run = _tf_step("float32", weights, batch, arch="acgan_cifar", **options)
@@ -237,7 +240,7 @@ def test_the_paper_preset_step_matches_the_tf_step(loss, tmp_path):
     assert len(tf_run["moments"]["q"]) == trainable["trunk"] + trainable["q_head"]  # no G in Q's list
     # The compiled step used the halved rates: Adam's first step with beta_1 0 moves a weight by at most
     # its rate (|g| / (|g| + eps)), and G's largest move is close to it.
-    rate = common.learning_rates()[1] * 0.5  # G's; the runner's step keeps the default rates
+    rate = presets.REFERENCE.learning_rates[1] * 0.5  # G's; the runner's step keeps the default rates
     assert jax_run["state/optimizers/g_optimizer_adam/learning_rate"] == np.float32(rate)
     moves = [np.abs(jax_run[f"state/models/generator/{path}"] - value).max()
              for value, path in zip(weights[0]["generator"], weights[1]["generator"])

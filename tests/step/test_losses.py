@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from acgan import presets
 from acgan.config import Config
 from acgan.errors import UserError
-from acgan.step import common, losses
+from acgan.step import losses
 from acgan.training import run_dir as run_dirs
 
 LOGITS = np.array([[-2.0], [-0.5], [0.5], [2.0]], np.float32)
@@ -42,11 +43,11 @@ def test_the_hinge_loss_and_its_margins():
 
 
 def test_auto_is_the_presets_loss_and_a_step_takes_only_a_known_one():
-    assert common.adversarial_loss("acgan_cifar") == common.ADVERSARIAL_LOSS["acgan_cifar"]
-    assert common.adversarial_loss("reference", "hinge") == "hinge"
-    assert common.step_options("acgan_cifar", "hinge")["loss"] == "hinge"
+    assert presets.adversarial_loss("acgan_cifar") == presets.ACGAN_CIFAR.loss
+    assert presets.adversarial_loss("reference", "hinge") == "hinge"
+    assert presets.ACGAN_CIFAR.with_loss("hinge").loss == "hinge"
     with pytest.raises(ValueError, match="unknown adversarial loss 'auto'"):
-        common.check_adversarial_loss("auto")
+        presets.check_adversarial_loss("auto")
 
 
 def test_config_round_trips_the_loss_an_old_config_reads_as_nonsaturating_and_a_resume_keeps_it(tmp_path):

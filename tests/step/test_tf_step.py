@@ -1,9 +1,12 @@
 """The TensorFlow step: one G forward per iteration, batch-norm statistics that move once per batch,
 and metrics as one vector read with one host copy."""
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
 
+from acgan import presets
 from acgan.data.batches import sample_noise
 from acgan.model.blocks import BN_MOMENTUM
 from acgan.model.networks import build_models
@@ -95,15 +98,16 @@ def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_clas
             real_loss = losses.ce(labels, m.q_head(m.trunk(real, training=True), training=True))
     expected = tape.gradient(real_loss, variables)
     for from_fakes, rtol in ((False, 2e-2 if policy != "float32" else 1e-5), (True, None)):
-        got = [np.asarray(g, np.float64) / scale for g in results[from_fakes][4]]
+        got = [np.asarray(g, np.float64) / scale for g in results[from_fakes].q_grads]
         difference = max(float(np.abs(a - np.asarray(b)).max()) for a, b in zip(got, expected))
         size = max(float(np.abs(np.asarray(b)).max()) for b in expected)
         if rtol:  # from real images only: the real batch's gradient
             assert difference <= rtol * size, (difference, size)
         else:  # from both batches: the fake batch's class loss adds to it
             assert difference > 0.05 * size, (difference, size)
-    np.testing.assert_allclose(np.asarray(results[False][6]), np.asarray(results[True][6]), rtol=1e-6, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(results[False][1]), np.asarray(results[True][1]), rtol=1e-6)  # q_loss
+    np.testing.assert_allclose(np.asarray(results[False].q_cotangent), np.asarray(results[True].q_cotangent),
+                               rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(results[False].q_loss), np.asarray(results[True].q_loss), rtol=1e-6)
 
 
 @pytest.mark.parametrize("g_learns_from_q", [True, False])
@@ -116,8 +120,8 @@ def test_without_g_learns_from_q_the_class_loss_does_not_reach_g(g_learns_from_q
 
     def g_after_one_step(q_head_factor):
         keras.utils.set_random_seed(3)
-        gan = ACGAN(build_models((28, 28, 1), 10, width=0.125), 10, "float32", jit=False,
-                    q_learns_from_fakes=False, g_learns_from_q=g_learns_from_q)
+        preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, g_learns_from_q=g_learns_from_q)
+        gan = ACGAN(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=False)
         for variable in gan.models.q_head.trainable_variables:
             variable.assign(variable * q_head_factor)
         values = gan.train_step(*batch).read()

@@ -2,7 +2,8 @@
 import pytest
 
 from acgan.config import Config
-from acgan.step.common import learning_rate_decay, learning_rate_scale
+from acgan.presets import learning_rate_decay
+from acgan.step.common import learning_rate_scale
 from acgan.training.loop import DEFAULT_STEPS, total_steps
 
 

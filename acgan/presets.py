@@ -1,0 +1,137 @@
+"""The model presets (`--arch`): each one a frozen record of its networks and its training settings.
+
+No framework is imported here, so the configuration, the reports and the health checks can read a
+preset without loading TensorFlow, JAX or Keras. The networks are built from a preset by
+acgan.model.networks.build_models, the step by acgan.step.factory.build_step. A preset of your own is
+one more instance in PRESETS (docs/presets.md#your-own-preset).
+"""
+import dataclasses
+from typing import ClassVar, Optional, Union
+
+# D's and G's real/fake loss (acgan.step.losses); a run's "auto" is its preset's `loss`.
+ADVERSARIAL_LOSSES = ("nonsaturating", "hinge")
+
+
+def check_adversarial_loss(loss):
+    """`loss` if it names one of ADVERSARIAL_LOSSES (a step takes a resolved name, not "auto")."""
+    if loss not in ADVERSARIAL_LOSSES:
+        raise ValueError(f"unknown adversarial loss {loss!r}: one of {', '.join(ADVERSARIAL_LOSSES)}")
+    return loss
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceNetworks:
+    """The original experiment's networks (acgan/model/networks.py, docs/presets.md#the-reference-model)."""
+
+    architecture: ClassVar[str] = "reference"
+    side_divisor: ClassVar[int] = 4  # two stride-2 layers each way
+    noise_dim: int = 62  # G's noise vector, uniform in [-1, 1]
+
+
+@dataclasses.dataclass(frozen=True)
+class PaperCifarNetworks:
+    """The AC-GAN paper's CIFAR-10 networks and the switches between the paper's table and the departures
+    from it (acgan/model/paper_cifar.py, docs/presets.md#departures-from-the-table)."""
+
+    architecture: ClassVar[str] = "paper_cifar"
+    side_divisor: ClassVar[int] = 8  # three stride-2 layers each way
+    noise_dim: int = 100  # G's noise vector, uniform in [-1, 1]
+    g_maps: tuple = (384, 192, 96)  # G's dense layer's maps (x side/8 x side/8), then its two upsampling layers'
+    g_kernel: int = 3  # G's convolution kernels; the table's: 5 (docs/presets.md#generator-kernels)
+    # How G doubles its side: "resize" (2x nearest-neighbour + a convolution) or "transpose" (the table's
+    # stride-2 transposed convolutions; docs/presets.md#upsampling).
+    upsample: str = "resize"
+    # The D trunk's convolutions' maps, strides 2, 1, 2, ...; the table's: 16, 32, 64, 128, 256, 512
+    # (docs/presets.md#discriminator-maps).
+    d_maps: tuple = (64, 64, 128, 128, 256, 256)
+    d_kernel: int = 3  # the D trunk's convolution kernels
+    dropout: float = 0.0  # after each of D's convolutions; 0: none; the table's: 0.5 (docs/presets.md#dropout)
+    # D's convolutions spectrally normalised, no batch norm in D; False: the table's batch norm
+    # (docs/presets.md#spectral-norm).
+    spectral_norm: bool = True
+    # A channel of the batch's spread after D's last convolution (docs/presets.md#minibatch-standard-deviation).
+    minibatch_stddev: bool = True
+    # D's real/fake logit has a class term <embed(label), features> (docs/presets.md#projection-discriminator).
+    projection: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """One model preset: which networks, their sizes and choices, and how the step trains them."""
+
+    name: str  # what --arch and a run's config.json call it
+    networks: Union[ReferenceNetworks, PaperCifarNetworks]  # the builder (its `architecture`) and its knobs
+    # Adam's learning rates for the D, G and Q optimizers (docs/presets.md#learning-rates).
+    learning_rates: tuple
+    beta_1: float  # Adam's beta_1 (momentum) for all three optimizers (docs/presets.md#adam-beta1)
+    # The last fraction of a run over which the learning rates fall linearly to zero, or None: constant
+    # rates (acgan.step.common.learning_rate_scale; docs/presets.md#learning-rate-decay).
+    learning_rate_decay: Optional[float]
+    # The differentiable augmentation of every image D's trunk sees, as acgan.step.augment's policy names,
+    # or None (docs/presets.md#augmentation).
+    augment: Optional[tuple]
+    # D's and G's real/fake loss, one of ADVERSARIAL_LOSSES; --loss overrides it
+    # (docs/presets.md#adversarial-loss).
+    loss: str
+    # Whether Q's classifier (the trunk and Q head) also learns to name G's labels on fake images; False:
+    # from real images only (docs/presets.md#q-learns-from-real-images).
+    q_learns_from_fakes: bool
+    # Whether the fake images' class loss moves G (through Q's optimizer: the AC-GAN paper's class term for
+    # G); False: the class reaches G through D alone (docs/presets.md#g-learns-classes-from-d).
+    g_learns_from_q: bool
+
+    def __post_init__(self):
+        check_adversarial_loss(self.loss)
+        if len(self.learning_rates) != 3:
+            raise ValueError(f"preset {self.name!r}: learning_rates are (D, G, Q), got {self.learning_rates!r}")
+
+    def with_loss(self, loss):
+        """This preset training with real/fake loss `loss` (--loss); "auto": its own."""
+        return self if loss == "auto" else dataclasses.replace(self, loss=loss)
+
+
+REFERENCE = Preset(
+    name="reference",
+    networks=ReferenceNetworks(),
+    learning_rates=(2e-4, 1e-3, 1e-3),
+    beta_1=0.5,
+    learning_rate_decay=None,
+    augment=None,
+    loss="nonsaturating",
+    q_learns_from_fakes=True,
+    g_learns_from_q=True,
+)
+
+ACGAN_CIFAR = Preset(
+    name="acgan_cifar",
+    networks=PaperCifarNetworks(),
+    learning_rates=(2e-4, 2e-4, 2e-4),
+    beta_1=0.0,  # as spectral-norm GANs do (Miyato et al. 2018)
+    learning_rate_decay=0.25,  # CycleGAN's schedule (Zhu et al. 2017)
+    augment=("color", "translation", "cutout"),  # DiffAugment's policy (Zhao et al. 2020)
+    loss="nonsaturating",
+    q_learns_from_fakes=False,
+    g_learns_from_q=False,
+)
+
+# Every preset by name: the --arch values (besides auto), in the order the help text lists them.
+PRESETS = {preset.name: preset for preset in (REFERENCE, ACGAN_CIFAR)}
+
+
+def get(name):
+    """The preset called `name` (a resolved name, not "auto"); KeyError naming the known ones."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown preset {name!r}: one of {', '.join(PRESETS)}") from None
+
+
+def adversarial_loss(arch="reference", loss="auto"):
+    """The real/fake loss a run of preset `arch` trains with: `loss`, or with "auto" the preset's."""
+    return get(arch).with_loss(loss).loss
+
+
+def learning_rate_decay(arch="reference"):
+    """The last fraction of a run over which preset `arch`'s learning rates fall to zero, or None."""
+    return get(arch).learning_rate_decay
+

@@ -1,0 +1,138 @@
+"""The train step's contract, and what the step of every backend shares (tf_step.ACGAN, jax_step.JaxACGAN).
+
+    step = factory.build_step(preset, backend, models, num_classes, policy, ...)
+    step.train_step(images, labels, z, fake_labels) -> StepMetrics
+        one iteration: the D update on the real and the fake batch, then G and Q from the same single G
+        forward; the metrics are one vector in METRIC_NAMES order, left on the device until
+        StepMetrics.read() copies it once
+    step.generate(z, labels) -> images in [0, 1], inference mode
+    step.preset (the acgan.presets.Preset it trains: its loss resolved), step.noise_dim, step.step (the
+    step counter), step.compile_mode, step.compile_reason, step.learning_rates (D, G, Q), step.beta_1,
+    step.q_learns_from_fakes, step.g_learns_from_q, step.augment, step.loss
+    step.skipped_steps(), step.loss_scales(), step.weights_fingerprint()
+    step.set_learning_rate_scale(f): every optimizer's rate becomes its preset rate times f (the
+        training loop's decay, common.learning_rate_scale); step.learning_rate_scale is the factor now
+    step.sync_variables()   (JAX: the step's state written back into the Keras variables; TF: nothing)
+
+StepBase holds the shared part: the preset's settings, the three optimizers and the variable groups
+they train, the host-side reads (skipped steps, loss scales, the weights fingerprint), and the
+learning-rate scale; next_skip_streak and metric_vector are the step's shared bookkeeping in Keras ops.
+A backend's step adds its update (`_step`), its state and the hooks named below (`_host_*`,
+`_set_learning_rates`).
+"""
+import hashlib
+
+import numpy as np
+from keras import ops
+
+from acgan import presets
+from acgan.model import precision
+from acgan.step.common import MODEL_NAMES, OPTIMIZER_NAMES
+
+
+class StepBase:
+    """The preset's settings, the optimizers and their variable groups, and the host-side reads."""
+
+    def _set_up(self, models, num_classes, preset):
+        """The models and the settings of `preset` (an acgan.presets.Preset), before any optimizer."""
+        self.models = models
+        self.num_classes = num_classes
+        self.noise_dim = models.generator.input[0].shape[-1]
+        self.preset = preset
+        self.learning_rates = tuple(preset.learning_rates)  # (D, G, Q)
+        self.learning_rate_scale = 1.0  # the factor on them now (set_learning_rate_scale: the preset's decay)
+        # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
+        self.q_learns_from_fakes = bool(preset.q_learns_from_fakes)
+        # False: the fake batch's class loss moves nothing (it is only measured); the class reaches G
+        # through D alone (acgan_cifar's projection D head).
+        self.g_learns_from_q = bool(preset.g_learns_from_q)
+        self.beta_1 = float(preset.beta_1)  # Adam's, for all three optimizers
+        # The augmentation of every image D's trunk sees (acgan.step.augment's policy names), or None.
+        self.augment = tuple(preset.augment) if preset.augment else None
+        self.loss = presets.check_adversarial_loss(preset.loss)  # D's and G's real/fake loss (losses.py)
+
+    def _make_optimizers(self, policy):
+        """Adam for D, G and Q at the preset's rates and beta_1 (loss-scaled under mixed_float16)."""
+        d_rate, g_rate, q_rate = self.learning_rates
+        self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
+        self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
+        self.q_optimizer = precision.make_optimizer(q_rate, self.beta_1, policy, "q_optimizer")
+
+    def _build_optimizers(self):
+        """The variables each optimizer trains, and the optimizers built for them."""
+        m = self.models
+        self.d_variables = m.trunk.trainable_variables + m.d_head.trainable_variables
+        self.g_variables = m.generator.trainable_variables
+        # Q trains the shared trunk, its head and (with g_learns_from_q) G: the mutual-information term.
+        self.q_variables = m.trunk.trainable_variables + m.q_head.trainable_variables + (
+            m.generator.trainable_variables if self.g_learns_from_q else [])
+        for optimizer, variables in self._optimizers_and_variables():
+            optimizer.build(variables)
+
+    def _optimizers_and_variables(self):
+        """((optimizer, the variables it trains), ...) for D, G and Q (OPTIMIZER_NAMES' order)."""
+        return (
+            (self.d_optimizer, self.d_variables),
+            (self.g_optimizer, self.g_variables),
+            (self.q_optimizer, self.q_variables),
+        )
+
+    def _named_optimizers(self):
+        """{optimizer name: optimizer}, in OPTIMIZER_NAMES' order."""
+        return dict(zip(OPTIMIZER_NAMES, (self.d_optimizer, self.g_optimizer, self.q_optimizer)))
+
+    def set_learning_rate_scale(self, scale):
+        """Sets each optimizer's learning rate to its preset rate times `scale`; the step reads the rates
+        as values, so no retrace."""
+        self._set_learning_rates([rate * scale for rate in self.learning_rates])
+        self.learning_rate_scale = scale
+
+    def skipped_steps(self):
+        """{optimizer name: steps it skipped so far}."""
+        step, iterations = self._host_step_and_iterations()
+        return {name: step - int(i) for name, i in zip(OPTIMIZER_NAMES, iterations)}
+
+    def loss_scales(self):
+        """{optimizer name: current loss scale} (1.0 where there is no loss scaling)."""
+        return dict(zip(OPTIMIZER_NAMES, (float(s) for s in self._host_loss_scales())))
+
+    def weights_fingerprint(self):
+        """sha256 of every model weight, BN statistics included: the models in ACGANModels' order, each
+        one's `variables` in order, so the same weights give the same fingerprint on both backends (and on
+        every replica and worker of a run, which hold equal weights)."""
+        digest = hashlib.sha256()
+        for name, model in zip(MODEL_NAMES, self.models):
+            for value in self._host_model_values(name, model):
+                digest.update(np.ascontiguousarray(np.asarray(value)).tobytes())
+        return digest.hexdigest()
+
+    # The backend's hooks.
+
+    def _set_learning_rates(self, rates):
+        """Sets the (D, G, Q) optimizers' learning rates to `rates`."""
+        raise NotImplementedError
+
+    def _host_step_and_iterations(self):
+        """(the step counter, [each optimizer's iterations]) on the host."""
+        raise NotImplementedError
+
+    def _host_loss_scales(self):
+        """Each optimizer's loss scale (1.0 without loss scaling), as numbers or host-readable scalars."""
+        raise NotImplementedError
+
+    def _host_model_values(self, name, model):
+        """The values of `model` (called `name`)'s `variables`, in that order, as host arrays."""
+        raise NotImplementedError
+
+
+def next_skip_streak(streak, iterations_before, iterations):
+    """Each optimizer's consecutive skipped steps after this step: a loss-scale optimizer skips a
+    non-finite step without advancing its (inner optimizer's) iterations."""
+    return ops.where(ops.equal(iterations, iterations_before), streak + 1, ops.zeros_like(streak))
+
+
+def metric_vector(losses, scales, step, iterations, streak):
+    """The step's metrics as one float32 vector in METRIC_NAMES order: the losses and accuracies, each
+    optimizer's loss scale, its skipped steps so far (the step counter minus its iterations) and its
+    skip streak."""
+    return ops.concatenate([losses, scales, ops.cast(step - iterations, "float32"), ops.cast(streak, "float32")])

@@ -1,0 +1,31 @@
+"""The one place that builds the train step, for every caller: training, sampling from a checkpoint,
+the benchmark. A step built for a preset's weights anywhere is the step training built for them."""
+
+
+def build_step(preset, backend, models, num_classes, policy, *, loss="auto", jit=True, strategy=None,
+               sync_bn=True, mesh=None):
+    """The train step (base.py's contract) of `backend` for `models`, built from `preset`.
+
+    preset: an acgan.presets.Preset; loss: D's and G's real/fake loss, "auto" for the preset's (--loss);
+    backend: "tensorflow" (tf_step.ACGAN) or "jax" (jax_step.JaxACGAN), the backend Keras runs on;
+    policy: the Keras dtype policy the models were built under; jit: compile the step with XLA.
+    TensorFlow only: strategy, the tf.distribute strategy (None: the current one), and sync_bn, batch-norm
+    statistics over the global batch with several replicas. JAX only: mesh, a jax.sharding.Mesh with a
+    "data" axis (None: one device); the step always sees the global batch.
+    """
+    preset = preset.with_loss(loss)
+    if backend == "tensorflow":
+        if mesh is not None:
+            raise ValueError("a mesh is JAX's; TensorFlow's step takes a tf.distribute strategy")
+        # Imported here, once the backend is chosen: importing tf_step loads TensorFlow.
+        from acgan.step.tf_step import ACGAN
+
+        return ACGAN(models, num_classes, policy, preset, jit=jit, strategy=strategy, sync_bn=sync_bn)
+    if backend == "jax":
+        if strategy is not None:
+            raise ValueError("a tf.distribute strategy is TensorFlow's; JAX's step takes a mesh")
+        # Imported here, once the backend is chosen: importing jax_step loads JAX.
+        from acgan.step.jax_step import JaxACGAN
+
+        return JaxACGAN(models, num_classes, policy, preset, jit=jit, mesh=mesh)
+    raise ValueError(f"unknown backend {backend!r}: tensorflow or jax")
