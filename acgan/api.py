@@ -250,7 +250,7 @@ def benchmark(backends=None, policies=POLICIES, batches=(64, 256, 1024, 2048), j
     """Times every backend x policy x batch x XLA setting, each in a fresh worker process, as python -m
     acgan.benchmark does (this process never loads Keras). backends=None: KERAS_BACKEND, else tensorflow;
     jit takes "on", "off" (or True, False). Returns a Report of benchmark.json."""
-    from acgan.measure.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
+    from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
 
     given = dict(locals())
     lists = {name: _as_tuple(given[name]) for name in ("backends", "policies", "batches", "jit", "devices")}
@@ -272,7 +272,7 @@ def benchmark_with(settings, output_dir=None, command=None):
         from acgan import data
 
         data.validate_dataset_name(settings.dataset)
-    from acgan.measure import sweep, tables  # no backend loads here: the workers load theirs
+    from acgan.bench import sweep, tables  # no backend loads here: the workers load theirs
 
     folder, doc = sweep.run_sweep(settings, output_dir, command=command)
     tables.write_outputs(doc, folder)

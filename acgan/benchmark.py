@@ -51,7 +51,7 @@ FLAGS = flags.FLAGS
 
 
 def settings_from_flags():
-    from acgan.measure.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
+    from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
 
     return cli.settings_from_flags(
         SweepSettings, backends=parse_backends(FLAGS.backends), policies=tuple(dict.fromkeys(FLAGS.policies)),

@@ -25,7 +25,7 @@ def main(argv):
     files = argv[1:]
     if not files:
         raise UserError("give one or more benchmark.json files: python -m acgan.benchmark_merge FILE... [--output_dir DIR]")
-    from acgan.measure import sweep, tables
+    from acgan.bench import sweep, tables
 
     docs = [tables.load_benchmark(f) for f in files]
     output_dir = Path(FLAGS.output_dir or Path("outputs") / f"report-{datetime.now():%Y%m%d-%H%M%S}")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from acgan.measure import advice, plots, sweep, tables, worker
+from acgan.bench import plots, sweep, tables, worker
+from acgan.measure import advice
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--width", "0.125", "--steps", "2", "--warmup", "1", "--repeats", "2", "--jit", "off"]

@@ -2,7 +2,8 @@
 import pytest
 import tensorflow as tf
 
-from acgan.measure import advice, device, prices, sweep, tables
+from acgan.bench import sweep, tables
+from acgan.measure import advice, device, prices
 from acgan.training import report
 
 

@@ -1,7 +1,7 @@
 """The benchmark sweep: Keras backends x policies x batch sizes x XLA settings, each configuration in a
 fresh worker process.
 
-A worker (`python -m acgan.measure.worker JOB.json RESULT.json`, started by `run_sweep` with
+A worker (`python -m acgan.bench.worker JOB.json RESULT.json`, started by `run_sweep` with
 KERAS_BACKEND set to the configuration's backend) times the bare compiled AC-GAN step on
 device-resident tensors: compile, `warmup` steps, then `repeats` timings of `steps` steps each, every
 timing between two device syncs (converting the step's scalars to Python floats). A fresh process per
@@ -37,7 +37,7 @@ from acgan.config import (
 from acgan.errors import UserError
 from acgan.measure import flops, prices, timing
 from acgan.measure.backend_labels import describe_backend
-from acgan.measure.tables import FORMAT, add_speedups, describe_machine
+from acgan.bench.tables import FORMAT, add_speedups, describe_machine
 from acgan.util.children import child_env, last_log_line
 
 SYNTHETIC_SHAPE = (28, 28, 1)   # the doodles / Quick-Draw shape, so synthetic timings compare
@@ -387,7 +387,7 @@ def run_worker(job, work_dir, log_path, name=None, extra_env=None, max_seconds=N
     with open(log_path, "w") as log:
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "acgan.measure.worker", str(job_path), str(result_path)],
+                [sys.executable, "-m", "acgan.bench.worker", str(job_path), str(result_path)],
                 stdout=log, stderr=subprocess.STDOUT, env=env, timeout=max_seconds,
             )
         except subprocess.TimeoutExpired:  # subprocess.run has killed the worker

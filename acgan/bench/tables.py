@@ -357,7 +357,7 @@ def render_profiles(rows):
 
 def write_outputs(doc, output_dir):
     """benchmark.json, benchmark.csv, benchmark.md and the figures, each written atomically."""
-    from acgan.measure import plots
+    from acgan.bench import plots
     from acgan.util.files import write_atomically
 
     output_dir = Path(output_dir)

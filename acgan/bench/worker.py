@@ -1,6 +1,6 @@
-"""The benchmark worker: `python -m acgan.measure.worker JOB.json RESULT.json` times one configuration.
+"""The benchmark worker: `python -m acgan.bench.worker JOB.json RESULT.json` times one configuration.
 
-Started by acgan.sweep.run_sweep, one fresh process per configuration, with KERAS_BACKEND set to the
+Started by acgan.bench.sweep.run_sweep, one fresh process per configuration, with KERAS_BACKEND set to the
 configuration's backend (the parent never loads Keras). Modes: "bare" (the compiled step alone),
 "trainer" (the full training loop) and "probe" (the machine as this backend sees it, and the models'
 layer widths, for the parent). Fault injection, for tests only: ACGAN_SWEEP_INJECT="oom:16,kill:32"
