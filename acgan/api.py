@@ -170,13 +170,14 @@ def train_with(config, command=None):
     data.validate_dataset_name(config.dataset, classes=config.classes)
     backend_lib.use(config.backend)  # before Keras loads; a resumed run keeps the backend it was trained on
     from acgan.model import precision  # TensorFlow loads here, after the settings are known good.
+    from acgan.quality.evaluation import TrainingEvaluator
     from acgan.training import loop
     from acgan.util import disk
 
     disk.ignore_file_size_signal()  # past a file-size limit a write fails (EFBIG) instead of killing us
     with _policy_restored():
         precision.set_policy(config.policy)
-        result = loop.run(config, command=command)
+        result = loop.run(config, command=command, make_evaluator=TrainingEvaluator)
     return Run(result.run_dir, result.status, result.message, result.signal, result.chief,
                result.weights_fingerprint)
 
