@@ -3,10 +3,13 @@ the sample quality of a run.
 
 From Python: acgan.evaluate(run, num_samples=10_000, ...) returns the result as a dict (quality.json's)."""
 import functools
+from pathlib import Path
 
 from absl import flags
 
 from acgan import api, cli
+from acgan.quality.evaluation import has_report  # no framework loads: the judging loads Keras
+from acgan.quality.report_section import across_judges_text, cas_text, lowest_margin
 
 
 @functools.cache
@@ -31,13 +34,8 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    from pathlib import Path
-
     result = api.evaluate(run=FLAGS.run, num_samples=FLAGS.num_samples, seed=FLAGS.seed, judge_seed=FLAGS.judge_seed,
                           judges=FLAGS.judges, data_dir=FLAGS.data_dir, cas=FLAGS.cas, backend=FLAGS.backend)
-    from acgan.quality.evaluation import has_report
-    from acgan.quality.report_section import across_judges_text
-
     run_dir = Path(FLAGS.run)
     print(summary_line(result))
     if result.get("across_judges"):
@@ -50,8 +48,6 @@ def main(argv):
 
 
 def summary_line(result):
-    from acgan.quality.report_section import cas_text, lowest_margin
-
     reference = result.get("real_reference") or {}
 
     def ref(key):

@@ -57,7 +57,7 @@ def d_class_margins(models, images, labels, num_classes, batch=500):
     consecutive images), in inference mode. Returns (margins [K], nearest [K]); NaN and -1 for a class
     with no image.
     """
-    from acgan.model.networks import takes_labels
+    from acgan.model.networks import takes_labels  # Keras loads: after acgan.backend has chosen
 
     if not takes_labels(models.d_head):
         return None
