@@ -125,3 +125,29 @@ def test_several_training_seeds_are_averaged_and_the_verdict_is_on_the_means():
     # One seed: the run is the row, as before.
     single = run("float32", 0, 0.8, 20.0, 40.0, [0.8])
     assert verdict.combine_seeds([single]) is single
+
+
+def test_the_page_renders_from_the_rows_alone():
+    """compare.md from judged rows, no training: one column per policy, the verdict, the notes."""
+    from acgan.quality import compare_page
+
+    rows = [row("float32", 0.95, 10.0), row("mixed_float16", 0.90, 10.5)]
+    for r in rows:
+        r.update(steps=500, time_per_batch_ms=110.0, time_per_1000_samples_ms=1500.0, cost_per_million_batches=None,
+                 compile_seconds=3.0, peak_memory_bytes=2**30, skipped_steps=0, classifier_score=8.0,
+                 q_accuracy_real=0.97, inception_fid=None, inception_note="not applicable", num_real=1000,
+                 num_generated=1000, report_md=f"{r['policy']}/report.md")
+    rows[1]["time_per_batch_median_ms"] = 50.0
+    verdict.add_baseline(rows)
+    doc = {"rows": rows, "command": "acgan.compare --steps 500", "device": {"kind": "CPU", "name": "x86_64"},
+           "judge": {"test_accuracy": 0.98, "num_test": 1000},
+           "settings": {"dataset": "doodles", "batch": 64, "width": 1.0, "steps": 500, "minutes": None, "seed": 0,
+                        "jit": True, "price_per_hour": None, "policies": ["float32", "mixed_float16"]}}
+    page = compare_page.render_markdown(doc)
+    assert page.startswith("# Mixed precision compared: doodles, batch 64, width 1, 500 steps each\n")
+    assert "\n| | float32 | mixed_float16 |\n|---|---|---|\n| status | completed | completed |\n" in page
+    assert "\n| speed-up vs float32 | 1.00x | 2.00x |\n" in page
+    assert "\n| quality held | yes | **no** |\n" in page
+    assert "\n| run | [report](float32/report.md) | [report](mixed_float16/report.md) |\n" in page
+    assert "\nQuality did not hold for mixed_float16 (conditional accuracy -5.0 points)" in page
+    assert "\nInception FID: not applicable.\n" in page and page.endswith("![final sample grids](compare.png)\n")
