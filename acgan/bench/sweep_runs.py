@@ -34,6 +34,7 @@ def probe_backend(settings, backend, image_shape, num_classes, work_dir):
 
 
 def worker_job(settings, backend, policy, batch, jit, inputs, num_classes, mode="bare"):
+    """The job file's contents for one configuration's worker (mode "bare" or "trainer")."""
     return {
         "mode": mode, "backend": backend, "policy": policy, "batch": batch, "jit": jit, "width": settings.width,
         "arch": settings.arch,
@@ -47,6 +48,7 @@ def worker_job(settings, backend, policy, batch, jit, inputs, num_classes, mode=
 
 
 def config_name(backend, policy, batch, jit):
+    """The configuration's name in log, job and profile file names: tensorflow-float32-b64-xla_on."""
     return f"{backend}-{policy}-b{batch}-xla_{'on' if jit else 'off'}"
 
 
