@@ -15,11 +15,11 @@ compare_page (compare.md and compare.png); this module holds the settings and ru
 With seeds > 1 every policy trains once per training seed (seed, seed + 1, ...; the policies interleaved
 seed by seed, so a drift in the machine's load touches them alike); a policy's row holds the means over its
 seeds, the verdict is on those means, and each seed's numbers stay in the row (`across_seeds`), with the
-seeds' paired changes as a mean and standard error placed against each margin (paired_summary).
+seeds' paired changes as a mean and standard error placed against each margin (verdict.paired_summary).
 
-With resume the output folder may already hold runs (run_states): finished ones are judged as they are,
-interrupted ones go on from their checkpoints, missing ones train; so an interrupted comparison can be
-finished, or given more seeds.
+With resume the output folder may already hold runs (compare_runs.run_states): finished ones are judged
+as they are, interrupted ones go on from their checkpoints, missing ones train; so an interrupted
+comparison can be finished, or given more seeds.
 """
 import dataclasses
 import json
