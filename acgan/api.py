@@ -20,6 +20,7 @@ back the one it found.
 """
 import contextlib
 import dataclasses
+import importlib.util
 import inspect
 import json
 import os
@@ -27,11 +28,20 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from PIL import Image
+
+# None of these loads Keras, TensorFlow or JAX: the backend is chosen per call, before they load.
 from acgan import backend as backend_lib
-from acgan import cli
+from acgan import cli, data
+from acgan.bench import sweep, tables
+from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
 from acgan.config import POLICIES, Config
 from acgan.errors import UserError
-from acgan.quality.comparison import CompareSettings  # numpy only: no framework loads
+from acgan.quality import evaluation
+from acgan.quality.comparison import CompareSettings, run_compare
+from acgan.training import grids
+from acgan.training.run_dir import config_to_resume
+from acgan.util import disk
 
 # Flags that take a list: a call takes a list, a tuple or a comma-separated string.
 LIST_SETTINGS = ("classes", "devices", "policies", "backends", "batches", "jit")
@@ -75,8 +85,6 @@ class Run:
 
     def grid(self, step=None):
         """The sample grid saved at the end (or at `step`) as a PIL image, which a notebook shows."""
-        from PIL import Image
-
         path = self.folder / "samples" / ("final.png" if step is None else f"step_{step:07d}.png")
         if not path.is_file():
             raise UserError(f"{path} does not exist (the grids are saved every --sample_every steps and at the end)")
@@ -95,8 +103,6 @@ class Samples:
 
     def grid(self, labels=True):
         """One row per class as a PIL image, like the PNG acgan.generate writes (labels: class names beside)."""
-        from acgan.training import grids
-
         rows = len(self.class_names)
         grid = grids.make_grid(grids.to_uint8(self.images), rows)
         return grids.grid_picture(grids.label_rows(grid, self.class_names) if labels else grid)
@@ -112,7 +118,7 @@ class Exported:
         """The exported generator as a Keras model (a .keras file; a SavedModel loads with tf.saved_model.load)."""
         if self.path.is_dir():
             raise UserError(f"{self.path} is a SavedModel: load it with tf.saved_model.load")
-        import keras
+        import keras  # here: Keras loads on the backend this process chose
 
         return keras.saving.load_model(self.path)
 
@@ -129,8 +135,6 @@ class Report:
     def figure(self, name=None):
         """A figure of the folder as a PIL image: compare.png, or benchmark's time_per_batch.png (name: any
         PNG of the folder, e.g. "cost_per_million_batches.png")."""
-        from PIL import Image
-
         names = [name] if name else ["compare.png", "time_per_batch.png"]
         for candidate in names:
             if (self.folder / candidate).is_file():
@@ -156,8 +160,6 @@ def resolve_config(config, given=()):
     settings overridden by those named in `given` (the flags typed, the arguments passed)."""
     config = config.validate()
     if config.resume or (config.output_dir and Path(config.output_dir, "config.json").is_file()):
-        from acgan.training.run_dir import config_to_resume
-
         config = config_to_resume(config, set(given)).validate()
     return config
 
@@ -165,18 +167,15 @@ def resolve_config(config, given=()):
 def train_with(config, command=None):
     """Trains as a resolved Config says (resolve_config): what python -m acgan.train and acgan.train both
     do. command: what the report records as the command."""
-    from acgan import data
-
     data.validate_dataset_name(config.dataset, classes=config.classes)
     backend_lib.use(config.backend)  # before Keras loads; a resumed run keeps the backend it was trained on
     from acgan.model import precision  # TensorFlow loads here, after the settings are known good.
     from acgan.training import loop
-    from acgan.util import disk
 
     disk.ignore_file_size_signal()  # past a file-size limit a write fails (EFBIG) instead of killing us
     with _policy_restored():
         precision.set_policy(config.policy)
-        result = loop.run(config, command=command)
+        result = loop.run(config, command=command, make_evaluator=evaluation.TrainingEvaluator)
     return Run(result.run_dir, result.status, result.message, result.signal, result.chief,
                result.weights_fingerprint)
 
@@ -191,7 +190,7 @@ def generate(run=None, per_class=10, out=None, seed=0, labels=True, backend=None
     _check_int("per_class", per_class, 1, f"--per_class must be a positive integer, got {per_class}")
     _check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
     _use_for_run(backend, run)
-    from acgan.training import grids, sampling
+    from acgan.training import sampling  # Keras loads here, on the run's backend
 
     with _policy_restored():
         _, info, gan = sampling.load_run(Path(run))
@@ -216,8 +215,6 @@ def evaluate(run=None, num_samples=10_000, seed=0, judge_seed=0, judges=1, data_
         raise UserError(f"--run {os.fspath(run)} is not a folder")
     settings = _changed(evaluate, dict(locals()))
     _use_for_run(backend, run)
-    from acgan.quality import evaluation  # Keras loads here, after the settings are known good.
-
     with _policy_restored():
         return evaluation.evaluate_run(Path(run), num_samples, seed, data_dir=data_dir,
                                        command=_command("evaluate", settings), judge_seed=judge_seed,
@@ -237,8 +234,6 @@ def compare(**settings):
 
 def compare_with(settings, command=None):
     """acgan.compare on a CompareSettings: what the command and the call both do."""
-    from acgan.quality.comparison import run_compare  # no framework: Keras loads after the training
-
     out = run_compare(settings.validate(), command=command)
     return Report(out, _read_json(out / "compare.json"))
 
@@ -250,8 +245,6 @@ def benchmark(backends=None, policies=POLICIES, batches=(64, 256, 1024, 2048), j
     """Times every backend x policy x batch x XLA setting, each in a fresh worker process, as python -m
     acgan.benchmark does (this process never loads Keras). backends=None: KERAS_BACKEND, else tensorflow;
     jit takes "on", "off" (or True, False). Returns a Report of benchmark.json."""
-    from acgan.measure.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
-
     given = dict(locals())
     lists = {name: _as_tuple(given[name]) for name in ("backends", "policies", "batches", "jit", "devices")}
     jit_words = tuple({True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else str(v)
@@ -269,11 +262,7 @@ def benchmark(backends=None, policies=POLICIES, batches=(64, 256, 1024, 2048), j
 def benchmark_with(settings, output_dir=None, command=None):
     """acgan.benchmark on a validated SweepSettings: the sweep, then benchmark.json, .csv, .md and the figures."""
     if not settings.synthetic:
-        from acgan import data
-
         data.validate_dataset_name(settings.dataset)
-    from acgan.measure import sweep, tables  # no backend loads here: the workers load theirs
-
     folder, doc = sweep.run_sweep(settings, output_dir, command=command)
     tables.write_outputs(doc, folder)
     return Report(folder, _read_json(folder / "benchmark.json"))
@@ -298,8 +287,6 @@ def export(run=None, out=None, keep_policy=False, format="keras", backend=None):
     if not Path(run).is_dir():
         raise UserError(f"--run {os.fspath(run)} is not a folder")
     if format == "savedmodel":
-        import importlib.util
-
         if importlib.util.find_spec("tensorflow") is None:
             raise UserError("--format savedmodel needs tensorflow, which is not installed: "
                             + backend_lib.INSTALL["tensorflow"])
@@ -387,7 +374,7 @@ def _use_for_run(name, run):
 @contextlib.contextmanager
 def _policy_restored():
     """Puts the global dtype policy back as it was: a call sets the run's policy while it builds models."""
-    import keras
+    import keras  # here: after the call has chosen the backend
 
     previous = keras.mixed_precision.global_policy()
     try:

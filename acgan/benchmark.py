@@ -10,6 +10,7 @@ import functools
 from absl import flags
 
 from acgan import api, backend, cli
+from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
 
 
 @functools.cache
@@ -51,8 +52,6 @@ FLAGS = flags.FLAGS
 
 
 def settings_from_flags():
-    from acgan.measure.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
-
     return cli.settings_from_flags(
         SweepSettings, backends=parse_backends(FLAGS.backends), policies=tuple(dict.fromkeys(FLAGS.policies)),
         batches=parse_batches(FLAGS.batches), jits=parse_jit(FLAGS.jit)).validate()

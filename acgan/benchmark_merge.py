@@ -6,6 +6,7 @@ from pathlib import Path
 from absl import app, flags
 
 from acgan import cli
+from acgan.bench import results, sweep, tables
 from acgan.errors import UserError
 
 flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/report-<timestamp>/).")
@@ -25,12 +26,10 @@ def main(argv):
     files = argv[1:]
     if not files:
         raise UserError("give one or more benchmark.json files: python -m acgan.benchmark_merge FILE... [--output_dir DIR]")
-    from acgan.measure import sweep, tables
-
-    docs = [tables.load_benchmark(f) for f in files]
+    docs = [results.load_benchmark(f) for f in files]
     output_dir = Path(FLAGS.output_dir or Path("outputs") / f"report-{datetime.now():%Y%m%d-%H%M%S}")
     output_dir = sweep.prepare_output_dir(output_dir)
-    doc = tables.merge(docs, sources=files, command=cli.command_line())
+    doc = results.merge(docs, sources=files, command=cli.command_line())
     tables.write_outputs(doc, output_dir)
     print(tables.render_markdown(doc))
     print(f"report folder: {output_dir}  (report: {output_dir / 'benchmark.md'})")

@@ -11,6 +11,8 @@ import types
 
 from absl import app, flags, logging
 
+from acgan import backend
+from acgan.config import STRATEGIES
 from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, DiskFull, UserError
 
 
@@ -42,8 +44,6 @@ def define_loss_flag():
 def define_backend_flag(of_run=False):
     """--backend tensorflow|jax; main() calls backend.use() before Keras loads. Default: KERAS_BACKEND,
     else tensorflow, or (of_run: commands that read a run) None, meaning the run's own backend."""
-    from acgan import backend
-
     if of_run:
         flags.DEFINE_string("backend", os.environ.get("KERAS_BACKEND"), "Keras backend: tensorflow or jax "
                             "(default: the KERAS_BACKEND environment variable, else the run's own).")
@@ -69,8 +69,6 @@ def define_price_flag():
 
 def define_strategy_flags(exclude=()):
     """--strategy and --devices, as acgan.train and acgan.benchmark both take them."""
-    from acgan.config import STRATEGIES
-
     flags.DEFINE_enum("strategy", "auto", [s for s in STRATEGIES if s not in exclude],
                       "tf.distribute strategy, or on JAX a device mesh (auto: mirrored when more than one GPU "
                       "is visible; on JAX, every local device when there are several).")

@@ -9,6 +9,7 @@ import functools
 from absl import flags
 
 from acgan import api, cli
+from acgan.quality.comparison import CompareSettings  # no framework loads: Keras loads after the training
 
 
 @functools.cache
@@ -44,8 +45,6 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    from acgan.quality.comparison import CompareSettings  # no TensorFlow: it loads after training
-
     settings = cli.settings_from_flags(CompareSettings, policies=tuple(FLAGS.policies or ())).validate()
     out = api.compare_with(settings, command=cli.command_line()).folder
     print(f"wrote {out / 'compare.md'} and {out / 'compare.png'}")

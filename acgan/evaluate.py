@@ -3,10 +3,13 @@ the sample quality of a run.
 
 From Python: acgan.evaluate(run, num_samples=10_000, ...) returns the result as a dict (quality.json's)."""
 import functools
+from pathlib import Path
 
 from absl import flags
 
 from acgan import api, cli
+from acgan.quality.evaluation import has_report  # no framework loads: the judging loads Keras
+from acgan.quality.report_section import across_judges_text, cas_text, lowest_margin
 
 
 @functools.cache
@@ -31,26 +34,20 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    from pathlib import Path
-
     result = api.evaluate(run=FLAGS.run, num_samples=FLAGS.num_samples, seed=FLAGS.seed, judge_seed=FLAGS.judge_seed,
                           judges=FLAGS.judges, data_dir=FLAGS.data_dir, cas=FLAGS.cas, backend=FLAGS.backend)
-    from acgan.quality import evaluation
-
     run_dir = Path(FLAGS.run)
     print(summary_line(result))
     if result.get("across_judges"):
         across = result["across_judges"]
-        print(f"across {len(across['judges'])} judges: {evaluation.across_judges_text(across)}")
-    if evaluation.has_report(run_dir):
+        print(f"across {len(across['judges'])} judges: {across_judges_text(across)}")
+    if has_report(run_dir):
         print(f"wrote {run_dir / 'quality.json'} and the \"Sample quality\" section of {run_dir / 'report.md'}")
     else:  # a run stopped before its report (killed, or still training): only quality.json to write into
         print(f"wrote {run_dir / 'quality.json'} (no report.md: the run has not written its report yet)")
 
 
 def summary_line(result):
-    from acgan.quality.evaluation import cas_text, lowest_margin
-
     reference = result.get("real_reference") or {}
 
     def ref(key):

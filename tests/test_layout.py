@@ -1,5 +1,6 @@
-"""The layout stays readable: no import cycles between acgan modules (function-level imports counted),
-commands on top, and no source file pointing outside the repository."""
+"""The layout stays readable: no import cycles between acgan modules, nor between its subsystems (the
+folders under acgan/), function-level imports counted; commands on top, and no source file pointing
+outside the repository."""
 import ast
 from pathlib import Path
 
@@ -49,6 +50,58 @@ def test_no_module_imports_one_that_imports_it_back():
         if name not in done:
             visit(name, [name])
     assert not cycles, f"import cycles: {cycles}"
+
+
+def subsystem_of(module):
+    """The folder under acgan/ that holds `module` (acgan.measure.device -> measure), or None for a
+    top-level module (a command or a shared one)."""
+    parts = module.split(".")
+    if len(parts) > 2 or (PACKAGE / parts[-1]).is_dir():
+        return parts[1]
+    return None
+
+
+def subsystem_graph():
+    """{(subsystem, subsystem it imports): ["acgan/x/a.py imports acgan.y.b", ...]}."""
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    edges = {}
+    for name, imported in import_graph().items():
+        for other in sorted(imported):
+            a, b = subsystem_of(name), subsystem_of(other)
+            if a and b and a != b:
+                where = paths[name].relative_to(PACKAGE.parent)
+                edges.setdefault((a, b), []).append(f"{where} imports {other}")
+    return edges
+
+
+def test_no_subsystem_imports_one_that_imports_it_back():
+    edges = subsystem_graph()
+    graph = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+    cycles = []
+
+    def visit(node, trail):
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in trail:
+                loop = trail[trail.index(nxt):] + [nxt]
+                cycles.append("; ".join(f"{a} -> {b} ({', '.join(edges[a, b])})" for a, b in zip(loop, loop[1:])))
+            elif nxt not in done:
+                visit(nxt, trail + [nxt])
+        done.add(node)
+
+    done = set()
+    for name in sorted(graph):
+        if name not in done:
+            visit(name, [name])
+    assert not cycles, "subsystems importing each other:\n" + "\n".join(cycles)
+
+
+def test_no_subsystem_imports_a_command():
+    top = COMMANDS | {"api", "cli"}
+    offenders = [f"{name} imports {other}" for name, imported in import_graph().items() if subsystem_of(name)
+                 for other in imported if other.split(".")[-1] in top and subsystem_of(other) is None]
+    assert not offenders, offenders
 
 
 def test_the_top_level_holds_the_commands_and_a_few_shared_modules():

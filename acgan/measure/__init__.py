@@ -1,2 +1,2 @@
-"""Measuring a machine: device description, timing and cost, prices, hardware advice, and the benchmark
-(sweep of worker processes, tables, plots)."""
+"""Measuring a machine, for training and the benchmark alike: device description and peak memory, timing
+and cost, prices, FLOPs, profiles, hardware advice, backend labels."""

@@ -11,6 +11,9 @@ operations (events carrying an `hlo_op` stat: the thunks of the compiled step, s
 that ran them) or, without XLA, TensorFlow's ops. Each operation is put in one group by what it computes:
 XLA's compiled HLO text (given as `hlo_texts`) says an instruction's opcode, what a fusion contains and
 which Keras layer or optimizer it came from (its op_name metadata); without it, the names alone decide.
+
+Keras, JAX and TensorFlow are imported inside the functions that use them: a process loads only its own
+backend's profiler, and reading GROUPS (the benchmark's page) loads none.
 """
 import contextlib
 import json

@@ -24,6 +24,7 @@ import numpy as np
 from acgan.data.image_set import ImageSet
 from acgan.quality import judge as judge_lib
 from acgan.quality.metrics import class_counts, per_class_subset
+from acgan.util.files import write_json
 
 # The judge trains 3 epochs on up to 5,000 images per class; CAS trains on the samples, usually fewer
 # (10,000 for ten classes), so it trains longer: at 3 epochs a classifier of 1,000 real images per class
@@ -93,8 +94,6 @@ def _read_cached(path):
 
 
 def _write_cached(path, score):
-    from acgan.util.files import write_json
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, score)

@@ -2,8 +2,15 @@
 judge (no file I/O, cheap enough for --eval_every); `evaluate_run` scores a run folder's latest
 checkpoint and records the result in the run (quality.json, report.json, report.md, TensorBoard).
 """
+import json
+import time
+from pathlib import Path
+
 import numpy as np
 
+from acgan import data as data_lib
+from acgan.errors import UserError
+from acgan.quality.inception import inception_entry
 from acgan.quality.metrics import (
     class_counts,
     classifier_score,
@@ -13,6 +20,9 @@ from acgan.quality.metrics import (
     per_class_subset,
     real_subset,
 )
+from acgan.quality.report_section import SECTION_TITLE, render_markdown
+from acgan.training import report as run_report
+from acgan.util.files import write_atomically, write_json
 
 
 def sample_inputs(num_classes, noise_dim, num_samples, seed=0):
@@ -47,7 +57,7 @@ def d_class_margins(models, images, labels, num_classes, batch=500):
     consecutive images), in inference mode. Returns (margins [K], nearest [K]); NaN and -1 for a class
     with no image.
     """
-    from acgan.model.networks import takes_labels
+    from acgan.model.networks import takes_labels  # Keras loads: after acgan.backend has chosen
 
     if not takes_labels(models.d_head):
         return None
@@ -83,7 +93,7 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fa
     already generated them (the same `sample_inputs`), to judge them again without generating again.
     Returns a JSON-ready dict.
     """
-    from acgan.training.sampling import generate_images
+    from acgan.training.sampling import generate_images  # Keras loads: after acgan.backend has chosen
 
     num_classes = test_set.num_classes
     z, labels = sample_inputs(num_classes, gan.noise_dim, num_samples, seed)
@@ -117,7 +127,7 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fa
         # The GAN's own Q on the real test images, and on the samples: does Q name the class G was asked
         # for? G is trained to make Q say yes, so Q far above the judge on the samples means G found
         # images Q accepts that the real class does not look like (AC-GAN's weak spot).
-        from acgan.model.networks import build_classifier
+        from acgan.model.networks import build_classifier  # Keras, as above
 
         classifier = build_classifier(gan.models)  # once, for both image sets
         images, q_labels = real_subset(test_set, num_samples, seed)
@@ -140,13 +150,6 @@ def d_class_margin_entries(models, images, labels, class_names):
     return {"d_class_margin_per_class": {name: None if np.isnan(m) else float(m) for name, m in zip(names, margins)},
             "d_class_nearest": {name: names[k] if k >= 0 else None for name, k in zip(names, nearest)},
             "d_class_margin_mean": float(np.nanmean(margins)) if np.any(~np.isnan(margins)) else None}
-
-
-def lowest_margin(result):
-    """The label under which D tells its class worst from the others, as `lowest: NAME +m against OTHER`."""
-    margins = {name: m for name, m in result["d_class_margin_per_class"].items() if m is not None}
-    name = min(margins, key=margins.get)
-    return f"lowest: {name} {margins[name]:+.2f} against {result['d_class_nearest'][name]}"
 
 
 def real_reference(judge, test_set, train_set, num_samples, seed=0):
@@ -183,7 +186,7 @@ class TrainingEvaluator:
     """Judges the generator every --eval_every steps of a training run against the real test split."""
 
     def __init__(self, config):
-        from acgan import data as data_lib
+        from acgan.measure import device  # both load Keras: after acgan.backend has chosen
         from acgan.quality import judge
 
         self.samples = config.eval_samples
@@ -197,10 +200,7 @@ class TrainingEvaluator:
         self.reference = real_reference(self.judge, self.test_set, train_set, self.samples)
         del train_set
         self.last = None
-        # The judge may just have trained on this device: its peak is not the run's.
-        from acgan.measure import device
-
-        device.reset_peak_memory()
+        device.reset_peak_memory()  # the judge may just have trained on this device: its peak is not the run's
 
     def evaluate(self, gan, step, writer):
         """Scores `gan`, logs the scalars to `writer` (a tensorboard.SummaryWriter); the result is kept in `last`."""
@@ -210,66 +210,7 @@ class TrainingEvaluator:
         writer.scalars(scalars(self.last), step)
 
 
-# ---- Inception FID (only where the Keras InceptionV3 ImageNet weights already sit on the machine) ----
-
-INCEPTION_WEIGHTS = "inception_v3_weights_tf_dim_ordering_tf_kernels_notop.h5"
-INCEPTION_DATASETS = ("cifar10",)
-
-
-def inception_weights_path():
-    """The InceptionV3 (no top) weights file in the Keras cache, or None; never downloads."""
-    import os
-    from pathlib import Path
-
-    homes = [os.environ.get("KERAS_HOME"), os.path.join(os.path.expanduser("~"), ".keras"), "/tmp/.keras"]
-    for home in filter(None, homes):
-        path = Path(home) / "models" / INCEPTION_WEIGHTS
-        if path.is_file():
-            return path
-    return None
-
-
-def inception_features(images, weights_path, batch=100):
-    """uint8 RGB images [N, H, W, 3] -> 2048-d pool features of Keras' ImageNet InceptionV3 at 299x299."""
-    import keras
-
-    from acgan.model.precision import float32_policy
-
-    with float32_policy():
-        model = keras.applications.InceptionV3(include_top=False, weights=str(weights_path), pooling="avg",
-                                               input_shape=(299, 299, 3))
-    out = []
-    for i in range(0, len(images), batch):
-        x = keras.ops.image.resize(images[i : i + batch].astype(np.float32), (299, 299), interpolation="bilinear")
-        out.append(np.asarray(model(x / 127.5 - 1.0, training=False), np.float64))
-    return np.concatenate(out)
-
-
-def inception_unavailable(dataset):
-    """Why the Inception FID cannot be computed for `dataset` here (a line for the report), or None."""
-    if dataset not in INCEPTION_DATASETS:
-        return (f"not applicable: the standard Inception FID is defined for natural RGB images (CIFAR-10), "
-                f"not {dataset}")
-    if inception_weights_path() is None:
-        return (f"not computed: the InceptionV3 weights ({INCEPTION_WEIGHTS}) are not in the Keras cache "
-                "(~/.keras/models) on this machine, and this tool never downloads them")
-    return None
-
-
-def inception_fid(real_images, fake_images):
-    """The Fréchet distance in InceptionV3 pool features; call only when inception_unavailable() is None."""
-    path = inception_weights_path()
-    real, fake = inception_features(real_images, path), inception_features(fake_images, path)
-    return {"fid": frechet_distance_of(real, fake), "weights": str(path), "num_real": len(real_images),
-            "num_generated": len(fake_images),
-            "note": "Keras InceptionV3 ImageNet weights, 2048-d pool features at 299x299 (bilinear); close "
-                    "to, but not bit-identical with, the TTUR/pytorch-fid reference network"}
-
-
 # ---- A run folder: evaluate, then record in quality.json, report.json, report.md and TensorBoard ----
-
-SECTION_TITLE = "## Sample quality"
-
 
 def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None, command=None, echo=print,
                  judge_seed=0, judges=1, cas=False):
@@ -283,12 +224,7 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
     cas: also the classification accuracy score of the same samples (acgan.quality.cas; its classifiers
     train from seed `judge_seed`), in result["classification_accuracy_score"].
     """
-    import time
-    from pathlib import Path
-
-    from acgan import data as data_lib
-    from acgan.errors import UserError
-    from acgan.quality import judge as judge_lib
+    from acgan.quality import judge as judge_lib  # both load Keras: after acgan.backend has chosen
     from acgan.training import sampling
 
     started = time.perf_counter()
@@ -321,25 +257,19 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
         return judged
 
     result = judged_by(judge)
-    step = int(gan.step.numpy())
-    why_not = inception_unavailable(config.dataset)
-    if why_not is None:
-        real_images, _ = real_subset(test_set, num_samples, seed)
-        result["inception"] = inception_fid(real_images, fake)
-    else:
-        result["inception"] = {"fid": None, "note": why_not}
+    result["inception"] = inception_entry(config.dataset, test_set, fake, num_samples, seed)
     result.update({
         "format": "acgan-quality/1",
         "run_dir": str(run_dir),
         "command": command or "acgan.quality.evaluation.evaluate_run",
         "dataset": config.dataset,
         "policy": config.policy,
-        "step": step,
+        "step": int(gan.step.numpy()),
         "judge": {k: judge.info.get(k) for k in ("path", "test_accuracy", "num_test", "num_train", "epochs",
                                                  "seed", "train_seconds", "feature_dim")},
     })
     if cas:
-        from acgan.quality import cas as cas_lib
+        from acgan.quality import cas as cas_lib  # Keras, as above
 
         echo(f"classification accuracy score: training the judge's CNN on the {len(fake):,} samples, and on as "
              "many real train images for its reference (cached after the first time)")
@@ -386,11 +316,9 @@ def has_report(run_dir):
 
 def record(run_dir, result):
     """Writes quality.json, merges "quality" into report.json and a section into report.md, logs scalars."""
-    import json
-
-    from acgan.training import report as run_report
+    # Here: the event-file protos stay out of the processes that import this module only for its
+    # statistics (acgan.compare's, while it trains).
     from acgan.training.tensorboard import SummaryWriter
-    from acgan.util.files import write_atomically, write_json
 
     write_json(run_dir / "quality.json", result)
     report_path = run_dir / "report.json"
@@ -426,122 +354,3 @@ def scalars(result):
     if (result.get("inception") or {}).get("fid") is not None:
         out["quality/inception_fid"] = result["inception"]["fid"]
     return out
-
-
-def _pct(value):
-    return "n/a" if value is None else f"{value:.1%}"
-
-
-def _reference_text(reference):
-    return (f"{reference['frechet_distance']:.2f} ({reference['num_real']:,} real test images vs "
-            f"{reference['num_train']:,} real train images: the floor a perfect generator would reach)")
-
-
-def _class_sizes(result):
-    real, generated = result.get("num_real_per_class") or [0], result.get("num_generated_per_class") or [0]
-    return (f"per class {min(real):,}-{max(real):,} real test images vs {min(generated):,}-{max(generated):,} "
-            "generated")
-
-
-def _margin(value):
-    return "n/a" if value is None else f"{value:+.2f}"
-
-
-def _fd(value):
-    return "n/a" if value is None else f"{value:.2f}"
-
-
-def span_text(spread, fmt):
-    """'74.7%-81.1%' from one of across_judges' {min, max, mean} entries."""
-    return f"{format(spread['min'], fmt)}-{format(spread['max'], fmt)}"
-
-
-def across_judges_text(across):
-    """'conditional accuracy 74.7%-81.1% (mean 77.5%), Fréchet distance 21.5-22.9, ...' for the report."""
-    def span(key, fmt):
-        m = across.get(key)
-        return m and f"{span_text(m, fmt)} (mean {format(m['mean'], fmt)})"
-
-    parts = [("conditional accuracy", span("conditional_accuracy", ".1%")),
-             ("Fréchet distance", span("frechet_distance", ".2f")),
-             ("mean per-class Fréchet distance", span("frechet_distance_class_mean", ".2f"))]
-    return ", ".join(f"{name} {text}" for name, text in parts if text)
-
-
-def cas_text(score):
-    """'33.3% (real train images instead: 96.5%)' for one classification_accuracy_score entry."""
-    return f"{score['accuracy']:.1%} (real train images instead: {score['real_reference']['accuracy']:.1%})"
-
-
-def render_markdown(result):
-    """The report.md section for one evaluation."""
-    judge = result.get("judge") or {}
-    judge_line = (f"Judged by a float32 reference CNN (seed {judge.get('seed') or 0}) trained on the real train split "
-                  f"({_pct(judge.get('test_accuracy'))} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
-                  f"checkpoint at step {result['step']:,}, {result['num_generated']:,} generated samples "
-                  f"(classes balanced, seed {result['seed']}).")
-    score = result.get("classification_accuracy_score") or {}
-    inception = result.get("inception") or {}
-    fid = f"{inception['fid']:.2f}" if inception.get("fid") is not None else inception.get("note", "n/a")
-    sizes = f"{result['num_real']:,} real test images vs {result['num_generated']:,} generated"
-    if result["num_real"] < result["num_generated"]:
-        sizes += " (the test split holds fewer than asked; compare only at equal sizes)"
-    rows = [
-        ("conditional accuracy (judge)",
-         f"{_pct(result['conditional_accuracy'])} (chance {_pct(result['chance'])}; "
-         f"real test images: {_pct(result.get('real_conditional_accuracy'))})"),
-        *([(f"across {len(result['across_judges']['judges'])} judges (seeds "
-            f"{', '.join(str(j['seed']) for j in result['across_judges']['judges'])}; the same samples)",
-            across_judges_text(result["across_judges"]))] if result.get("across_judges") else []),
-        ("Fréchet distance, judge features", f"{result['frechet_distance']:.2f} ({sizes})"),
-        *([("Fréchet distance, real vs real (reference)", _reference_text(result["real_reference"]))]
-          if result.get("real_reference") else []),
-        *([("mean per-class Fréchet distance (intra-class)",
-            f"{result['frechet_distance_class_mean']:.2f} ({_class_sizes(result)})")]
-          if result.get("frechet_distance_class_mean") is not None else []),
-        *([("mean per-class Fréchet distance, real vs real (reference)",
-            f"{_fd(result['real_reference'].get('frechet_distance_class_mean'))} (each class's real test images "
-            "vs as many real train images of the class as were generated for it)")]
-          if (result.get("real_reference") or {}).get("frechet_distance_class_mean") is not None else []),
-        ("classifier score", f"{result['classifier_score']:.2f} (1 to {result['num_classes']}; real test "
-                             f"images: {result.get('real_classifier_score', float('nan')):.2f})"),
-        ("Q's accuracy on real test images", _pct(result.get("q_accuracy_real"))),
-        *([("Q's accuracy on the generated samples (names the class G was asked for)",
-            f"{_pct(result['q_accuracy_generated'])} (the judge: {_pct(result['conditional_accuracy'])}; where Q is "
-            "far above the judge, G draws what its own Q accepts rather than what the class looks like)")]
-          if result.get("q_accuracy_generated") is not None else []),
-        *([("D's class margin (mean over classes)",
-            f"{result['d_class_margin_mean']:+.2f}: under each class's label, D's mean logit for that class's real "
-            "images minus for the other class it scores highest, per class below (G asked for a class is pushed "
-            "towards it only as far as this is positive)")]
-          if result.get("d_class_margin_mean") is not None else []),
-        *([("classification accuracy score (CAS)",
-            f"{cas_text(score)}: the judge's CNN trained on the {score['num_train']:,} samples, scored on the "
-            f"{score['num_test']:,} real test images; the reference trained on as many real train images per "
-            "class. Low where G draws a class as something its real images are not")]
-          if score else []),
-        ("Inception FID", fid),
-    ]
-    lines = [SECTION_TITLE, "", judge_line, "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in rows]
-    per_class = result.get("conditional_accuracy_per_class") or {}
-    class_fd = result.get("frechet_distance_per_class") or {}
-    reference_fd = (result.get("real_reference") or {}).get("frechet_distance_per_class") or {}
-    q_real = result.get("q_accuracy_real_per_class") or {}
-    q_generated = result.get("q_accuracy_generated_per_class") or {}
-    cas_real = (score.get("real_reference") or {}).get("per_class") or {}
-    margins, nearest = result.get("d_class_margin_per_class") or {}, result.get("d_class_nearest") or {}
-    if per_class:
-        q_columns = bool(q_real and q_generated)
-        lines += ["", "| class | conditional accuracy | Fréchet distance | real vs real (reference) |"
-                  + (" Q on real | Q on generated |" if q_columns else "") + (" CAS | CAS, real |" if score else "")
-                  + (" D's class margin (closest class) |" if margins else ""),
-                  "|---|---|---|---|" + ("---|---|" if q_columns else "") + ("---|---|" if score else "")
-                  + ("---|" if margins else "")]
-        lines += [f"| {name} | {_pct(acc)} | {_fd(class_fd.get(name))} | {_fd(reference_fd.get(name))} |"
-                  + (f" {_pct(q_real.get(name))} | {_pct(q_generated.get(name))} |" if q_columns else "")
-                  + (f" {_pct(score['per_class'].get(name))} | {_pct(cas_real.get(name))} |" if score else "")
-                  + (f" {_margin(margins.get(name))} ({nearest.get(name)}) |" if margins else "")
-                  for name, acc in per_class.items()]
-    lines += ["", f"`{result.get('command', '')}`"]
-    return "\n".join(lines) + "\n"

@@ -9,6 +9,8 @@ training time and the key's contents). The key hashes the dataset name, classes,
 shape, class names, a fingerprint of the test split, the judge's architecture version and its training
 settings, so a changed npz/folder dataset or a changed judge never reuses a stale model. The .json is
 written last and is the commit marker: a killed training leaves no judge that looks complete.
+
+Importing this module loads Keras: its importers do so after acgan.backend has chosen the backend.
 """
 import hashlib
 import json
@@ -18,10 +20,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import keras
 import numpy as np
+from keras import layers
 
+from acgan import data as data_lib
+from acgan.backend import tensorflow_hidden
 from acgan.model.precision import float32_policy
 from acgan.quality.metrics import conditional_accuracy, real_subset
+from acgan.util.files import write_json
 
 FORMAT = "acgan-judge/1"
 FEATURE_DIM = 128
@@ -33,9 +40,6 @@ PREDICT_BATCH = 500
 
 def build_model(image_shape, num_classes, seed=0):
     """images (uint8 values as float32) [B, H, W, C] -> class probabilities [B, K]; layer "features" is 128-d."""
-    import keras
-    from keras import layers
-
     def init(i):
         return keras.initializers.GlorotUniform(seed=seed + i)
 
@@ -60,8 +64,6 @@ class Judge:
     """A trained reference classifier: `predict` gives (penultimate features, class probabilities)."""
 
     def __init__(self, classifier, info):
-        import keras
-
         self.classifier = classifier
         self.info = info  # test_accuracy, train_seconds, class_names, path, key ...
         with float32_policy():
@@ -106,8 +108,6 @@ def accuracy(probs, labels):
 
 def train(train_set, test_set, epochs=EPOCHS, batch=BATCH, seed=0, echo=print):
     """Trains a judge on `train_set` (images in a fresh per-epoch order from `seed`), scores it on `test_set`."""
-    import keras
-
     started = time.perf_counter()
     model = build_model(train_set.image_shape, train_set.num_classes, seed=seed)
     with float32_policy():
@@ -180,8 +180,6 @@ def load_or_train(dataset, data_dir="data", classes=None, max_per_class=None, te
     `max_per_class` is the run's cap; judge training also stops at MAX_PER_CLASS images per class.
     `test_set` (the real TEST split) is loaded when not given.
     """
-    from acgan import data as data_lib
-
     if test_set is None:
         test_set = data_lib.load_dataset(dataset, split="test", data_dir=data_dir, classes=classes,
                                          max_per_class=max_per_class)
@@ -206,9 +204,6 @@ def load_or_train(dataset, data_dir="data", classes=None, max_per_class=None, te
 
 
 def _save(judge, model_path, info_path):
-    from acgan.backend import tensorflow_hidden
-    from acgan.util.files import write_json
-
     model_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=model_path.parent, prefix=f".{model_path.stem}.", suffix=".keras")
     os.close(fd)
@@ -231,10 +226,6 @@ def _load(model_path, info_path, key):
     if info.get("key") != key or not model_path.exists():
         return None
     try:
-        import keras
-
-        from acgan.backend import tensorflow_hidden
-
         with float32_policy(), tensorflow_hidden():
             model = keras.saving.load_model(model_path, compile=False)
     except Exception:  # a damaged cache is only a cache: retrain and overwrite it

@@ -69,9 +69,14 @@ class RunResult(NamedTuple):
     step_seconds: tuple = ()        # this session's wall time per timed step
 
 
-def run(config, command=None):
-    """Trains (or resumes) one AC-GAN as `config` says. The dtype policy must be set already."""
+def run(config, command=None, make_evaluator=None):
+    """Trains (or resumes) one AC-GAN as `config` says. The dtype policy must be set already.
+
+    make_evaluator: with --eval_every, builds the in-training evaluator from the config (the caller's:
+    acgan.quality.evaluation.TrainingEvaluator; training does not import quality)."""
     config.validate()
+    if config.eval_every and make_evaluator is None:
+        raise ValueError("config.eval_every needs run(..., make_evaluator=...) to judge the samples with")
     policy = keras.mixed_precision.global_policy().name
     if policy != config.policy:
         raise RuntimeError(f"set the dtype policy {config.policy!r} before run() (it is {policy!r})")
@@ -90,7 +95,7 @@ def run(config, command=None):
     files_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="acgan-worker-"))
     try:
         with disk.full_disk_stops_clearly(files_dir):  # a full disk: DiskFull, one line, exit status 4
-            setup = set_up(config, runtime, data, run_dir, files_dir, resume)
+            setup = set_up(config, runtime, data, run_dir, files_dir, resume, make_evaluator)
             outcome = train_loop(setup, config, started)
             report = assemble_report(setup, outcome, config, command, started)
             run_report.write_report(files_dir, report)
@@ -146,18 +151,16 @@ class Setup:
     resumed_from: Optional[dict]  # step, checkpoint and loss scales of a resumed run
     start_step: int
     steps: Optional[int]          # the step to stop at; None under --minutes
-    evaluator: object             # quality.evaluation.TrainingEvaluator, or None
+    evaluator: object             # make_evaluator's (evaluate(gan, step, writer), last), or None
     learning_rate_decay: Optional[float]  # the last fraction of the run the rates fall over; None: constant
 
 
-def set_up(config, runtime, data, run_dir, files_dir, resume):
+def set_up(config, runtime, data, run_dir, files_dir, resume, make_evaluator=None):
     replicas = runtime.replicas
     chief = files_dir == run_dir
     evaluator = None
     if config.eval_every:  # may train the judge: before seeding
-        from acgan.quality.evaluation import TrainingEvaluator
-
-        evaluator = TrainingEvaluator(config)
+        evaluator = make_evaluator(config)
     backend.set_random_seed(config.seed)
     with runtime.scope():
         models = build_models(data.image_shape, data.num_classes, width=config.width, arch=config.arch)

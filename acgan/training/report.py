@@ -2,6 +2,7 @@
 describe the distribution and price the run."""
 from acgan.measure import flops, prices, timing
 from acgan.step import distribute
+from acgan.util import markdown
 from acgan.util.files import write_atomically, write_json
 
 
@@ -106,25 +107,41 @@ def _maintenance(seconds):
 
 
 def render_markdown(report):
+    lines = [f"# Run report: {report['run_dir']}", "", f"`{report['command']}`", ""]
+    lines += markdown.table(["", ""], summary_rows(report))
+    lines += ["", "Time per batch is wall time per iteration, loop top to loop top: the step, the input pipeline, "
+              "metric reads, TensorBoard and the progress bar, less only the time spent on grids, evaluations "
+              "and checkpoints. Cost uses it. All timing is this session's."]
+    if report.get("earlier_sessions"):
+        lines += ["", "Earlier sessions of this run (resumed since; not blended into the figures above):", ""]
+        lines += markdown.table(
+            ["session", "steps", "device", "strategy", "replicas", "XLA", "ms per batch (wall, mean)", "bare step ms"],
+            [[e["session"], f"{e['start_step']}–{e['end_step']}", f"{e['device_kind']}: {e['device']}", e["strategy"],
+              e["replicas"], e["xla"], _fmt((e.get("timing") or {}).get("time_per_batch_ms"), "", 2),
+              _fmt((e.get("timing") or {}).get("bare_step_ms"), "", 2)] for e in report["earlier_sessions"]],
+            align="rlllrlrr")
+    if report.get("quality_during_training"):
+        lines += ["", _quality_during_training(report["quality_during_training"])]
+    if report.get("advice"):
+        lines += ["", "Hardware advice:", ""] + [f"- {line}" for line in report["advice"]]
+    if report.get("final_metrics"):
+        lines += ["", "Final metrics:", ""]
+        lines += markdown.table(["metric", "value"], [[k, f"{v:.4g}"] for k, v in report["final_metrics"].items()])
+    return "\n".join(lines) + "\n"
+
+
+def summary_rows(report):
+    """The report's (name, value) table: status, device, model, timing, memory, cost."""
     device = report["device"]
     accelerator = device["name"]
     if device.get("compute_capability"):
         accelerator += f" (compute capability {device['compute_capability']})"
-    timing, cost = report["timing"], report["cost"]
-    if cost["price_per_hour"] is None:
-        cost_line = "n/a (no price known for this device; pass --price_per_hour)"
-    elif cost["cost_per_million_batches"] is None:
-        cost_line = "n/a (too few steps to time)"
-    else:
-        cost_line = f"${cost['cost_per_million_batches']:,.2f} at ${cost['price_per_hour']:g}/h"
-        units = cost.get("priced_units", 1)
-        if units > 1:
-            cost_line += f" ({units} {cost['priced_unit']}s at ${cost['price_per_hour_each']:g}/h each)"
+    timing = report["timing"]
     status = report.get("status", "completed")
     if report.get("message"):
         status += f": {report['message']}"
     resumed = report.get("resumed_from")
-    rows = [
+    return [
         ("status", status),
         ("resumed from", f"step {resumed['step']}" if resumed else "no (a fresh run)"),
         ("device", f"{device['kind']}: {accelerator}"),
@@ -147,43 +164,39 @@ def render_markdown(report):
                            f"(the compile step, {report['warmup_steps']} warm-up steps and as many timing the bare step excluded)"),
         ("grids, evaluation, checkpoints", _maintenance(report.get("maintenance_seconds") or {})),
         ("peak memory", _fmt(report["peak_memory_bytes"] / 2**20, " MiB", 1)),
-        ("cost of 10^6 batches", cost_line),
+        ("cost of 10^6 batches", _cost(report["cost"])),
         ("wall time", _fmt(report["wall_seconds"], " s", 1)),
     ]
-    lines = [f"# Run report: {report['run_dir']}", "", f"`{report['command']}`", "", "| | |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in rows]
-    lines += ["", "Time per batch is wall time per iteration, loop top to loop top: the step, the input pipeline, "
-              "metric reads, TensorBoard and the progress bar, less only the time spent on grids, evaluations "
-              "and checkpoints. Cost uses it. All timing is this session's."]
-    if report.get("earlier_sessions"):
-        lines += ["", "Earlier sessions of this run (resumed since; not blended into the figures above):", "",
-                  "| session | steps | device | strategy | replicas | XLA | ms per batch (wall, mean) | bare step ms |",
-                  "|---:|---|---|---|---:|---|---:|---:|"]
-        for e in report["earlier_sessions"]:
-            t = e.get("timing") or {}
-            lines.append(f"| {e['session']} | {e['start_step']}–{e['end_step']} | {e['device_kind']}: {e['device']} "
-                         f"| {e['strategy']} | {e['replicas']} | {e['xla']} | {_fmt(t.get('time_per_batch_ms'), '', 2)} "
-                         f"| {_fmt(t.get('bare_step_ms'), '', 2)} |")
-    during = report.get("quality_during_training")
-    if during:
-        reference = during.get("real_reference") or {}
 
-        def ref(key):
-            return f" (real vs real {reference[key]:.1f})" if reference.get(key) is not None else ""
 
-        class_mean = during.get("frechet_distance_class_mean")
-        lines += ["", f"Sample quality at step {during['step']} ({during['num_generated']} samples; "
-                  "`python -m acgan.evaluate` for the full measurement): conditional accuracy "
-                  f"{during['conditional_accuracy']:.1%}, Fréchet distance {during['frechet_distance']:.1f}"
-                  f"{ref('frechet_distance')}"
-                  + (f", mean per-class Fréchet distance {class_mean:.1f}{ref('frechet_distance_class_mean')}"
-                     if class_mean is not None else "") + "."]
-    if report.get("advice"):
-        lines += ["", "Hardware advice:", ""] + [f"- {line}" for line in report["advice"]]
-    if report.get("final_metrics"):
-        lines += ["", "Final metrics:", "", "| metric | value |", "|---|---|"]
-        lines += [f"| {k} | {v:.4g} |" for k, v in report["final_metrics"].items()]
-    return "\n".join(lines) + "\n"
+def _cost(cost):
+    if cost["price_per_hour"] is None:
+        return "n/a (no price known for this device; pass --price_per_hour)"
+    if cost["cost_per_million_batches"] is None:
+        return "n/a (too few steps to time)"
+    text = f"${cost['cost_per_million_batches']:,.2f} at ${cost['price_per_hour']:g}/h"
+    units = cost.get("priced_units", 1)
+    if units > 1:
+        text += f" ({units} {cost['priced_unit']}s at ${cost['price_per_hour_each']:g}/h each)"
+    return text
+
+
+def _quality_during_training(during):
+    """The last --eval_every evaluation, as one sentence (acgan.evaluate measures it in full)."""
+    reference = during.get("real_reference") or {}
+    text = (f"Sample quality at step {during['step']} ({during['num_generated']} samples; "
+            "`python -m acgan.evaluate` for the full measurement): conditional accuracy "
+            f"{during['conditional_accuracy']:.1%}, Fréchet distance {during['frechet_distance']:.1f}"
+            + _real_vs_real(reference, "frechet_distance"))
+    class_mean = during.get("frechet_distance_class_mean")
+    if class_mean is not None:
+        text += (f", mean per-class Fréchet distance {class_mean:.1f}"
+                 + _real_vs_real(reference, "frechet_distance_class_mean"))
+    return text + "."
+
+
+def _real_vs_real(reference, key):
+    return f" (real vs real {reference[key]:.1f})" if reference.get(key) is not None else ""
 
 
 def _model(report):

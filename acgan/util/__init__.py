@@ -1,1 +1,1 @@
-"""Small helpers with no acgan dependencies: atomic file writes, child processes."""
+"""Small helpers with no acgan dependencies: atomic file writes, child processes, markdown tables."""

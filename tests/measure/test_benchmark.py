@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from acgan.measure import advice, plots, sweep, tables, worker
+from acgan.bench import plots, results, sweep, sweep_runs, tables, worker
+from acgan.measure import advice
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--width", "0.125", "--steps", "2", "--warmup", "1", "--repeats", "2", "--jit", "off"]
@@ -135,7 +136,7 @@ def test_trainer_overhead_is_reported(bench):
     # Median against median: as many windows (--repeats) of as many steps (--steps) as the bare step's.
     assert len(overhead["trainer_window_ms"]) == 2 and overhead["trainer_measured_steps"] == 4
     assert overhead["trainer_time_per_batch_ms"] == pytest.approx(statistics.median(overhead["trainer_window_ms"]))
-    assert (out / sweep.OVERHEAD_DIR / "report.json").exists()
+    assert (out / sweep_runs.OVERHEAD_DIR / "report.json").exists()
     assert "## Trainer overhead" in (out / "benchmark.md").read_text()
 
 
@@ -182,7 +183,7 @@ def test_report_merges_devices(bench, tmp_path):
 
 def test_merging_one_device_twice_keeps_them_apart(bench):
     _, doc, _ = bench
-    merged = tables.merge([doc, doc], sources=["a.json", "b.json"])
+    merged = results.merge([doc, doc], sources=["a.json", "b.json"])
     here = doc["runs"][0]["device"]
     assert [run["device"] for run in merged["runs"]] == [here, f"{here} (2)"]
     assert len(plots.series(merged["results"])) == 4
@@ -203,7 +204,7 @@ def test_figures_draw_one_series_per_device_and_policy(bench, tmp_path):
     doc["runs"][0]["price"] = {"usd_per_hour": None, "message": "no price known for CPU 'here'; pass --price_per_hour"}
     for r in doc["results"]:
         r["cost_per_million_batches"] = None
-    merged = tables.merge([doc, other])
+    merged = results.merge([doc, other])
     labels = plots.plot_lines(merged, tmp_path / "t.png", "time_per_batch_ms", "ms", "Time per batch")
     assert sorted(labels) == sorted(f"{d}, {p}" for d in ("here", "Tesla T4") for p in ("float32", "mixed_bfloat16"))
     # Only the priced device has cost bars.
@@ -264,14 +265,14 @@ def test_a_configuration_past_max_seconds_is_stopped_and_reported_too_slow(tmp_p
     job = {"mode": "bare", "backend": "tensorflow", "policy": "mixed_float16", "batch": 8, "jit": False}
     started = time.perf_counter()
     # Half a second: the worker cannot even load Keras by then.
-    result = sweep.run_worker(job, tmp_path, tmp_path / "logs" / "slow.log", max_seconds=0.5)
+    result = sweep_runs.run_worker(job, tmp_path, tmp_path / "logs" / "slow.log", max_seconds=0.5)
     assert time.perf_counter() - started < 30
     assert result["status"] == "too_slow" and result["reason"] == (
         "stopped after 0.5 s (--max_seconds), its timing unfinished")
     assert not (tmp_path / "bare-tensorflow-mixed_float16-b8-xla_off.result.json").exists()
     run = {"device": {"kind": "CPU", "name": "x"}, "machine": {"backend": "tensorflow"}, "command": "c",
            "price": {"usd_per_hour": None, "accelerator": None, "source": "none"}}
-    row = sweep.make_row(run, "mixed_float16", 8, False, result)
+    row = results.make_row(run, "mixed_float16", 8, False, result)
     assert row["status"] == "too_slow" and row["time_per_batch_ms"] is None
 
 
@@ -337,17 +338,17 @@ def test_a_table_price_is_paid_once_per_replica():
     run = {"device": "Tesla T4 x4", "machine": {"kind": "GPU", "name": "Tesla T4"}, "command": "x", "replicas": 4,
            "price": {"usd_per_hour": 0.35, "accelerator": "T4", "source": "gcp-catalog"}}
     result = {"status": "ok", "time_per_batch_ms": 700.0, "replicas": 4}
-    row = sweep.make_row(run, "float32", 2048, True, result)
+    row = results.make_row(run, "float32", 2048, True, result)
     assert row["price_per_hour"] == pytest.approx(1.4)
     assert f"{row['cost_per_million_batches']:.2f}" == "272.22"
     given = dict(run, price={"usd_per_hour": 3.0, "accelerator": None, "source": "--price_per_hour"})
-    assert sweep.make_row(given, "float32", 2048, True, result)["price_per_hour"] == 3.0  # the whole machine
+    assert results.make_row(given, "float32", 2048, True, result)["price_per_hour"] == 3.0  # the whole machine
 
 
 def test_cost_row_and_markdown():
     run = {"device": "Tesla T4", "machine": {"kind": "GPU", "name": "Tesla T4"}, "command": "x",
            "price": {"usd_per_hour": 0.35, "accelerator": "T4", "source": "gcp-catalog"}}
-    row = sweep.make_row(run, "float32", 2048, True, {"status": "ok", "time_per_batch_ms": 700.0,
+    row = results.make_row(run, "float32", 2048, True, {"status": "ok", "time_per_batch_ms": 700.0,
                                                       "time_per_batch_min_ms": 690.0, "time_per_batch_max_ms": 710.0})
     assert f"{row['cost_per_million_batches']:.2f}" == "68.06"
     assert row["time_per_1000_samples_ms"] == pytest.approx(700.0 * 1000 / 2048)
@@ -503,7 +504,7 @@ def test_trainer_overhead_is_measured_per_backend(tmp_path):
         # One metrics read, a device sync, per window: JAX's asynchronous steps are timed, not just enqueued.
         assert overhead["trainer_log_every"] == overhead["trainer_window_steps"] == 2
         assert overhead["ratio"] > 0.5, overhead
-        report = json.loads((out / f"{sweep.OVERHEAD_DIR}-{backend}" / "report.json").read_text())
+        report = json.loads((out / f"{sweep_runs.OVERHEAD_DIR}-{backend}" / "report.json").read_text())
         assert report["config"]["backend"] == backend
         assert f"| {run['device']} | {tables.backend_label(run)} | float32 | 8 | off |" in md
 
@@ -515,13 +516,13 @@ def _fake_run(device, backend, precision=None):
 
 
 def _fake_doc(run, policies, batches):
-    rows = [sweep.make_row(run, p, b, True, {"status": "ok", "time_per_batch_ms": 10.0 + b / 256,
+    rows = [results.make_row(run, p, b, True, {"status": "ok", "time_per_batch_ms": 10.0 + b / 256,
                                               "time_per_batch_min_ms": 9.0, "time_per_batch_max_ms": 12.0})
             for p in policies for b in batches]
     settings = {"synthetic": True, "width": 1.0, "repeats": 3, "steps": 100, "warmup": 5}
     run = dict(run, settings=settings, inputs={"image_shape": [28, 28, 1], "num_classes": 10}, overhead=None)
     run["price"] = dict(run["price"], description="no price known")
-    return {"format": tables.FORMAT, "runs": [run], "results": rows}
+    return {"format": results.FORMAT, "runs": [run], "results": rows}
 
 
 def test_merge_joins_phases_of_one_machine_and_keeps_repeats_apart():
@@ -531,15 +532,15 @@ def test_merge_joins_phases_of_one_machine_and_keeps_repeats_apart():
     phases = [_fake_doc(default, ("float32", "mixed_bfloat16"), (256, 2048)),
               _fake_doc(_fake_run("NVIDIA H200", "jax", "highest"), ("float32",), (256, 2048)),
               _fake_doc(default, ("float32", "mixed_bfloat16"), (4096,))]
-    merged = tables.merge(phases)
+    merged = results.merge(phases)
     assert {r["device"] for r in merged["results"]} == {"NVIDIA H200"}
-    assert set(tables.groups(merged["results"])) == {
+    assert set(results.groups(merged["results"])) == {
         ("NVIDIA H200", "JAX, matmul precision default", True), ("NVIDIA H200", "JAX, matmul precision highest", True)}
     bf16 = [r for r in merged["results"] if r["policy"] == "mixed_bfloat16"]
     assert len(bf16) == 3 and all(r["speedup_vs_float32"] == pytest.approx(1.0) for r in bf16)
     md = tables.render_markdown(merged)
     assert "| NVIDIA H200 | on | float32 | 2048 | 18.0 | 18.0 |" in md
-    again = tables.merge(phases[:1] + phases[:1])
+    again = results.merge(phases[:1] + phases[:1])
     assert [run["device"] for run in again["runs"]] == ["NVIDIA H200", "NVIDIA H200 (2)"]
 
 

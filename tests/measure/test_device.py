@@ -2,7 +2,8 @@
 import pytest
 import tensorflow as tf
 
-from acgan.measure import advice, device, prices, sweep, tables
+from acgan.bench import results, tables
+from acgan.measure import advice, device, prices
 from acgan.training import report
 
 
@@ -44,7 +45,7 @@ def test_a_tpu_is_priced_per_chip_not_per_replica(monkeypatch):
     assert "no price known" not in cost["price_basis"]
     price = prices.choose_price(machine["name"], machine["kind"])
     run = {"device": machine["name"], "machine": machine, "command": "x", "replicas": 8, "price": price}
-    row = sweep.make_row(run, "mixed_bfloat16", 1024, True, {"status": "ok", "time_per_batch_ms": 100.0,
+    row = results.make_row(run, "mixed_bfloat16", 1024, True, {"status": "ok", "time_per_batch_ms": 100.0,
                                                               "replicas": 8})
     assert row["price_per_hour"] == pytest.approx(8.0)
     assert "TPU v3: 4 chip(s), 8 TensorFlow TPU device(s)" in tables.describe_machine(machine["name"], machine)

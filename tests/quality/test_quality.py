@@ -12,7 +12,7 @@ import pytest
 from conftest import POLICIES
 from PIL import Image
 
-from acgan.quality import evaluation, metrics
+from acgan.quality import evaluation, inception, metrics
 
 PER_CLASS = 500  # doodles: 5,000 train images (a quick judge and GAN), the full 5,000-image test split
 
@@ -88,12 +88,12 @@ def test_real_subset_and_sample_inputs_are_fixed_by_the_seed():
 
 
 def test_inception_fid_says_plainly_when_it_cannot_be_computed(tmp_path, monkeypatch):
-    assert "not applicable" in evaluation.inception_unavailable("doodles")
+    assert "not applicable" in inception.inception_unavailable("doodles")
     monkeypatch.setenv("KERAS_HOME", str(tmp_path))
     monkeypatch.setenv("HOME", str(tmp_path))
-    if os.path.exists(f"/tmp/.keras/models/{evaluation.INCEPTION_WEIGHTS}"):
+    if os.path.exists(f"/tmp/.keras/models/{inception.INCEPTION_WEIGHTS}"):
         pytest.skip("this machine has the InceptionV3 weights")
-    assert "not computed" in evaluation.inception_unavailable("cifar10")
+    assert "not computed" in inception.inception_unavailable("cifar10")
 
 
 # ---- the judge ----
@@ -385,7 +385,7 @@ def test_compare_trains_at_most_parallel_runs_at_once_and_starts_none_after_a_fa
     """--parallel 2: runs overlap two at a time, in run order; when one fails, the run beside it finishes
     and no queued run starts; the failure is the one raised."""
     from acgan.errors import UserError
-    from acgan.quality import comparison
+    from acgan.quality import compare_page, compare_runs, comparison
 
     log = tmp_path / "events"
     child = tmp_path / "child.py"  # stands in for acgan.train: logs its start and end, sleeps between
@@ -400,14 +400,14 @@ def test_compare_trains_at_most_parallel_runs_at_once_and_starts_none_after_a_fa
         "    sys.exit(1)  # at once: the run beside it is still training, so no other run is due to start\n"
         "time.sleep(1.0); note('end')\n"
         "(run / 'report.json').write_text(json.dumps({'status': 'completed'}))\n")
-    monkeypatch.setattr(comparison, "train_command", lambda settings, policy, run_dir, seed=None:
+    monkeypatch.setattr(compare_runs, "train_command", lambda settings, policy, run_dir, seed=None:
                         [sys.executable, str(child), str(run_dir), str(log)])
     settings = comparison.CompareSettings(steps=5, seeds=3, parallel=2, output_dir=str(tmp_path / "cmp"))
     runs = settings.runs(tmp_path / "cmp")
     for _, _, run_dir in runs:
         run_dir.mkdir(parents=True)
     with pytest.raises(UserError, match="training under mixed_float16 failed"):
-        comparison.train_all(settings, runs, tmp_path / "cmp", echo=lambda *_: None)
+        compare_runs.train_all(settings, runs, tmp_path / "cmp", echo=lambda *_: None)
     events = [line.split() for line in log.read_text().splitlines()]
     started = [name for kind, name, _ in events if kind == "start"]
     # seeds 0 and 1 of both policies (mixed_float16 at seed 1 fails); seed 2's runs never start
@@ -420,16 +420,16 @@ def test_compare_trains_at_most_parallel_runs_at_once_and_starts_none_after_a_fa
     assert peak == 2
     assert (tmp_path / "cmp" / "float32-seed1" / "report.json").exists()  # the run beside the failure finished
     # the page: under a budget of minutes, the steps a run reached depend on its neighbour too
-    assert "the steps each reached" in comparison._alone_text({"parallel": 2, "minutes": 20.0}, 1)
-    assert "the steps each reached" not in comparison._alone_text({"parallel": 2, "minutes": None}, 1)
+    assert "the steps each reached" in compare_page._alone_text({"parallel": 2, "minutes": 20.0}, 1)
+    assert "the steps each reached" not in compare_page._alone_text({"parallel": 2, "minutes": None}, 1)
 
 
 def test_compare_trains_every_run_with_its_loss_and_refuses_an_unknown_one():
     from acgan.errors import UserError
-    from acgan.quality import comparison
+    from acgan.quality import compare_runs, comparison
 
     settings = comparison.CompareSettings(steps=5, loss="hinge")
-    args = comparison.train_command(settings.validate(), "float32", Path("run"), seed=3)
+    args = compare_runs.train_command(settings.validate(), "float32", Path("run"), seed=3)
     assert args[args.index("--loss") + 1] == "hinge" and args[args.index("--seed") + 1] == "3"
     with pytest.raises(UserError, match="unknown loss 'wgan': choose auto, nonsaturating, hinge"):
         comparison.CompareSettings(steps=5, loss="wgan").validate()
@@ -440,7 +440,7 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
     acgan.train --resume (its log appended to), a missing one trains; a run trained with other settings,
     or an unfinished one under --minutes, is a one-line error before anything trains."""
     from acgan.errors import UserError
-    from acgan.quality import comparison
+    from acgan.quality import compare_page, compare_runs, comparison
 
     out = tmp_path / "cmp"
     child = tmp_path / "child.py"  # stands in for acgan.train: notes its arguments, writes a report
@@ -448,7 +448,7 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
                      "run = pathlib.Path(sys.argv[1])\n"
                      "print(' '.join(sys.argv[2:]))\n"
                      "(run / 'report.json').write_text(json.dumps({'status': 'completed'}))\n")
-    monkeypatch.setattr(comparison, "train_command", lambda settings, policy, run_dir, seed=None:
+    monkeypatch.setattr(compare_runs, "train_command", lambda settings, policy, run_dir, seed=None:
                         [sys.executable, str(child), str(run_dir), f"seed={seed}"])
     settings = comparison.CompareSettings(steps=5, seeds=2, output_dir=str(out), resume=True)
     runs = settings.runs(out)  # float32, mixed_float16, float32-seed1, mixed_float16-seed1
@@ -470,11 +470,11 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
     saved(runs[0][2], "completed")   # float32: finished (another --eval_every does not matter)
     saved(runs[1][2], "interrupted")  # mixed_float16: Ctrl-C'd
     saved(runs[3][2])                 # mixed_float16-seed1: killed before its report
-    assert comparison.prepare_output_dir(settings) == out  # with --resume the folder is taken as it is
-    assert comparison.run_states(settings, runs) == ["done", "resume", "train", "resume"]
-    assert comparison.run_states(dataclasses.replace(settings, resume=False), runs) == ["train"] * 4
+    assert compare_runs.prepare_output_dir(settings) == out  # with --resume the folder is taken as it is
+    assert compare_runs.run_states(settings, runs) == ["done", "resume", "train", "resume"]
+    assert compare_runs.run_states(dataclasses.replace(settings, resume=False), runs) == ["train"] * 4
     seen = []
-    comparison.train_all(settings, runs, out, echo=seen.append, states=comparison.run_states(settings, runs))
+    compare_runs.train_all(settings, runs, out, echo=seen.append, states=compare_runs.run_states(settings, runs))
     assert (runs[0][2] / "train.log").read_text() == "the first session\n"  # left as it was
     assert "trained earlier (completed), judged as it is" in seen[0] and "resuming mixed_float16" in seen[1]
     resumed = (runs[1][2] / "train.log").read_text()
@@ -484,32 +484,32 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
     # The page says which runs this command did not train (their times are from their own training).
     doc = {"settings": {"parallel": 1, "minutes": None, "policies": ["float32", "mixed_float16"]},
            "reused_runs": [str(runs[0][2])]}
-    text = comparison._training_text(doc, 2)
+    text = compare_page._training_text(doc, 2)
     assert text.startswith("Each policy trained alone") and "The exception: 1 of the 4 runs were trained by an earlier" in text
     doc["reused_runs"] *= 4
-    assert comparison._training_text(doc, 2).startswith("Every run was trained by an earlier command in this folder")
+    assert compare_page._training_text(doc, 2).startswith("Every run was trained by an earlier command in this folder")
     # A run with other settings is named, with what differs; nothing trains.
     saved(runs[2][2], "completed", batch=32)
     with pytest.raises(UserError, match=r"float32-seed1 holds a run trained with --batch 32, not 64"):
-        comparison.run_states(settings, runs)
+        compare_runs.run_states(settings, runs)
     saved(runs[2][2], "completed", arch="acgan_cifar")  # explicitly, where "auto" means reference
     with pytest.raises(UserError, match=r"float32-seed1 holds a run trained with --arch 'acgan_cifar', not 'reference'"):
-        comparison.run_states(settings, runs)
+        compare_runs.run_states(settings, runs)
     saved(runs[2][2], "completed", loss="hinge")  # where "auto" means the reference preset's nonsaturating loss
     with pytest.raises(UserError, match=r"float32-seed1 holds a run trained with --loss 'hinge', not 'nonsaturating'"):
-        comparison.run_states(settings, runs)
+        compare_runs.run_states(settings, runs)
     # Under --minutes an unfinished run cannot rejoin (acgan.train's --minutes is per session).
     minutes = dataclasses.replace(settings, steps=None, minutes=1.0)
     for run_dir in (r for _, _, r in runs):
         saved(run_dir, "completed", steps=None, minutes=1.0)
     saved(runs[1][2], "interrupted", steps=None, minutes=1.0)
     with pytest.raises(UserError, match="mixed_float16 stopped before the end of its 1 minutes"):
-        comparison.run_states(minutes, runs)
+        compare_runs.run_states(minutes, runs)
     # The folder: refused without --resume (which the message names), required with it.
     with pytest.raises(UserError, match="already holds a comparison .* or go on with it with --resume"):
-        comparison.prepare_output_dir(dataclasses.replace(settings, resume=False))
+        compare_runs.prepare_output_dir(dataclasses.replace(settings, resume=False))
     with pytest.raises(UserError, match="there is no comparison in .*nowhere to go on with"):
-        comparison.prepare_output_dir(dataclasses.replace(settings, output_dir=str(tmp_path / "nowhere")))
+        compare_runs.prepare_output_dir(dataclasses.replace(settings, output_dir=str(tmp_path / "nowhere")))
     with pytest.raises(UserError, match="--resume needs --output_dir"):
         comparison.CompareSettings(steps=5, resume=True).validate()
 
@@ -518,21 +518,21 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
 def test_compare_carries_on_past_a_diverged_policy_only(saved_status, carries_on, tmp_path, monkeypatch):
     """acgan.train exits 3 when a run diverged; compare shows that run, but still stops on real failures."""
     from acgan.errors import UserError
-    from acgan.quality import comparison
+    from acgan.quality import compare_runs, comparison
 
     run_dir = tmp_path / "mixed_float16"
     run_dir.mkdir()
     (run_dir / "report.json").write_text(json.dumps({"status": saved_status}))
-    monkeypatch.setattr(comparison, "train_command",
+    monkeypatch.setattr(compare_runs, "train_command",
                         lambda settings, policy, run_dir, seed=None: [sys.executable, "-c", "import sys; sys.exit(3)"])
     settings = comparison.CompareSettings(steps=5)
     if carries_on:
         seen = []
-        assert comparison.train_policy(settings, "mixed_float16", run_dir, echo=seen.append) == run_dir
+        assert compare_runs.train_policy(settings, "mixed_float16", run_dir, echo=seen.append) == run_dir
         assert "diverged" in seen[0]
     else:
         with pytest.raises(UserError, match="training under mixed_float16 failed"):
-            comparison.train_policy(settings, "mixed_float16", run_dir, echo=lambda *_: None)
+            compare_runs.train_policy(settings, "mixed_float16", run_dir, echo=lambda *_: None)
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
@@ -545,7 +545,8 @@ def test_d_class_margins_read_ds_class_term_per_class_and_are_absent_without_one
     import keras
 
     from acgan.model import networks
-    from acgan.quality.evaluation import d_class_margin_entries, d_class_margins, lowest_margin
+    from acgan.quality.evaluation import d_class_margin_entries, d_class_margins
+    from acgan.quality.report_section import lowest_margin
 
     set_policy(policy)
     keras.utils.set_random_seed(0)

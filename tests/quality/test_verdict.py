@@ -2,7 +2,7 @@
 the distance judged against float32's and the real-vs-real reference at the same sample sizes."""
 import pytest
 
-from acgan.quality import comparison
+from acgan.quality import verdict
 
 
 def row(policy, accuracy, fd, reference=0.25):
@@ -14,30 +14,30 @@ def row(policy, accuracy, fd, reference=0.25):
 def test_a_worse_frechet_distance_fails_the_verdict_even_with_better_accuracy():
     # The README's own numbers: mixed_float16's accuracy above float32's, its distance 30% worse.
     rows = [row("float32", 0.979, 24.3), row("mixed_float16", 0.993, 31.6), row("mixed_bfloat16", 0.996, 26.1)]
-    comparison.add_baseline(rows)
+    verdict.add_baseline(rows)
     assert [r["accuracy_held"] for r in rows] == [True, True, True]
     assert [r["frechet_held"] for r in rows] == [True, False, True]
     assert [r["quality_held"] for r in rows] == [True, False, True]
-    assert rows[0]["frechet_limit"] == pytest.approx(24.3 * (1 + comparison.FD_RELATIVE_TOLERANCE))
-    text = comparison.verdict(rows)
+    assert rows[0]["frechet_limit"] == pytest.approx(24.3 * (1 + verdict.FD_RELATIVE_TOLERANCE))
+    text = verdict.verdict(rows)
     assert text.startswith("Quality did not hold for mixed_float16 (Fréchet distance 31.60 (+30%))")
     assert "real-vs-real reference 0.25" in text
 
 
 def test_accuracy_alone_can_fail_it_and_both_holding_passes():
     rows = [row("float32", 0.95, 10.0), row("mixed_bfloat16", 0.90, 10.5)]
-    comparison.add_baseline(rows)
-    assert not rows[1]["quality_held"] and "conditional accuracy -5.0 points" in comparison.verdict(rows)
+    verdict.add_baseline(rows)
+    assert not rows[1]["quality_held"] and "conditional accuracy -5.0 points" in verdict.verdict(rows)
     rows = [row("float32", 0.95, 10.0), row("mixed_bfloat16", 0.94, 11.0)]
-    comparison.add_baseline(rows)
-    assert rows[1]["quality_held"] and comparison.verdict(rows).startswith("Quality held for every policy")
+    verdict.add_baseline(rows)
+    assert rows[1]["quality_held"] and verdict.verdict(rows).startswith("Quality held for every policy")
 
 
 def test_near_the_data_the_reference_sets_the_tolerance():
     # A baseline at 1.0 with a reference of 0.3: +15% would be 1.15, but 3 references allow 1.9.
     rows = [row("float32", 0.99, 1.0, reference=0.3), row("mixed_float16", 0.99, 1.8, reference=0.3)]
-    comparison.add_baseline(rows)
-    assert rows[1]["frechet_limit"] == pytest.approx(1.0 + comparison.FD_REFERENCE_MULTIPLE * 0.3)
+    verdict.add_baseline(rows)
+    assert rows[1]["frechet_limit"] == pytest.approx(1.0 + verdict.FD_REFERENCE_MULTIPLE * 0.3)
     assert rows[1]["quality_held"]
 
 
@@ -49,13 +49,13 @@ def test_the_mean_per_class_distance_is_judged_by_the_same_rule_when_both_runs_h
 
     # Overall distance and accuracy hold, but one class collapsed: the per-class mean is 40% worse.
     rows = [with_classes(row("float32", 0.95, 10.0), 20.0), with_classes(row("mixed_float16", 0.95, 10.5), 28.0)]
-    comparison.add_baseline(rows)
+    verdict.add_baseline(rows)
     assert rows[1]["frechet_held"] and rows[1]["class_frechet_held"] is False and not rows[1]["quality_held"]
     assert rows[1]["class_frechet_limit"] == pytest.approx(23.0)
-    assert "mean per-class Fréchet distance 28.00 (+40%, limit 23.00)" in comparison.verdict(rows)
+    assert "mean per-class Fréchet distance 28.00 (+40%, limit 23.00)" in verdict.verdict(rows)
     # Older rows without it are judged as before.
     rows = [row("float32", 0.95, 10.0), row("mixed_float16", 0.95, 10.5)]
-    comparison.add_baseline(rows)
+    verdict.add_baseline(rows)
     assert rows[1]["class_frechet_held"] is None and rows[1]["quality_held"]
 
 
@@ -76,9 +76,9 @@ def test_several_training_seeds_are_averaged_and_the_verdict_is_on_the_means():
         return r
 
     # mixed_float16 trails by 5 points at seed 0 and leads by 1 at seed 1: -2 points on the means, held.
-    rows = [comparison.combine_seeds([run("float32", 0, 0.80, 20.0, 40.0, [0.80, 0.70]),
+    rows = [verdict.combine_seeds([run("float32", 0, 0.80, 20.0, 40.0, [0.80, 0.70]),
                                       run("float32", 1, 0.70, 30.0, 60.0, [0.70, 0.74])]),
-            comparison.combine_seeds([run("mixed_float16", 0, 0.75, 21.0, 42.0, [0.75, 0.70]),
+            verdict.combine_seeds([run("mixed_float16", 0, 0.75, 21.0, 42.0, [0.75, 0.70]),
                                       run("mixed_float16", 1, 0.71, 33.0, 63.0, [0.71, 0.70])])]
     base, mixed = rows
     assert base["conditional_accuracy"] == pytest.approx(0.75) and base["frechet_distance"] == pytest.approx(25.0)
@@ -89,7 +89,7 @@ def test_several_training_seeds_are_averaged_and_the_verdict_is_on_the_means():
     # Each judge's numbers are that judge's mean over the seeds; the spread is over those means.
     assert [j["conditional_accuracy"] for j in mixed["across_judges"]["judges"]] == pytest.approx([0.73, 0.70])
     assert mixed["across_judges"]["conditional_accuracy"]["min"] == pytest.approx(0.70)
-    comparison.add_baseline(rows)
+    verdict.add_baseline(rows)
     assert mixed["accuracy_change"] == pytest.approx(-0.02) and mixed["accuracy_held"]
     assert mixed["conditional_accuracy_change_across_seeds"] == pytest.approx([-0.05, 0.01])
     assert mixed["frechet_distance_change_across_seeds"] == pytest.approx([0.05, 0.10])
@@ -108,7 +108,7 @@ def test_several_training_seeds_are_averaged_and_the_verdict_is_on_the_means():
     assert mixed["frechet_distance_class_mean_change_paired"]["held_side_in_standard_errors"] is None
     assert base["conditional_accuracy_change_paired"]["held_side_in_standard_errors"] is None
     assert mixed["quality_held"]  # distance 27.0 <= 28.75, per class 52.5 <= 57.5
-    text = comparison.verdict(rows)
+    text = verdict.verdict(rows)
     assert text.startswith("Quality held for every policy")
     assert "means over 2 training seeds" in text and "-5.0 to +1.0 points, within the margin at 1 of 2 seeds" in text
     assert ("mixed_float16's accuracy -2.0 ± 3.0 points, 0.3 standard errors on the held side of -3 points; "
@@ -118,10 +118,36 @@ def test_several_training_seeds_are_averaged_and_the_verdict_is_on_the_means():
     assert ("these seeds cannot tell on which side the policy is: mixed_float16's accuracy "
             f"(about {accuracy['pairs_to_decide']} pairs at this spread).") in text
     # A policy on the failing side by more than 2 standard errors is decided, and named nowhere as open.
-    assert comparison.paired_summary([0.30, 0.40, 0.35], 0.15, held_above=False)["held_side_in_standard_errors"] \
+    assert verdict.paired_summary([0.30, 0.40, 0.35], 0.15, held_above=False)["held_side_in_standard_errors"] \
         == pytest.approx(-(0.35 - 0.15) / (0.05 / 3 ** 0.5))
-    assert comparison.paired_summary([0.1], 0.15, held_above=False) is None
-    assert comparison.paired_summary([0.1, None], 0.15, held_above=False) is None
+    assert verdict.paired_summary([0.1], 0.15, held_above=False) is None
+    assert verdict.paired_summary([0.1, None], 0.15, held_above=False) is None
     # One seed: the run is the row, as before.
     single = run("float32", 0, 0.8, 20.0, 40.0, [0.8])
-    assert comparison.combine_seeds([single]) is single
+    assert verdict.combine_seeds([single]) is single
+
+
+def test_the_page_renders_from_the_rows_alone():
+    """compare.md from judged rows, no training: one column per policy, the verdict, the notes."""
+    from acgan.quality import compare_page
+
+    rows = [row("float32", 0.95, 10.0), row("mixed_float16", 0.90, 10.5)]
+    for r in rows:
+        r.update(steps=500, time_per_batch_ms=110.0, time_per_1000_samples_ms=1500.0, cost_per_million_batches=None,
+                 compile_seconds=3.0, peak_memory_bytes=2**30, skipped_steps=0, classifier_score=8.0,
+                 q_accuracy_real=0.97, inception_fid=None, inception_note="not applicable", num_real=1000,
+                 num_generated=1000, report_md=f"{r['policy']}/report.md")
+    rows[1]["time_per_batch_median_ms"] = 50.0
+    verdict.add_baseline(rows)
+    doc = {"rows": rows, "command": "acgan.compare --steps 500", "device": {"kind": "CPU", "name": "x86_64"},
+           "judge": {"test_accuracy": 0.98, "num_test": 1000},
+           "settings": {"dataset": "doodles", "batch": 64, "width": 1.0, "steps": 500, "minutes": None, "seed": 0,
+                        "jit": True, "price_per_hour": None, "policies": ["float32", "mixed_float16"]}}
+    page = compare_page.render_markdown(doc)
+    assert page.startswith("# Mixed precision compared: doodles, batch 64, width 1, 500 steps each\n")
+    assert "\n| | float32 | mixed_float16 |\n|---|---|---|\n| status | completed | completed |\n" in page
+    assert "\n| speed-up vs float32 | 1.00x | 2.00x |\n" in page
+    assert "\n| quality held | yes | **no** |\n" in page
+    assert "\n| run | [report](float32/report.md) | [report](mixed_float16/report.md) |\n" in page
+    assert "\nQuality did not hold for mixed_float16 (conditional accuracy -5.0 points)" in page
+    assert "\nInception FID: not applicable.\n" in page and page.endswith("![final sample grids](compare.png)\n")

@@ -1,12 +1,15 @@
-"""The benchmark worker: `python -m acgan.measure.worker JOB.json RESULT.json` times one configuration.
+"""The benchmark worker: `python -m acgan.bench.worker JOB.json RESULT.json` times one configuration.
 
-Started by acgan.sweep.run_sweep, one fresh process per configuration, with KERAS_BACKEND set to the
+Started by acgan.bench.sweep.run_sweep, one fresh process per configuration, with KERAS_BACKEND set to the
 configuration's backend (the parent never loads Keras). Modes: "bare" (the compiled step alone),
 "trainer" (the full training loop) and "probe" (the machine as this backend sees it, and the models'
 layer widths, for the parent). Fault injection, for tests only: ACGAN_SWEEP_INJECT="oom:16,kill:32"
 makes the worker for batch 16 raise its backend's out-of-memory error (tf.errors.ResourceExhaustedError;
 on JAX a JaxRuntimeError saying RESOURCE_EXHAUSTED, as XLA does) once its models are built, and the one
 for batch 32 kill itself with SIGKILL (as the kernel's out-of-memory killer would).
+
+What loads Keras, TensorFlow or JAX (the models, the steps, the training loop) is imported inside the
+functions: worker_main chooses the backend before any of it loads.
 """
 import json
 import os
@@ -16,6 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from acgan import backend
+from acgan.config import Config
+from acgan.errors import UserError
+from acgan.measure import advice, flops, profile
+from acgan.training.tensorboard import SummaryWriter
 from acgan.util.files import write_json
 
 INJECT_VARIABLE = "ACGAN_SWEEP_INJECT"
@@ -29,7 +39,6 @@ def _injected(batch):
 def run_bare(job):
     """Times the bare compiled step on device-resident tensors; returns the measurement."""
     import keras
-    import numpy as np
 
     from acgan.model import precision
 
@@ -150,8 +159,6 @@ def _time_step(job, gan, inputs):
     """The timing protocol both backends share: the compile step (with the count of its FLOPs), `warmup`
     steps, then `repeats` timings of `steps` steps each, every timing between two device syncs
     (StepMetrics.read())."""
-    from acgan.measure import flops
-
     tick = time.perf_counter()
     # On JAX this compiles the step (XLA's cost analysis needs the executable); the first step reuses it.
     flops_per_batch, counted_by = flops.count_step_flops(gan, inputs, job["batch"])
@@ -200,8 +207,6 @@ PROFILE_STEPS = 5
 def _profile(job, gan, inputs):
     """After the timings: a profiler trace of PROFILE_STEPS more steps in the job's profile_dir, and its
     summary (measure.profile) beside it; what the benchmark's page shows of it."""
-    from acgan.measure import profile
-
     directory = Path(job["profile_dir"])
     with profile.trace(directory):
         for _ in range(PROFILE_STEPS):
@@ -220,7 +225,7 @@ def run_probe(job):
     description of the machine, and per policy the low-precision layer widths of the models."""
     import keras
 
-    from acgan.measure import advice, device
+    from acgan.measure import device
     from acgan.model import precision
     from acgan.model.networks import build_models, check_image_shape
 
@@ -259,7 +264,6 @@ def run_trainer(job):
     window without a read times the enqueueing alone. The loop reads once per window of `steps` steps
     (log_every = steps) unless the job sets log_every; then a window is `steps` rounded up to a multiple
     of it, so every window holds the same number of reads."""
-    from acgan.config import Config
     from acgan.model import precision
     from acgan.training import loop
 
@@ -281,8 +285,6 @@ def run_trainer(job):
     config.validate()
     delay = float(os.environ.get(LOG_DELAY_VARIABLE) or 0)
     if delay:  # every metrics read of the loop ends in SummaryWriter.scalars
-        from acgan.training.tensorboard import SummaryWriter
-
         honest = SummaryWriter.scalars
 
         def slow_scalars(self, values, step):
@@ -317,9 +319,6 @@ MODES = {"bare": run_bare, "trainer": run_trainer, "probe": run_probe}
 
 
 def worker_main(argv):
-    from acgan import backend
-    from acgan.errors import UserError
-
     job_path, result_path = argv[1:3]
     job = json.loads(Path(job_path).read_text())
     try:

@@ -1,0 +1,147 @@
+"""Benchmark results, pure of processes: a configuration's row from its worker's measurement (make_row),
+the speed-ups against float32, the rows grouped as the tables show them, and benchmark.json files read
+and merged."""
+import json
+from datetime import datetime
+from pathlib import Path
+
+from acgan.errors import UserError
+from acgan.measure import flops, prices, timing
+from acgan.measure.backend_labels import backend_label
+
+FORMAT = "acgan-benchmark/1"
+
+
+def make_row(run, policy, batch, jit, result):
+    """One results row: the configuration, the machine, the measurement and what follows from it."""
+    machine, price = run["machine"], run["price"]
+    backend = run.get("backend") or machine.get("backend") or "tensorflow"
+    row = {
+        "device": run["device"],
+        "backend": backend,
+        # float32 matrix products on JAX: "default" lets a GPU use TF32, "highest" keeps full float32.
+        "matmul_precision": result.get("matmul_precision") or run.get("matmul_precision"),
+        "machine": machine,
+        "command": run["command"],
+        "policy": policy,
+        "batch": batch,
+        "jit": jit,
+        "status": result["status"],
+        "reason": result.get("reason"),
+        "compile_seconds": result.get("compile_seconds"),
+        "time_per_batch_ms": result.get("time_per_batch_ms"),      # median over repeats
+        "time_per_batch_min_ms": result.get("time_per_batch_min_ms"),
+        "time_per_batch_max_ms": result.get("time_per_batch_max_ms"),
+        "repeat_ms": result.get("repeat_ms"),
+        "time_per_1000_samples_ms": None,
+        "samples_per_second": None,
+        "replicas": result.get("replicas") or run.get("replicas") or 1,
+        "xla": result.get("xla"),   # as run: "step", "forward_backward", "tpu" or "off"
+        "samples_per_second_per_replica": None,
+        "peak_memory_bytes": result.get("peak_memory_bytes"),
+        "baseline_memory_bytes": result.get("baseline_memory_bytes"),
+        "memory_counter": result.get("memory_counter"),
+        "skipped_steps": result.get("skipped_steps"),
+        "loss_scale": result.get("loss_scale"),
+        "steps_run": result.get("steps_run"),
+        "load_average": result.get("load_average"),
+        "speedup_vs_float32": None,
+        "price_per_hour": None,
+        "price_entry": price["accelerator"] or price["source"],
+        "cost_per_million_batches": None,
+        "worker_seconds": result.get("worker_seconds"),
+        "profile": result.get("profile"),   # measure.profile's summary of a few more steps, with --profile
+        "log": result.get("log"),
+    }
+    ms = row["time_per_batch_ms"]
+    if row["status"] == "ok" and ms:
+        row["time_per_1000_samples_ms"] = ms * 1000.0 / batch
+        row["samples_per_second"] = batch / (ms / 1e3)
+        row["samples_per_second_per_replica"] = row["samples_per_second"] / row["replicas"]
+    row.update(flops.arithmetic_summary(result.get("flops_per_batch"), result.get("flops_counted_by"),
+                                        ms if row["status"] == "ok" else None, machine, policy, row["replicas"],
+                                        device_name=run["device"], matmul_precision=row["matmul_precision"]))
+    if price["usd_per_hour"] is not None:
+        units, _ = prices.priced_units(price, row["replicas"], machine=machine)
+        row["price_per_hour"] = price["usd_per_hour"] * units
+        if row["samples_per_second"]:
+            row["cost_per_million_batches"] = timing.cost_per_million_batches(ms / 1e3, row["price_per_hour"])
+    return row
+
+
+def add_speedups(rows):
+    """speedup_vs_float32 = float32's time per batch / this policy's, same device, backend (and JAX matmul
+    precision), XLA setting and batch."""
+    float32 = {
+        (r["device"], backend_label(r), r["jit"], r["batch"]): r["time_per_batch_ms"]
+        for r in rows if r["policy"] == "float32" and r["status"] == "ok"
+    }
+    for r in rows:
+        base = float32.get((r["device"], backend_label(r), r["jit"], r["batch"]))
+        ok = r["status"] == "ok" and r["policy"] != "float32" and base and r["time_per_batch_ms"]
+        r["speedup_vs_float32"] = base / r["time_per_batch_ms"] if ok else None
+    return rows
+
+
+def groups(rows):
+    """{(device, backend label, jit): rows}, in first-seen order."""
+    out = {}
+    for r in rows:
+        out.setdefault((r["device"], backend_label(r), r["jit"]), []).append(r)
+    return out
+
+
+def backend_comparison(rows):
+    """[(device, jit, policy, batch, {backend label: ms per batch})] where one configuration ran on more
+    than one backend (or JAX matmul precision), in first-seen order."""
+    out = {}
+    for r in rows:
+        if r["status"] == "ok" and r["time_per_batch_ms"]:
+            key = (r["device"], r["jit"], r["policy"], r["batch"])
+            out.setdefault(key, {})[backend_label(r)] = r["time_per_batch_ms"]
+    return [key + (times,) for key, times in out.items() if len(times) > 1]
+
+
+def load_benchmark(path):
+    """A benchmark.json as a dict; UserError for a missing, unreadable or foreign file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"benchmark file {path} does not exist")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} is not a valid benchmark.json ({type(e).__name__})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("results"), list):
+        raise UserError(f"{path} is not a benchmark.json written by python -m acgan.benchmark (format {FORMAT})")
+    return doc
+
+
+def _configuration(row):
+    return (row["device"], backend_label(row), row["jit"], row["policy"], row["batch"])
+
+
+def merge(docs, sources=None, command=None):
+    """One document holding the runs and rows of several. Files whose rows are other configurations of the
+    same device (label), backend and matmul precision join its tables (e.g. one machine timed in two
+    sweeps); a file that repeats a configuration already merged gets its device label ' (2)', so both
+    stay apart."""
+    runs, rows, labels = [], [], set()
+    for i, doc in enumerate(docs):
+        taken = {_configuration(r) for r in rows}
+        clash = {r["device"] for r in doc["results"] if _configuration(r) in taken}
+        renamed = {}
+        for label in dict.fromkeys(run["device"] for run in doc["runs"]):
+            if label in clash:
+                n = 2
+                while f"{label} ({n})" in labels:
+                    n += 1
+                renamed[label] = f"{label} ({n})"
+            labels.add(renamed.get(label, label))
+        for run in doc["runs"]:
+            label = run["device"]
+            runs.append(dict(run, device=renamed.get(label, label),
+                             source=str(sources[i]) if sources else run.get("source")))
+        rows += [dict(r, device=renamed.get(r["device"], r["device"])) for r in doc["results"]]
+    add_speedups(rows)
+    return {"format": FORMAT, "command": command, "created": datetime.now().isoformat(timespec="seconds"),
+            "runs": runs, "results": rows}

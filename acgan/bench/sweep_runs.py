@@ -1,0 +1,145 @@
+"""The benchmark's worker processes: each in a fresh `python -m acgan.bench.worker JOB.json RESULT.json`
+on its configuration's Keras backend (KERAS_BACKEND set), so that a crash, an out-of-memory kill or a
+hang (--max_seconds) becomes that configuration's status, never a stopped sweep. The probe (the machine
+as a backend sees it), each configuration's timing, and the trainer-overhead run."""
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from acgan.bench.results import make_row
+from acgan.errors import UserError
+from acgan.util.children import child_env, last_log_line
+
+OVERHEAD_DIR = "overhead-trainer"
+
+
+def probe_backend(settings, backend, image_shape, num_classes, work_dir):
+    """(machine description, {policy: low-precision layer widths}) as a worker on `backend` sees them.
+
+    UserError when the backend cannot start here, or rejects the inputs (e.g. their image shape)."""
+    job = {"mode": "probe", "backend": backend, "policies": list(settings.policies), "width": settings.width,
+           "arch": settings.arch,
+           "image_shape": list(image_shape), "num_classes": num_classes}
+    log_path = Path(work_dir) / f"probe-{backend}.log"
+    result = run_worker(job, Path(work_dir), log_path, name=f"probe-{backend}",
+                        extra_env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+    if result["status"] == "user_error":
+        raise UserError(result["reason"])
+    if result["status"] != "ok":
+        raise UserError(f"the {backend} backend did not start: {result['reason']}")
+    return result["machine"], result["layer_widths"]
+
+
+def worker_job(settings, backend, policy, batch, jit, inputs, num_classes, mode="bare"):
+    """The job file's contents for one configuration's worker (mode "bare" or "trainer")."""
+    return {
+        "mode": mode, "backend": backend, "policy": policy, "batch": batch, "jit": jit, "width": settings.width,
+        "arch": settings.arch,
+        "steps": settings.steps, "warmup": settings.warmup, "repeats": settings.repeats,
+        "seed": settings.seed, "inputs": str(inputs), "num_classes": num_classes,
+        "strategy": settings.strategy,
+        "devices": list(settings.devices) if settings.devices else None,
+        "profile_dir": (str(Path(settings.profile).resolve() / config_name(backend, policy, batch, jit))
+                        if settings.profile and mode == "bare" else None),
+    }
+
+
+def config_name(backend, policy, batch, jit):
+    """The configuration's name in log, job and profile file names: tensorflow-float32-b64-xla_on."""
+    return f"{backend}-{policy}-b{batch}-xla_{'on' if jit else 'off'}"
+
+
+def worker_env(backend, extra=None):
+    """The worker's environment: this one's, with Keras set to `backend` (and acgan importable)."""
+    env = child_env()
+    env["KERAS_BACKEND"] = backend
+    env.update(extra or {})
+    return env
+
+
+def run_worker(job, work_dir, log_path, name=None, extra_env=None, max_seconds=None):
+    """Runs one job in a fresh Python process on the job's Keras backend; a dead worker becomes status
+    'failed' with its reason, and one still running after `max_seconds` (None: no limit) is killed and
+    becomes status 'too_slow' (e.g. float16 filter gradients in oneDNN's reference loop on some CPUs,
+    100x slower than the other settings, whose timing would hold up the sweep for minutes)."""
+    name = name or f"{job['mode']}-{config_name(job['backend'], job['policy'], job['batch'], job['jit'])}"
+    job_path, result_path = work_dir / f"{name}.job.json", work_dir / f"{name}.result.json"
+    job_path.write_text(json.dumps(job))
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = worker_env(job["backend"], extra_env)
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "acgan.bench.worker", str(job_path), str(result_path)],
+                stdout=log, stderr=subprocess.STDOUT, env=env, timeout=max_seconds,
+            )
+        except subprocess.TimeoutExpired:  # subprocess.run has killed the worker
+            proc = None
+    if proc is None:
+        result = {"status": "too_slow",
+                  "reason": f"stopped after {max_seconds:g} s (--max_seconds), its timing unfinished"}
+    elif result_path.exists():
+        result = json.loads(result_path.read_text())
+    else:
+        if proc.returncode < 0:
+            how = f"worker killed by {signal.Signals(-proc.returncode).name}"
+            if proc.returncode == -signal.SIGKILL:
+                how += " (the out-of-memory killer sends this)"
+        else:
+            how = f"worker exited with status {proc.returncode}"
+        last = last_log_line(log_path)
+        result = {"status": "failed", "reason": f"{how}{': ' + last if last else ''}"}
+    result["worker_seconds"] = time.perf_counter() - started
+    result["log"] = str(log_path)
+    return result
+
+
+def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_dir, echo=print):
+    """The full training loop (loop.run: real input pipeline, metric reads, TensorBoard, progress bar)
+    against the bare step at one configuration: the median of `repeats` windows of `steps` steps each,
+    on both sides."""
+    backend = run["backend"]
+    policy, batch = settings.policies[0], settings.overhead_batch
+    jit = True if True in settings.jits else settings.jits[0]
+    name = config_name(backend, policy, batch, jit)
+    echo(f"trainer overhead: {backend}, {policy}, batch {batch}, XLA {'on' if jit else 'off'}")
+    bare = next((r for r in rows if (r["backend"], r["policy"], r["batch"], r["jit"]) == (backend, policy, batch, jit)),
+                None)
+    if bare is None:
+        job = worker_job(settings, backend, policy, batch, jit, inputs, num_classes)
+        bare = make_row(run, policy, batch, jit, run_worker(job, work_dir, output_dir / "logs" / f"overhead-bare-{name}.log"))
+    job = worker_job(settings, backend, policy, batch, jit, inputs, num_classes, mode="trainer")
+    # One trainer run folder per backend (overhead-trainer-jax, ...) when the sweep has several.
+    trainer_dir = OVERHEAD_DIR if len(settings.backends) == 1 else f"{OVERHEAD_DIR}-{backend}"
+    job.update(
+        dataset=f"npz:{inputs}" if settings.synthetic else settings.dataset,
+        data_dir=settings.data_dir, max_per_class=settings.max_per_class,
+        output_dir=str(output_dir / trainer_dir), price_per_hour=bare["price_per_hour"],
+        command=run["command"], log_every=settings.log_every,
+    )
+    loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{name}.log")
+    out = {
+        "backend": backend, "policy": policy, "batch": batch, "jit": jit,
+        "status": "ok" if loop["status"] == "ok" and bare["status"] == "ok" else "failed",
+        "reason": None,
+        # Median against median, over the same number of windows of the same number of steps.
+        "trainer_time_per_batch_ms": loop.get("time_per_batch_ms"),
+        "trainer_window_ms": loop.get("window_ms"),
+        "trainer_log_every": loop.get("log_every"),
+        "trainer_window_steps": loop.get("window_steps"),
+        "trainer_measured_steps": loop.get("measured_steps"),
+        "trainer_loop_seconds": loop.get("loop_seconds"),
+        "trainer_steps": loop.get("steps"),
+        "trainer_run_dir": loop.get("run_dir"),
+        "bare_time_per_batch_ms": bare["time_per_batch_ms"],
+        "ratio": None,
+    }
+    if out["status"] == "ok":
+        out["ratio"] = out["trainer_time_per_batch_ms"] / out["bare_time_per_batch_ms"]
+    else:
+        out["reason"] = loop.get("reason") if loop["status"] != "ok" else f"bare step: {bare['reason']}"
+    return out

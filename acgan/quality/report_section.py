@@ -1,0 +1,139 @@
+"""The "Sample quality" section an evaluation adds to a run's report.md, and the short texts
+acgan.evaluate prints and acgan.compare's page shows of an evaluation."""
+from acgan.util import markdown
+
+SECTION_TITLE = "## Sample quality"
+
+
+def lowest_margin(result):
+    """The label under which D tells its class worst from the others, as `lowest: NAME +m against OTHER`."""
+    margins = {name: m for name, m in result["d_class_margin_per_class"].items() if m is not None}
+    name = min(margins, key=margins.get)
+    return f"lowest: {name} {margins[name]:+.2f} against {result['d_class_nearest'][name]}"
+
+
+def _pct(value):
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _reference_text(reference):
+    return (f"{reference['frechet_distance']:.2f} ({reference['num_real']:,} real test images vs "
+            f"{reference['num_train']:,} real train images: the floor a perfect generator would reach)")
+
+
+def _class_sizes(result):
+    real, generated = result.get("num_real_per_class") or [0], result.get("num_generated_per_class") or [0]
+    return (f"per class {min(real):,}-{max(real):,} real test images vs {min(generated):,}-{max(generated):,} "
+            "generated")
+
+
+def _margin(value):
+    return "n/a" if value is None else f"{value:+.2f}"
+
+
+def _fd(value):
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def span_text(spread, fmt):
+    """'74.7%-81.1%' from one of across_judges' {min, max, mean} entries."""
+    return f"{format(spread['min'], fmt)}-{format(spread['max'], fmt)}"
+
+
+def across_judges_text(across):
+    """'conditional accuracy 74.7%-81.1% (mean 77.5%), Fréchet distance 21.5-22.9, ...' for the report."""
+    def span(key, fmt):
+        m = across.get(key)
+        return m and f"{span_text(m, fmt)} (mean {format(m['mean'], fmt)})"
+
+    parts = [("conditional accuracy", span("conditional_accuracy", ".1%")),
+             ("Fréchet distance", span("frechet_distance", ".2f")),
+             ("mean per-class Fréchet distance", span("frechet_distance_class_mean", ".2f"))]
+    return ", ".join(f"{name} {text}" for name, text in parts if text)
+
+
+def cas_text(score):
+    """'33.3% (real train images instead: 96.5%)' for one classification_accuracy_score entry."""
+    return f"{score['accuracy']:.1%} (real train images instead: {score['real_reference']['accuracy']:.1%})"
+
+
+def render_markdown(result):
+    """The report.md section for one evaluation."""
+    judge = result.get("judge") or {}
+    judge_line = (f"Judged by a float32 reference CNN (seed {judge.get('seed') or 0}) trained on the real train split "
+                  f"({_pct(judge.get('test_accuracy'))} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
+                  f"checkpoint at step {result['step']:,}, {result['num_generated']:,} generated samples "
+                  f"(classes balanced, seed {result['seed']}).")
+    lines = [SECTION_TITLE, "", judge_line, ""] + markdown.table(["", ""], summary_rows(result))
+    if result.get("conditional_accuracy_per_class"):
+        lines += [""] + per_class_table(result)
+    lines += ["", f"`{result.get('command', '')}`"]
+    return "\n".join(lines) + "\n"
+
+
+def summary_rows(result):
+    """The section's (name, value) rows: the judge's numbers, their references, Q's, D's margin, CAS, FID."""
+    score = result.get("classification_accuracy_score") or {}
+    inception = result.get("inception") or {}
+    fid = f"{inception['fid']:.2f}" if inception.get("fid") is not None else inception.get("note", "n/a")
+    sizes = f"{result['num_real']:,} real test images vs {result['num_generated']:,} generated"
+    if result["num_real"] < result["num_generated"]:
+        sizes += " (the test split holds fewer than asked; compare only at equal sizes)"
+    return [
+        ("conditional accuracy (judge)",
+         f"{_pct(result['conditional_accuracy'])} (chance {_pct(result['chance'])}; "
+         f"real test images: {_pct(result.get('real_conditional_accuracy'))})"),
+        *([(f"across {len(result['across_judges']['judges'])} judges (seeds "
+            f"{', '.join(str(j['seed']) for j in result['across_judges']['judges'])}; the same samples)",
+            across_judges_text(result["across_judges"]))] if result.get("across_judges") else []),
+        ("Fréchet distance, judge features", f"{result['frechet_distance']:.2f} ({sizes})"),
+        *([("Fréchet distance, real vs real (reference)", _reference_text(result["real_reference"]))]
+          if result.get("real_reference") else []),
+        *([("mean per-class Fréchet distance (intra-class)",
+            f"{result['frechet_distance_class_mean']:.2f} ({_class_sizes(result)})")]
+          if result.get("frechet_distance_class_mean") is not None else []),
+        *([("mean per-class Fréchet distance, real vs real (reference)",
+            f"{_fd(result['real_reference'].get('frechet_distance_class_mean'))} (each class's real test images "
+            "vs as many real train images of the class as were generated for it)")]
+          if (result.get("real_reference") or {}).get("frechet_distance_class_mean") is not None else []),
+        ("classifier score", f"{result['classifier_score']:.2f} (1 to {result['num_classes']}; real test "
+                             f"images: {result.get('real_classifier_score', float('nan')):.2f})"),
+        ("Q's accuracy on real test images", _pct(result.get("q_accuracy_real"))),
+        *([("Q's accuracy on the generated samples (names the class G was asked for)",
+            f"{_pct(result['q_accuracy_generated'])} (the judge: {_pct(result['conditional_accuracy'])}; where Q is "
+            "far above the judge, G draws what its own Q accepts rather than what the class looks like)")]
+          if result.get("q_accuracy_generated") is not None else []),
+        *([("D's class margin (mean over classes)",
+            f"{result['d_class_margin_mean']:+.2f}: under each class's label, D's mean logit for that class's real "
+            "images minus for the other class it scores highest, per class below (G asked for a class is pushed "
+            "towards it only as far as this is positive)")]
+          if result.get("d_class_margin_mean") is not None else []),
+        *([("classification accuracy score (CAS)",
+            f"{cas_text(score)}: the judge's CNN trained on the {score['num_train']:,} samples, scored on the "
+            f"{score['num_test']:,} real test images; the reference trained on as many real train images per "
+            "class. Low where G draws a class as something its real images are not")]
+          if score else []),
+        ("Inception FID", fid),
+    ]
+
+
+def per_class_table(result):
+    """One row per class: the judge's accuracy and distances, with Q's accuracies, CAS and D's class margin
+    where the result has them."""
+    score = result.get("classification_accuracy_score") or {}
+    class_fd = result.get("frechet_distance_per_class") or {}
+    reference_fd = (result.get("real_reference") or {}).get("frechet_distance_per_class") or {}
+    q_real = result.get("q_accuracy_real_per_class") or {}
+    q_generated = result.get("q_accuracy_generated_per_class") or {}
+    cas_real = (score.get("real_reference") or {}).get("per_class") or {}
+    margins, nearest = result.get("d_class_margin_per_class") or {}, result.get("d_class_nearest") or {}
+    q_columns = bool(q_real and q_generated)
+    header = (["class", "conditional accuracy", "Fréchet distance", "real vs real (reference)"]
+              + (["Q on real", "Q on generated"] if q_columns else []) + (["CAS", "CAS, real"] if score else [])
+              + (["D's class margin (closest class)"] if margins else []))
+    rows = [[name, _pct(acc), _fd(class_fd.get(name)), _fd(reference_fd.get(name))]
+            + ([_pct(q_real.get(name)), _pct(q_generated.get(name))] if q_columns else [])
+            + ([_pct(score["per_class"].get(name)), _pct(cas_real.get(name))] if score else [])
+            + ([f"{_margin(margins.get(name))} ({nearest.get(name)})"] if margins else [])
+            for name, acc in result["conditional_accuracy_per_class"].items()]
+    return markdown.table(header, rows)
