@@ -6,7 +6,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "acgan"
 COMMANDS = {"train", "generate", "evaluate", "compare", "benchmark", "benchmark_merge", "export", "__main__"}
-SHARED = {"backend", "__init__", "api", "cli", "config", "errors"}
+SHARED = {"backend", "__init__", "api", "cli", "config", "errors", "presets"}
 
 
 def module_name(path):
