@@ -3,9 +3,9 @@
 Everything here follows TensorFlow's own engine; nothing is home-made except `agree_on_finite`,
 which closes a gap in Keras 3's LossScaleOptimizer (see its docstring).
 
-TensorFlow and Keras are imported inside the functions that use them: the JAX runtime and the run report
-use this module's TensorFlow-free helpers (check_global_batch, short_device_name), and a JAX process
-must not load TensorFlow.
+TensorFlow and Keras are imported inside the functions that use them: this module's framework-free
+helpers (check_global_batch, short_device_name) also serve the JAX runtime, which must not load
+TensorFlow, and the benchmark's parent process, which loads no framework at all.
 """
 import functools
 import json
