@@ -11,6 +11,7 @@ import sys
 
 from acgan.config import validate_backend
 from acgan.errors import UserError
+from acgan.training.run_dir import saved_config
 
 INSTALL = {"tensorflow": "pip install 'acgan[tensorflow]'", "jax": "pip install 'acgan[jax]'"}
 
@@ -38,8 +39,6 @@ def use(name):
 def use_for_run(name, run_dir):
     """use(name), or when name is None the backend `run_dir` was trained on (tensorflow if unreadable)."""
     if name is None:
-        from acgan.training.run_dir import saved_config
-
         try:
             saved = saved_config(run_dir)
         except (UserError, OSError):
@@ -50,7 +49,7 @@ def use_for_run(name, run_dir):
 
 def current():
     """The backend Keras runs on (imports Keras)."""
-    import keras
+    import keras  # here: Keras must load after use() sets its backend
 
     return keras.backend.backend()
 
@@ -60,7 +59,7 @@ def tensorflow_hidden():
     """On the JAX backend, makes `import tensorflow` fail inside the block when TensorFlow is not loaded
     yet: Keras probes it whenever it is installed (`keras.utils.set_random_seed` seeds it, model saving
     checks for tf.TensorShape), and loading it there costs seconds and a gigabyte for nothing."""
-    import keras
+    import keras  # here: Keras must load after use() sets its backend
 
     if keras.backend.backend() == "tensorflow" or "tensorflow" in sys.modules:
         yield
@@ -74,7 +73,7 @@ def tensorflow_hidden():
 
 def set_random_seed(seed):
     """keras.utils.set_random_seed, without loading TensorFlow on the JAX backend."""
-    import keras
+    import keras  # here: Keras must load after use() sets its backend
 
     with tensorflow_hidden():
         keras.utils.set_random_seed(seed)

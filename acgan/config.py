@@ -4,6 +4,7 @@ import json
 from typing import Optional
 
 from acgan.errors import UserError
+from acgan.measure.profile import parse_step_range
 from acgan.presets import ADVERSARIAL_LOSSES, PRESETS
 
 DEFAULT_STEPS = 1000
@@ -149,8 +150,6 @@ class Config:
         if self.price_per_hour is not None:
             positive_number("price_per_hour", self.price_per_hour)
         if self.profile_steps is not None:
-            from acgan.measure.profile import parse_step_range
-
             try:
                 parse_step_range(self.profile_steps)
             except ValueError as e:

@@ -1,6 +1,7 @@
 """Image datasets: `load_dataset` picks a source module (one per source) by name; every source returns an
 ImageSet (image_set.py); batches.py defines the trainer's batches from one (pipeline.py feeds them to
-TensorFlow through tf.data)."""
+TensorFlow through tf.data). The sources load no framework when imported (cifar10 loads
+tensorflow_datasets only when it reads), so importing acgan.data keeps a JAX process free of TensorFlow."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import difflib
 import os
 from typing import Sequence
 
+from acgan.data import cifar10, doodles, quickdraw, swatches, user_files
 from acgan.data.image_set import QUICKDRAW_DEFAULT_CLASSES, TEST_FRACTION, ImageSet, select  # noqa: F401
 from acgan.errors import UserError
 
@@ -22,8 +24,6 @@ def validate_dataset_name(name: str, *, classes: Sequence[str] | None = None) ->
         if classes is not None:
             if name != "quickdraw":
                 raise UserError(f"--classes only applies to the quickdraw dataset, not {name!r}; drop it")
-            from acgan.data import quickdraw
-
             quickdraw.validate_classes(classes)
         return
     kind, sep, path = name.partition(":")
@@ -46,8 +46,6 @@ def validate_dataset_name(name: str, *, classes: Sequence[str] | None = None) ->
 
 def quickdraw_class_names() -> tuple[str, ...]:
     """The 345 Quick-Draw class names, in tensorflow_datasets' label order."""
-    from acgan.data import quickdraw
-
     return quickdraw.class_names()
 
 
@@ -69,26 +67,15 @@ def load_dataset(
     if max_per_class is not None and max_per_class < 1:
         raise UserError(f"max_per_class must be at least 1, got {max_per_class}")
 
-    # Sources are imported here, not at module top, so importing acgan.data stays cheap and TF-free.
     if name == "doodles":
-        from acgan.data import doodles
-
         data = doodles.load(split, seed=seed, data_dir=data_dir, max_per_class=max_per_class)
     elif name == "swatches":
-        from acgan.data import swatches
-
         data = swatches.load(split, seed=seed, data_dir=data_dir, max_per_class=max_per_class)
     elif name == "quickdraw":
-        from acgan.data import quickdraw
-
         data = quickdraw.load(split, data_dir=data_dir, classes=classes, max_per_class=max_per_class)
     elif name == "cifar10":
-        from acgan.data import cifar10
-
         data = select(cifar10.load(split, data_dir=data_dir), None, max_per_class)
     else:
-        from acgan.data import user_files
-
         kind, _, path = name.partition(":")
         full = user_files.load_npz(path) if kind == "npz" else user_files.load_folder(path)
         data = select(full, split, max_per_class)

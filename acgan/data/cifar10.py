@@ -18,7 +18,7 @@ PROBE_TIMEOUT_S = 10
 
 def load(split: str, *, data_dir: str = "data") -> ImageSet:
     """The train (50,000) or test (10,000) split as uint8 [N,32,32,3] images with int32 labels."""
-    try:
+    try:  # here: tensorflow_datasets loads TensorFlow, which only a cifar10 load needs
         import tensorflow_datasets as tfds
     except ImportError:  # e.g. a JAX-only install ('.[jax]'), or its TensorFlow missing
         raise UserError("cifar10 is read through tensorflow-datasets, which needs TensorFlow: "

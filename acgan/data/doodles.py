@@ -6,7 +6,6 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from acgan.data import generated
-from acgan.data.image_set import ImageSet
 
 CLASS_NAMES = ("circle", "square", "triangle", "star", "plus", "zigzag", "spiral", "heart", "arrow", "house")
 PER_CLASS = {"train": 2000, "test": 500}
@@ -15,32 +14,12 @@ OVERSAMPLE = 4  # draw at 4x and box-downsample: that gives the soft stroke edge
 VERSION = 1  # bump whenever the drawing changes, so cached arrays from older code are never reused
 # The full train split takes ~5 s to draw on a 2-core machine, so full splits are cached as .npz under
 # data_dir/doodles/; capped loads are a prefix of the full split (images are drawn class-interleaved).
-_STREAM = {"train": 0, "test": 1}  # independent seed streams, so train and test never share a drawing
-
-
-def load(split: str, *, seed: int = 0, data_dir: str = "data", max_per_class: int | None = None) -> ImageSet:
-    """One split, from the cache when present; the same seed always gives the same bytes."""
-    return generated.load_split(cache_path(data_dir, split, seed), CLASS_NAMES, PER_CLASS[split], (SIZE, SIZE, 1),
-                                lambda per_class: generate(per_class, seed=seed, stream=_STREAM[split]),
-                                max_per_class=max_per_class)
-
-
-def cache_path(data_dir: str, split: str, seed: int) -> str:
-    return generated.cache_path(data_dir, "doodles", VERSION, split, seed, PER_CLASS[split])
-
-
-def generate(per_class: int, *, seed: int, stream: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """uint8 [10*per_class, 28, 28, 1] images and int32 labels cycling 0..9; same (seed, stream) -> same bytes."""
-    rng = np.random.default_rng([seed, stream])
-    n = per_class * len(CLASS_NAMES)
-    labels = (np.arange(n) % len(CLASS_NAMES)).astype(np.int32)
-    images = np.empty((n, SIZE, SIZE, 1), np.uint8)
-    for i, label in enumerate(labels):
-        images[i, :, :, 0] = _draw(CLASS_NAMES[label], rng)
-    return images, labels
+# load(split, seed=, data_dir=, max_per_class=), cache_path(data_dir, split, seed) and
+# generate(per_class, seed=, stream=) are DOODLES's, at the end of the module.
 
 
 def _draw(name: str, rng: np.random.Generator) -> np.ndarray:
+    """One [28, 28, 1] uint8 doodle of class `name`."""
     canvas = SIZE * OVERSAMPLE
     # One draw for all per-image scalars: cheaper than many tiny rng calls.
     angle, aspect, width, fill, dx, dy, shake = rng.uniform(
@@ -65,7 +44,7 @@ def _draw(name: str, rng: np.random.Generator) -> np.ndarray:
         draw.line(px.ravel().tolist(), fill=255, width=int(round(width)))
         for x, y in (px[0], px[-1]):  # round pen caps
             draw.ellipse((x - r, y - r, x + r, y + r), fill=255)
-    return np.asarray(img.reduce(OVERSAMPLE))
+    return np.asarray(img.reduce(OVERSAMPLE))[..., None]
 
 
 def _by_hand(stroke: np.ndarray, rng: np.random.Generator, shake: float, step: float = 0.08) -> np.ndarray:
@@ -145,3 +124,6 @@ _SHAPES = {
     "circle": _circle, "square": _square, "triangle": _triangle, "star": _star, "plus": _plus,
     "zigzag": _zigzag, "spiral": _spiral, "heart": _heart, "arrow": _arrow, "house": _house,
 }
+
+DOODLES = generated.GeneratedSet("doodles", VERSION, CLASS_NAMES, PER_CLASS, (SIZE, SIZE, 1), _draw)
+load, cache_path, generate = DOODLES.load, DOODLES.cache_path, DOODLES.generate

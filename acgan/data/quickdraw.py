@@ -135,7 +135,8 @@ def _download(url: str, path: str, title: str) -> None:
 
 
 def _progress_bar(title: str, total: int | None):
-    from keras.utils import Progbar  # imported only when downloading: keras pulls in TensorFlow
+    # Here: importing Keras fixes its backend (acgan.data loads before it is chosen) and loads that framework.
+    from keras.utils import Progbar
 
     print(f"Downloading quickdraw {title}")
     return Progbar(total, unit_name="byte")

@@ -23,39 +23,22 @@ import numpy as np
 from PIL import Image
 
 from acgan.data import generated
-from acgan.data.image_set import ImageSet
 
 CLASS_NAMES = ("stripes", "checks", "dots", "rings", "waves", "bricks", "clouds", "gradient", "plaid", "confetti")
 PER_CLASS = {"train": 2000, "test": 500}
 SIZE = 32
 VERSION = 3  # bump whenever the drawing changes, so cached arrays from older code are never reused
 NOISE = 6.0  # std of the per-pixel noise, in uint8 levels
-_STREAM = {"train": 0, "test": 1}
 _Y, _X = np.mgrid[0:SIZE, 0:SIZE].astype(np.float64) - (SIZE - 1) / 2.0
+# load(split, seed=, data_dir=, max_per_class=), cache_path(data_dir, split, seed) and
+# generate(per_class, seed=, stream=) are SWATCHES's, at the end of the module.
 
 
-def load(split: str, *, seed: int = 0, data_dir: str = "data", max_per_class: int | None = None) -> ImageSet:
-    """One split, from the cache when present; the same seed always gives the same bytes."""
-    return generated.load_split(cache_path(data_dir, split, seed), CLASS_NAMES, PER_CLASS[split], (SIZE, SIZE, 3),
-                                lambda per_class: generate(per_class, seed=seed, stream=_STREAM[split]),
-                                max_per_class=max_per_class)
-
-
-def cache_path(data_dir: str, split: str, seed: int) -> str:
-    return generated.cache_path(data_dir, "swatches", VERSION, split, seed, PER_CLASS[split])
-
-
-def generate(per_class: int, *, seed: int, stream: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """uint8 [10*per_class, 32, 32, 3] images and int32 labels cycling 0..9; same (seed, stream) -> same bytes."""
-    rng = np.random.default_rng([seed, stream, 32])
-    n = per_class * len(CLASS_NAMES)
-    labels = (np.arange(n) % len(CLASS_NAMES)).astype(np.int32)
-    images = np.empty((n, SIZE, SIZE, 3), np.uint8)
-    for i, label in enumerate(labels):
-        rgb = _DRAW[CLASS_NAMES[label]](rng)
-        rgb = rgb * 255.0 + rng.normal(0.0, NOISE, rgb.shape)
-        images[i] = np.clip(np.rint(rgb), 0, 255).astype(np.uint8)
-    return images, labels
+def _swatch(name, rng):
+    """One [32, 32, 3] uint8 swatch of class `name`: its pattern, then pixel noise."""
+    rgb = _DRAW[name](rng)
+    rgb = rgb * 255.0 + rng.normal(0.0, NOISE, rgb.shape)
+    return np.clip(np.rint(rgb), 0, 255).astype(np.uint8)
 
 
 # ---- Drawing: each class is a mask field m in [0, 1] over the pixel grid, mixed between colours ----
@@ -172,3 +155,8 @@ _DRAW = {
     "stripes": _stripes, "checks": _checks, "dots": _dots, "rings": _rings, "waves": _waves,
     "bricks": _bricks, "clouds": _clouds, "gradient": _gradient, "plaid": _plaid, "confetti": _confetti,
 }
+
+# Swatches are drawn from the seed (seed, stream, 32): changing it changes every image (bump VERSION).
+SWATCHES = generated.GeneratedSet("swatches", VERSION, CLASS_NAMES, PER_CLASS, (SIZE, SIZE, 3), _swatch,
+                                  seed_salt=(32,))
+load, cache_path, generate = SWATCHES.load, SWATCHES.cache_path, SWATCHES.generate

@@ -50,7 +50,7 @@ class TransposedConv2D(keras.layers.Conv2DTranspose):
 def _adjoint_conv_transpose(strides, padding):
     """jax.custom_vjp: Keras's conv_transpose forward; the gradients of the strided convolution it is the
     adjoint of."""
-    import jax
+    import jax  # here: only the JAX backend calls this; a TensorFlow process never loads JAX
 
     def forward(x, kernel):
         return keras.ops.conv_transpose(x, kernel, strides=list(strides), padding=padding)

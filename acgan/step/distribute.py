@@ -2,10 +2,15 @@
 
 Everything here follows TensorFlow's own engine; nothing is home-made except `agree_on_finite`,
 which closes a gap in Keras 3's LossScaleOptimizer (see its docstring).
+
+TensorFlow and Keras are imported inside the functions that use them: this module's framework-free
+helpers (check_global_batch, short_device_name) also serve the JAX runtime, which must not load
+TensorFlow, and the benchmark's parent process, which loads no framework at all.
 """
 import functools
 import json
 import os
+import signal
 
 from acgan.config import validate_strategy
 from acgan.errors import UserError
@@ -169,8 +174,6 @@ def agree_on_stop(strategy, received_signal, out_of_time):
     A signal reaches one process and each clock runs its own, but a worker that stops alone leaves
     the others waiting on its next collective. SIGINT wins over SIGTERM.
     """
-    import signal
-
     wishes = [received_signal == signal.SIGINT, received_signal == signal.SIGTERM, out_of_time]
     # Summed over every replica of every worker: only "more than zero" matters.
     shared = _sum_over_replicas(strategy, wishes) > 0

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import keras
 
+from acgan import backend
 from acgan.errors import UserError
 from acgan.model.blocks import UnitRange
 from acgan.model.transposed_conv import TransposedConv2D
@@ -122,8 +123,6 @@ def export_run(run_dir, out, keep_policy=False, format="keras"):
 
 
 def _save_keras(generator, meta, out):
-    from acgan import backend
-
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".keras")
     os.close(fd)
     try:

@@ -9,9 +9,11 @@ devices in one mesh). The mesh has one axis, "data": the state is replicated, ea
 """
 import contextlib
 import os
+import signal
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from acgan import presets
 from acgan.data.batches import BatchPlan, prefetched
@@ -139,16 +141,10 @@ class JaxRuntime:
         clock runs its own), so they all stop after the same step."""
         if self.processes == 1:
             return stop_signal, out_of_time
-        import signal
-
-        from jax.experimental import multihost_utils
-
         wishes = np.array([stop_signal == signal.SIGINT, stop_signal == signal.SIGTERM, out_of_time], np.int32)
         shared = np.asarray(multihost_utils.process_allgather(wishes)).reshape(-1, 3).any(axis=0)
         return signal.SIGINT if shared[0] else signal.SIGTERM if shared[1] else None, bool(shared[2])
 
     def wait_for_all_workers(self):
         if self.processes > 1:
-            from jax.experimental import multihost_utils
-
             multihost_utils.sync_global_devices("acgan: run finished")

@@ -12,7 +12,7 @@ from acgan.errors import UserError
 from acgan.model import precision
 from acgan.model.networks import build_models, resolve_arch
 from acgan.step.factory import build_step
-from acgan.training import grids
+from acgan.training import checkpoints, grids, jax_checkpoints
 from acgan.training.checkpoints import first_line
 from acgan.training.run_dir import read_run
 from acgan.util.files import write_atomically
@@ -29,10 +29,7 @@ def load_run(run_dir):
     if config.backend == "tensorflow" and running != "tensorflow":
         raise UserError(f"{run_dir} was trained with --backend tensorflow and its checkpoints need TensorFlow: "
                         "read it with --backend tensorflow")
-    if config.backend == "jax":
-        from acgan.training import jax_checkpoints as saved
-    else:
-        from acgan.training import checkpoints as saved
+    saved = jax_checkpoints if config.backend == "jax" else checkpoints
     latest = saved.newest_intact(run_dir / "checkpoints")  # before building anything
     if latest is None:
         raise UserError(f"{run_dir} has no checkpoint yet")
@@ -48,7 +45,7 @@ def load_run(run_dir):
             gan.load_state(saved.read_state(latest))
         gan.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
         return config, info, gan
-    import tensorflow as tf
+    import tensorflow as tf  # here: a JAX process reads its runs above, without TensorFlow
 
     gan = build_step(preset, running, models, num_classes, config.policy, loss=config.loss, jit=False)
     with _mismatch_as_user_error(run_dir, latest, config):
