@@ -5,6 +5,8 @@ acgan.benchmark(...) and acgan.export(...) take their command's flags as keyword
 acgan.UserError with its one-line messages. Each is its command module (acgan/train.py, ...), made
 callable as its acgan.api call; importing `acgan` loads none of them, nor Keras.
 """
+import importlib
+
 from acgan.errors import DiskFull, UserError  # noqa: F401
 
 CALLS = ("train", "generate", "evaluate", "compare", "benchmark", "export")
@@ -12,8 +14,6 @@ RESULTS = ("Run", "Samples", "Exported", "Report")
 
 
 def __getattr__(name):
-    import importlib
-
     if name in CALLS:
         return importlib.import_module(f"acgan.{name}")  # the command module; calling it is the API call
     if name in RESULTS:

@@ -7,6 +7,7 @@ import sys
 from absl import flags
 
 from acgan import api, cli
+from acgan.config import Config
 from acgan.errors import DIVERGED_STATUS
 
 
@@ -46,8 +47,6 @@ FLAGS = flags.FLAGS
 
 
 def config_from_flags():
-    from acgan.config import Config
-
     return cli.settings_from_flags(Config)
 
 
