@@ -9,9 +9,8 @@ import importlib.util
 import os
 import sys
 
-from acgan.config import validate_backend
+from acgan.config import saved_config, validate_backend
 from acgan.errors import UserError
-from acgan.training.run_dir import saved_config
 
 INSTALL = {"tensorflow": "pip install 'acgan[tensorflow]'", "jax": "pip install 'acgan[jax]'"}
 

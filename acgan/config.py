@@ -1,6 +1,7 @@
 """Every training setting in one frozen dataclass, validated up front with one-line errors."""
 import dataclasses
 import json
+from pathlib import Path
 from typing import Optional
 
 from acgan.errors import UserError
@@ -201,3 +202,14 @@ def non_negative_int(name, value):
 def positive_number(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise UserError(f"--{name} must be a positive number, got {value!r}")
+
+
+def saved_config(run_dir):
+    """The Config stored in a run folder, or None when the folder holds no run."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        return Config.from_json(path.read_text())
+    except (ValueError, TypeError) as e:
+        raise UserError(f"{path} is not a valid acgan config ({e.__class__.__name__}); cannot resume") from None

@@ -10,7 +10,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from acgan.config import Config
+from acgan.config import Config, saved_config
 from acgan.errors import UserError
 from acgan.util.files import write_atomically, write_json
 
@@ -33,17 +33,6 @@ def newest_run(root=OUTPUTS):
     if not runs:
         raise UserError(f"--resume: there is no run under {root}/ to resume; pass --output_dir")
     return runs[-1].parent
-
-
-def saved_config(run_dir):
-    """The Config stored in a run folder, or None when the folder holds no run."""
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        return Config.from_json(path.read_text())
-    except (ValueError, TypeError) as e:
-        raise UserError(f"{path} is not a valid acgan config ({e.__class__.__name__}); cannot resume") from None
 
 
 def read_run(run_dir):
