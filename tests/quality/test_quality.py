@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from api_runs import FAST_XLA
 from conftest import POLICIES
 from PIL import Image
 
@@ -153,20 +154,29 @@ def test_conditional_accuracy_of_real_images_is_the_judges_and_of_noise_is_chanc
     assert metrics.classifier_score(probs) > 9.0
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _learning_run(runner, policy, data_dir, run_dir):
+    """500 steps at width 0.5, batch 32, in a child process with XLA at its default optimisation: the
+    tests' level 0 (conftest.py) compiles faster but runs these long steps up to 1.8x slower."""
+    flags = os.environ.get("XLA_FLAGS", "").replace(FAST_XLA, "").strip()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", XLA_FLAGS=flags)
+    proc = subprocess.run([sys.executable, *runner, "--dataset", "doodles", "--data_dir", str(data_dir),
+                           "--max_per_class", str(PER_CLASS), "--width", "0.5", "--batch", "32", "--steps", "500",
+                           "--sample_every", "500", "--checkpoint_every", "500", "--policy", policy,
+                           "--output_dir", str(run_dir)], env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_small_acgan_really_learns_the_classes(policy, judge, data_dir, tmp_path, set_policy):
     """~1 minute per policy: width 0.5, batch 32, 500 steps; the judge must recognise most samples'
     classes under every policy (mixed_float16's loss scaling included), not only float32."""
-    from acgan.config import Config
-    from acgan.training import loop
-
-    config = Config(dataset="doodles", data_dir=str(data_dir), max_per_class=PER_CLASS, width=0.5, batch=32,
-                    steps=500, sample_every=500, checkpoint_every=500, output_dir=str(tmp_path / "run"),
-                    policy=policy)
-    set_policy(config.policy)
-    finished = loop.run(config)
-    run_dir = getattr(finished, "run_dir", finished)  # a RunResult (or, before resuming existed, the folder)
+    run_dir = tmp_path / "run"
+    _learning_run(["-m", "acgan.train"], policy, data_dir, run_dir)
     result = evaluation.evaluate_run(run_dir, num_samples=1000, judge=judge, command="pytest", echo=lambda s: None)
     assert result["step"] == 500 and result["num_generated"] == 1000 and result["num_real"] == 1000
     assert result["conditional_accuracy"] >= 0.6, result  # chance is 0.1
@@ -191,17 +201,9 @@ def test_a_small_acgan_really_learns_the_classes(policy, judge, data_dir, tmp_pa
 def test_a_small_acgan_learns_the_classes_on_jax_too(judge, data_dir, tmp_path, set_policy):
     """The learning run above under mixed_float16 on the JAX backend, in a process where TensorFlow
     cannot be imported; judged here, on TensorFlow, from its .npz checkpoint."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
     run_dir = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(root), TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run([sys.executable, str(root / "tests" / "training" / "jax_train_runner.py"),
-                           "--dataset", "doodles", "--data_dir", str(data_dir), "--max_per_class", str(PER_CLASS),
-                           "--width", "0.5", "--batch", "32", "--steps", "500", "--sample_every", "500",
-                           "--checkpoint_every", "500", "--policy", "mixed_float16", "--output_dir", str(run_dir)],
-                          env=env, capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _learning_run([str(ROOT / "tests" / "training" / "jax_train_runner.py")], "mixed_float16", data_dir,
+                         run_dir)
     assert "tensorflow imports attempted: []" in proc.stderr
     result = evaluation.evaluate_run(run_dir, num_samples=1000, judge=judge, command="pytest", echo=lambda s: None)
     assert result["step"] == 500 and result["conditional_accuracy"] >= 0.6, result  # chance is 0.1
