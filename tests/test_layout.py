@@ -33,22 +33,26 @@ def import_graph():
     return {name: imports_of(path, paths) & set(paths) - {name} for name, path in paths.items()}
 
 
-def test_no_module_imports_one_that_imports_it_back():
-    graph = import_graph()
-    cycles = []
+def cycles_of(graph):
+    """Every loop a depth-first walk of `graph` ({node: nodes it points to}) meets, as [a, b, ..., a]."""
+    cycles, done = [], set()
 
     def visit(node, trail):
-        for nxt in sorted(graph[node]):
+        for nxt in sorted(graph.get(node, ())):
             if nxt in trail:
-                cycles.append(" -> ".join(trail[trail.index(nxt):] + [nxt]))
+                cycles.append(trail[trail.index(nxt):] + [nxt])
             elif nxt not in done:
                 visit(nxt, trail + [nxt])
         done.add(node)
 
-    done = set()
     for name in sorted(graph):
         if name not in done:
             visit(name, [name])
+    return cycles
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    cycles = [" -> ".join(loop) for loop in cycles_of(import_graph())]
     assert not cycles, f"import cycles: {cycles}"
 
 
@@ -79,21 +83,8 @@ def test_no_subsystem_imports_one_that_imports_it_back():
     graph = {}
     for a, b in edges:
         graph.setdefault(a, set()).add(b)
-    cycles = []
-
-    def visit(node, trail):
-        for nxt in sorted(graph.get(node, ())):
-            if nxt in trail:
-                loop = trail[trail.index(nxt):] + [nxt]
-                cycles.append("; ".join(f"{a} -> {b} ({', '.join(edges[a, b])})" for a, b in zip(loop, loop[1:])))
-            elif nxt not in done:
-                visit(nxt, trail + [nxt])
-        done.add(node)
-
-    done = set()
-    for name in sorted(graph):
-        if name not in done:
-            visit(name, [name])
+    cycles = ["; ".join(f"{a} -> {b} ({', '.join(edges[a, b])})" for a, b in zip(loop, loop[1:]))
+              for loop in cycles_of(graph)]
     assert not cycles, "subsystems importing each other:\n" + "\n".join(cycles)
 
 
