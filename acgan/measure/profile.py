@@ -20,6 +20,7 @@ import json
 import re
 from pathlib import Path
 
+from acgan.util import markdown
 from acgan.util.files import write_atomically
 
 GROUPS = ("convolutions", "matrix products", "batch norm", "casts", "optimizer updates", "copies and transposes",
@@ -272,16 +273,14 @@ def render_markdown(summary):
     lines = [f"# Where the device time goes{': ' + summary['title'] if summary.get('title') else ''}", "",
              f"Trace: `{summary['trace']}` ({summary['steps']} steps; open it with TensorBoard's profile plugin). "
              f"Device time per step: {summary['device_ms_per_step']:,.2f} ms over {summary['operations']} operations, "
-             f"grouped by {summary['grouped_by']}. On a CPU the time is summed over the threads that ran it.", "",
-             "| group | ms per step | share |", "|---|---:|---:|"]
-    for g in summary["groups"]:
-        if g["ms_per_step"] > 0:
-            lines.append(f"| {g['group']} | {g['ms_per_step']:,.3f} | {_share(g['share'])} |")
-    lines += ["", f"Top {len(summary['top'])} operations:", "",
-              "| operation | group | ms per step | calls per step | share |", "|---|---|---:|---:|---:|"]
-    for o in summary["top"]:
-        lines.append(f"| `{o['name']}` | {o['group']} | {o['ms_per_step']:,.3f} | {o['calls_per_step']:g} "
-                     f"| {_share(o['share'])} |")
+             f"grouped by {summary['grouped_by']}. On a CPU the time is summed over the threads that ran it.", ""]
+    lines += markdown.table(("group", "ms per step", "share"),
+                            [(g["group"], f"{g['ms_per_step']:,.3f}", _share(g["share"]))
+                             for g in summary["groups"] if g["ms_per_step"] > 0], align="lrr")
+    lines += ["", f"Top {len(summary['top'])} operations:", ""]
+    lines += markdown.table(("operation", "group", "ms per step", "calls per step", "share"),
+                            [(f"`{o['name']}`", o["group"], f"{o['ms_per_step']:,.3f}", f"{o['calls_per_step']:g}",
+                              _share(o["share"])) for o in summary["top"]], align="llrrr")
     return "\n".join(lines) + "\n"
 
 
