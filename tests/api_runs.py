@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Two steps, a checkpoint and a grid at the end; a few images per class.
 TINY = dict(steps=2, batch=8, width=0.125, max_per_class=10, sample_every=2, checkpoint_every=2, warmup_steps=0,
             log_every=1)
-# XLA's backend unoptimized: half a JAX child's CPU time here (compiling every initializer and step);
-# what it computes is the same up to float rounding.
+# XLA's backend unoptimized, for the test process and every child (conftest.py sets it): a small step
+# compiles in about half the CPU time; what it computes is the same up to float rounding.
 FAST_XLA = "--xla_backend_optimization_level=0"
 _made = {}
 
@@ -90,7 +90,7 @@ def _start_jax_run(tmp_path_factory):
             return None
         proc = subprocess.Popen([sys.executable, "-c", JAX_RUN, str(folder), json.dumps(TINY)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=child_env(fast_xla=True, KERAS_BACKEND="jax"), cwd=folder)
+                                env=child_env(KERAS_BACKEND="jax"), cwd=folder)
         atexit.register(lambda: proc.poll() is None and proc.kill())
         _made["jax"] = proc
     return _made["jax"]
@@ -116,10 +116,8 @@ def locked(folder):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def child_env(fast_xla=False, **extra):
+def child_env(**extra):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **extra)
-    if fast_xla and FAST_XLA not in env.get("XLA_FLAGS", ""):
-        env["XLA_FLAGS"] = " ".join(f for f in (env.get("XLA_FLAGS"), FAST_XLA) if f)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env
 

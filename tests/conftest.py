@@ -10,12 +10,12 @@ import os
 import shutil
 from pathlib import Path
 
+from api_runs import FAST_XLA
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# XLA compiles at backend optimisation level 0 in the tests and the processes they start (api_runs.FAST_XLA):
-# a small step compiles in about half the CPU time, and computes the same up to float rounding.
-_FAST_XLA = "--xla_backend_optimization_level=0"
-if _FAST_XLA not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = " ".join(f for f in (os.environ.get("XLA_FLAGS"), _FAST_XLA) if f)
+# XLA compiles at backend optimisation level 0 in the tests and the processes they start (api_runs.FAST_XLA).
+if FAST_XLA not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join(f for f in (os.environ.get("XLA_FLAGS"), FAST_XLA) if f)
 
 import keras  # noqa: E402
 import pytest  # noqa: E402

@@ -100,7 +100,7 @@ def loaded(exported, tmp_path_factory):
             for backend in BACKENDS:
                 jobs = [(str(model), str(inputs), str(root / f"{backend}-{name}.npz"))
                         for name, (model, inputs) in exported.items()]
-                env = child_env(fast_xla=True, KERAS_BACKEND=backend)
+                env = child_env(KERAS_BACKEND=backend)
                 env.pop("PYTHONPATH")
                 command = [sys.executable, "-I", "-c", LOADER, backend, json.dumps(jobs), readme_snippet()]
                 procs[backend] = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

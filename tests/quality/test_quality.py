@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from api_runs import FAST_XLA
+from api_runs import FAST_XLA, child_env
 from conftest import POLICIES
 from PIL import Image
 
@@ -161,7 +161,7 @@ def _learning_run(runner, policy, data_dir, run_dir):
     """500 steps at width 0.5, batch 32, in a child process with XLA at its default optimisation: the
     tests' level 0 (conftest.py) compiles faster but runs these long steps up to 1.8x slower."""
     flags = os.environ.get("XLA_FLAGS", "").replace(FAST_XLA, "").strip()
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", XLA_FLAGS=flags)
+    env = child_env(XLA_FLAGS=flags)
     proc = subprocess.run([sys.executable, *runner, "--dataset", "doodles", "--data_dir", str(data_dir),
                            "--max_per_class", str(PER_CLASS), "--width", "0.5", "--batch", "32", "--steps", "500",
                            "--sample_every", "500", "--checkpoint_every", "500", "--policy", policy,
