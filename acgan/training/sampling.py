@@ -108,13 +108,6 @@ def write_samples(images, labels, class_names, out, row_names=True):
     return out
 
 
-def generate_to_file(run_dir, per_class, out, seed=0, labels=True):
-    """A .png grid (one row per class, labelled unless labels=False) or an .npz of images and labels."""
-    _, info, gan = load_run(run_dir)
-    samples, labels_of = generate(gan, len(info["class_names"]), per_class, seed)
-    return write_samples(samples, labels_of, info["class_names"], out, row_names=labels)
-
-
 GRID_COLUMNS = 10
 
 
