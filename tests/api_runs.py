@@ -52,7 +52,7 @@ def tf_run(tmp_path_factory, collected=()):
         import acgan
 
         folder = shared_folder(tmp_path_factory, "tf")
-        with locked(folder):
+        with locked(folder / ".lock"):
             if not (folder / "run" / "report.json").exists():
                 _made["tf"] = acgan.train(policy="mixed_float16", jit=True, output_dir=str(folder / "run"),
                                           data_dir=str(folder / "data"), **TINY)
@@ -96,19 +96,26 @@ def _start_jax_run(tmp_path_factory):
     return _made["jax"]
 
 
-def shared_folder(tmp_path_factory, name):
-    """A folder of this test run that every xdist worker sees (the run's temporary folder without xdist)."""
+def run_folder(tmp_path_factory):
+    """The folder of this test run that every xdist worker and their controller see (the run's temporary
+    folder without xdist)."""
     base = tmp_path_factory.getbasetemp()
-    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / f"api-runs-{name}"
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def shared_folder(tmp_path_factory, name):
+    """A folder in run_folder, made if missing."""
+    folder = run_folder(tmp_path_factory) / f"api-runs-{name}"
     folder.mkdir(exist_ok=True)
     return folder
 
 
 @contextlib.contextmanager
-def locked(folder):
+def locked(lock_path):
+    """Holds an exclusive lock on the file `lock_path` (made if missing), across processes."""
     import fcntl
 
-    with open(folder / ".lock", "a") as lock:
+    with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

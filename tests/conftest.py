@@ -4,13 +4,12 @@
 other core would skew) alone (--only-serial), then the rest on two pytest-xdist workers (--skip-serial,
 --dist loadgroup). Plain `pytest` runs everything in one process, in file order.
 """
-import contextlib
 import json
 import os
 import shutil
 from pathlib import Path
 
-from api_runs import FAST_XLA
+from api_runs import FAST_XLA, locked, run_folder
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # XLA compiles at backend optimisation level 0 in the tests and the processes they start (api_runs.FAST_XLA).
@@ -67,14 +66,8 @@ def pytest_configure(config):
 SHARED_RUNS = ("bench", "runs", "comparison", "float32_runs", "float32_run", "doodle_dir", "splits")
 
 
-def _run_folder(tmp_path_factory):
-    """A folder the xdist workers of this run and their controller share (the run's temporary folder)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 def _groups_file(config, worker):
-    return _run_folder(config._tmp_path_factory) / f"test-groups-{worker}.json"
+    return run_folder(config._tmp_path_factory) / f"test-groups-{worker}.json"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -131,24 +124,12 @@ def set_policy():
     keras.mixed_precision.set_global_policy("float32")
 
 
-@contextlib.contextmanager
-def _locked(path):
-    import fcntl
-
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 @pytest.fixture(scope="session")
 def doodles_cache(tmp_path_factory):
     """A data folder holding the doodles' full train and test splits, drawn once per run (~6 s on two
     cores) instead of once per fresh --data_dir; tests read it, or copy it with `data_dir_with_doodles`."""
-    folder = _run_folder(tmp_path_factory) / "doodles-cache"
-    with _locked(str(folder) + ".lock"):
+    folder = run_folder(tmp_path_factory) / "doodles-cache"
+    with locked(str(folder) + ".lock"):
         from acgan.data import load_dataset
 
         for split in ("train", "test"):

@@ -66,7 +66,7 @@ def exported(tmp_path_factory, request):
     (once for every xdist worker)."""
     run = tf_run(tmp_path_factory, request.session.items)
     root = shared_folder(tmp_path_factory, "export")
-    with locked(root):
+    with locked(root / ".lock"):
         if not (root / "tf-generated.npz").exists():
             acgan.export(run, out=root / "tf-float32.keras")
             acgan.export(run, out=root / "tf-kept.keras", keep_policy=True)
@@ -94,7 +94,7 @@ def readme_snippet():
 def loaded(exported, tmp_path_factory):
     """{backend: {name: what the loader sampled}}: both loaders at once (once for every xdist worker)."""
     root = shared_folder(tmp_path_factory, "loaded")
-    with locked(root):
+    with locked(root / ".lock"):
         if not (root / "done").exists():
             procs = {}
             for backend in BACKENDS:
