@@ -19,13 +19,10 @@ $(STAMP): pyproject.toml constraints.txt
 train: $(STAMP)
 	$(BIN)/python -m acgan.train $(ARGS)
 
-# Two passes: the few timing tests (marked serial) alone, then the rest on $(TEST_WORKERS) pytest-xdist
-# workers; both run whatever the other fails, and ARGS goes to both (e.g. ARGS="-m 'not slow'").
+# The suite on $(TEST_WORKERS) pytest-xdist workers, the tests sharing a run on one worker (tests/conftest.py);
+# ARGS goes to pytest (e.g. ARGS="-m 'not slow'").
 test: $(STAMP)
-	@status=0; \
-	$(BIN)/python -m pytest -q --only-serial $(ARGS) || status=$$?; \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --skip-serial $(ARGS) || status=$$?; \
-	exit $$status
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
 
 benchmark: $(STAMP)
 	$(BIN)/python -m acgan.benchmark $(ARGS)

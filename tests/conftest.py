@@ -1,8 +1,8 @@
 """Shared fixtures: the dtype policy is global state, so every test that sets it restores float32.
 
-`make test` runs the suite in two passes: the tests marked `serial` (timing ratios, which a test on the
-other core would skew) alone (--only-serial), then the rest on two pytest-xdist workers (--skip-serial,
---dist loadgroup). Plain `pytest` runs everything in one process, in file order.
+`make test` runs the suite on two pytest-xdist workers (--dist loadgroup); no test needs the machine to
+itself: the timing tests assert ratios whose margins a test on the other core cannot cross. Plain `pytest`
+runs everything in one process, in file order.
 """
 import json
 import os
@@ -44,13 +44,6 @@ LONG_FIRST = (
 )
 
 
-def pytest_addoption(parser):
-    group = parser.getgroup("acgan")
-    group.addoption("--skip-serial", action="store_true",
-                    help="leave out the tests marked serial (make test runs them in a pass of their own)")
-    group.addoption("--only-serial", action="store_true", help="run only the tests marked serial")
-
-
 def pytest_configure(config):
     """Two logical CPU devices, so tf.distribute tests can run two replicas on this one CPU.
 
@@ -63,7 +56,7 @@ def pytest_configure(config):
 
 # Module-scoped fixtures that train or time something: under xdist the tests reading one of them run on
 # one worker (SharedRunScheduling), so it is made once.
-SHARED_RUNS = ("bench", "runs", "comparison", "float32_runs", "float32_run", "doodle_dir", "splits")
+SHARED_RUNS = ("bench", "both_backends", "runs", "comparison", "float32_runs", "float32_run", "doodle_dir", "splits")
 
 
 def _groups_file(config, worker):
@@ -72,11 +65,6 @@ def _groups_file(config, worker):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    skip, only = config.getoption("skip_serial"), config.getoption("only_serial")
-    if skip or only:
-        kept = [item for item in items if (item.get_closest_marker("serial") is not None) == only]
-        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-        items[:] = kept
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:  # order matters to the schedule only; serially, keep file order
         def rank(item):
@@ -107,12 +95,6 @@ def pytest_xdist_make_scheduler(config, log):
             return self.groups.get(nodeid, nodeid)
 
     return SharedRunScheduling(config, log)
-
-
-def pytest_sessionfinish(session, exitstatus):
-    """--only-serial over a selection without serial tests is not a failure."""
-    if session.config.getoption("only_serial") and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
-        session.exitstatus = pytest.ExitCode.OK
 
 
 @pytest.fixture
