@@ -56,7 +56,8 @@ def pytest_configure(config):
 
 # Module-scoped fixtures that train or time something: under xdist the tests reading one of them run on
 # one worker (SharedRunScheduling), so it is made once.
-SHARED_RUNS = ("bench", "both_backends", "runs", "comparison", "float32_runs", "float32_run", "doodle_dir", "splits")
+SHARED_RUNS = ("bench", "both_backends", "unsynchronized_gan", "runs", "comparison", "float32_runs", "float32_run",
+               "doodle_dir", "splits")
 
 
 def _groups_file(config, worker):
