@@ -498,6 +498,7 @@ def test_trainer_overhead_is_measured_per_backend(both_backends):
     out, _ = both_backends
     doc = json.loads((out / "benchmark.json").read_text())
     md = (out / "benchmark.md").read_text()
+    assert [run["backend"] for run in doc["runs"]] == ["tensorflow", "jax"]  # each measured below
     for run in doc["runs"]:
         backend, overhead = run["backend"], run["overhead"]
         assert overhead["status"] == "ok" and overhead["backend"] == backend, overhead["reason"]
