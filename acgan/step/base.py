@@ -25,7 +25,6 @@ import hashlib
 import numpy as np
 from keras import ops
 
-from acgan import presets
 from acgan.model import precision
 from acgan.step.common import MODEL_NAMES, OPTIMIZER_NAMES
 
@@ -49,7 +48,7 @@ class StepBase:
         self.beta_1 = float(preset.beta_1)  # Adam's, for all three optimizers
         # The augmentation of every image D's trunk sees (acgan.step.augment's policy names), or None.
         self.augment = tuple(preset.augment) if preset.augment else None
-        self.loss = presets.check_adversarial_loss(preset.loss)  # D's and G's real/fake loss (losses.py)
+        self.loss = preset.loss  # D's and G's real/fake loss (losses.py); Preset checked it
 
     def _make_optimizers(self, policy):
         """Adam for D, G and Q at the preset's rates and beta_1 (loss-scaled under mixed_float16)."""

@@ -172,9 +172,8 @@ def _settled_gan(strategy, sync_bn):
 def unsynchronized_gan(mirrored):
     """One settled gan for the overflow tests without synchronized batch norm: each injects its overflow
     from the state the previous one left (they compare against the state just before their own step)."""
-    precision = tf_step.precision
     try:
-        precision.set_policy("mixed_float16")
+        tf_step.precision.set_policy("mixed_float16")
         return _settled_gan(mirrored, sync_bn=False)
     finally:
         keras.mixed_precision.set_global_policy("float32")
