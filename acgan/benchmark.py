@@ -41,9 +41,11 @@ def define_flags():
                          "read, a device sync, per timed window; otherwise windows are --steps rounded up to a "
                          "multiple).")
 
-    flags.DEFINE_string("profile", None, "A folder: also record a profiler trace of 5 more steps of every "
-                        "configuration in a subfolder, with profile.md: where the device time went (summarized in "
-                        "benchmark.md).")
+    flags.DEFINE_string("profile", None, "A folder: also record a profiler trace of --profile_length more steps of "
+                        "every configuration in a subfolder, with profile.md: where the device time went (summarized "
+                        "in benchmark.md).")
+    flags.DEFINE_integer("profile_length", 5, "Steps in each --profile trace (fewer for a quick look: an XLA-off "
+                         "step on JAX runs thousands of traced ops).")
     flags.DEFINE_float("max_seconds", None, "Stop a configuration whose worker (start-up, compilation and timing) runs "
                        "longer than this, and report it as too_slow (default: no limit).")
 

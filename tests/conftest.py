@@ -44,14 +44,24 @@ LONG_FIRST = (
 )
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own pytest_configure has made the temporary folders
 def pytest_configure(config):
-    """Two logical CPU devices, so tf.distribute tests can run two replicas on this one CPU.
+    """Two logical CPU devices, so tf.distribute tests can run two replicas on this one CPU: it must happen
+    before TensorFlow sets up its devices, that is before any test runs.
 
-    It must happen before TensorFlow sets up its devices, that is before any test runs.
+    And JAX's persistent compilation cache, shared by every process of this test run: the suite's JAX runs
+    compile the same programs again and again (a run and its resume, the benchmark's bare step and trainer,
+    the honest step between injected overflows). Set in the controller, so xdist's workers and every child
+    inherit it. EPATH_USE_TF=false: JAX reads the cache through etils.epath, which otherwise looks for
+    TensorFlow, and the JAX-only test processes make that import fail.
     """
     from acgan.step import distribute
 
     distribute.split_host_cpu(CPU_REPLICAS)
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = str(run_folder(config._tmp_path_factory) / "jax-cache")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+    os.environ.setdefault("EPATH_USE_TF", "false")
 
 
 # Module-scoped fixtures that train or time something: under xdist the tests reading one of them run on

@@ -76,6 +76,7 @@ class SweepSettings:
     devices: Optional[tuple] = None  # as acgan.train's --devices
     max_seconds: Optional[float] = None  # a configuration's worker is stopped after this long (status too_slow)
     profile: Optional[str] = None   # a folder: each configuration's profiler trace and profile.md in a subfolder
+    profile_length: int = 5         # steps in each profiler trace
 
     def validate(self):
         """Raises UserError on the first bad setting; imports nothing heavy."""
@@ -95,7 +96,7 @@ class SweepSettings:
         if not self.jits:
             raise UserError("--jit is empty: give on, off or on,off")
         optional = tuple(n for n in ("max_per_class", "log_every") if getattr(self, n) is not None)
-        for name in ("steps", "repeats", "overhead_batch") + optional:
+        for name in ("steps", "repeats", "overhead_batch", "profile_length") + optional:
             positive_int(name, getattr(self, name))
         for batch in self.batches:
             positive_int("batches", batch)

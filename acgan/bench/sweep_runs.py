@@ -44,6 +44,7 @@ def worker_job(settings, backend, policy, batch, jit, inputs, num_classes, mode=
         "devices": list(settings.devices) if settings.devices else None,
         "profile_dir": (str(Path(settings.profile).resolve() / config_name(backend, policy, batch, jit))
                         if settings.profile and mode == "bare" else None),
+        "profile_length": settings.profile_length,
     }
 
 

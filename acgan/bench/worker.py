@@ -201,21 +201,18 @@ def _time_step(job, gan, inputs):
     }
 
 
-PROFILE_STEPS = 5
-
-
 def _profile(job, gan, inputs):
-    """After the timings: a profiler trace of PROFILE_STEPS more steps in the job's profile_dir, and its
+    """After the timings: a profiler trace of the job's profile_length more steps in its profile_dir, and its
     summary (measure.profile) beside it; what the benchmark's page shows of it."""
-    directory = Path(job["profile_dir"])
+    directory, steps = Path(job["profile_dir"]), job.get("profile_length", 5)
     with profile.trace(directory):
-        for _ in range(PROFILE_STEPS):
+        for _ in range(steps):
             metrics = gan.train_step(*inputs)
         metrics.read()
     hlo = gan.compiled_hlo() if hasattr(gan, "compiled_hlo") else None
     title = f"{job['backend']}, {job['policy']}, batch {job['batch']}, XLA {'on' if job['jit'] else 'off'}"
-    summary = profile.summarize(directory, PROFILE_STEPS, [hlo] if hlo else None, title=title)
-    return {"dir": str(directory), "device_ms_per_step": summary["device_ms_per_step"],
+    summary = profile.summarize(directory, steps, [hlo] if hlo else None, title=title)
+    return {"dir": str(directory), "steps": steps, "device_ms_per_step": summary["device_ms_per_step"],
             "grouped_by": summary["grouped_by"],
             "groups": {g["group"]: g["ms_per_step"] for g in summary["groups"]}}
 

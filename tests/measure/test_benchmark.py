@@ -36,7 +36,8 @@ def bench(tmp_path_factory):
     out = tmp / "out"
     proc = run_cli("acgan.benchmark", "--policies", "float32,mixed_bfloat16", "--batches", "8,16", *TINY,
                    "--dataset", "doodles", "--max_per_class", "2", "--data_dir", str(tmp / "data"),
-                   "--overhead_batch", "8", "--output_dir", str(out), "--profile", str(tmp / "profiles"))
+                   "--overhead_batch", "8", "--output_dir", str(out), "--profile", str(tmp / "profiles"),
+                   "--profile_length", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, json.loads((out / "benchmark.json").read_text()), proc
 
@@ -55,6 +56,7 @@ def test_rows_give_flops_tflops_and_a_profile(bench):
         assert float(line["flops_per_batch"]) == r["flops_per_batch"] and float(line["tflops"]) == r["tflops"]
         profile_dir = Path(r["profile"]["dir"])
         assert (profile_dir / "profile.md").is_file() and r["profile"]["device_ms_per_step"] > 0
+        assert r["profile"]["steps"] == 2  # --profile_length
         assert sum(r["profile"]["groups"].values()) == pytest.approx(r["profile"]["device_ms_per_step"])
         assert f"`{profile_dir.name}`" in md
     flops = {(r["policy"], r["batch"]): r["flops_per_batch"] for r in doc["results"]}
@@ -278,6 +280,7 @@ def test_a_configuration_past_max_seconds_is_stopped_and_reported_too_slow(tmp_p
 
 @pytest.mark.parametrize("args, message", [
     (["--max_seconds", "0"], "--max_seconds must be a positive number, got 0.0"),
+    (["--profile_length", "0"], "--profile_length must be a positive integer"),
     (["--policies", "float64"], "unknown policy 'float64'"),
     (["--batches", "0"], "--batches must be positive integers, got '0'"),
     (["--batches", "64,lots"], "--batches must be positive integers, got 'lots'"),
@@ -476,6 +479,7 @@ def test_jax_sweep_never_imports_tensorflow_and_reports_jax_out_of_memory(tmp_pa
     proc = run_parent_probe("--backends", "jax", "--synthetic", "--policies", "float32", "--batches", "8,16",
                             "--steps", "2", "--warmup", "0", "--repeats", "1", "--width", "0.125", "--jit", "off",
                             "--no-overhead", "--output_dir", str(out), "--profile", str(tmp_path / "profiles"),
+                            "--profile_length", "1",  # XLA off: thousands of traced ops per step
                             env={"PYTHONPATH": str(blocker.parent), "JAX_PLATFORMS": "cpu",
                                  worker.INJECT_VARIABLE: "oom:16"})
     assert proc.returncode == 0, proc.stderr[-3000:]
