@@ -241,7 +241,8 @@ def compare_with(settings, command=None):
 def benchmark(backends=None, policies=POLICIES, batches=(64, 256, 1024, 2048), jit=("on",), dataset="doodles",
               data_dir="data", max_per_class=None, synthetic=False, arch="auto", width=1.0, steps=20, warmup=3,
               repeats=3, seed=0, device_name=None, price_per_hour=None, output_dir=None, strategy="auto",
-              devices=None, overhead=True, overhead_batch=256, log_every=None, profile=None, max_seconds=None):
+              devices=None, overhead=True, overhead_batch=256, log_every=None, profile=None, profile_length=5,
+              max_seconds=None):
     """Times every backend x policy x batch x XLA setting, each in a fresh worker process, as python -m
     acgan.benchmark does (this process never loads Keras). backends=None: KERAS_BACKEND, else tensorflow;
     jit takes "on", "off" (or True, False). Returns a Report of benchmark.json."""

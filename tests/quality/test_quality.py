@@ -161,17 +161,11 @@ ROOT = Path(__file__).resolve().parents[2]
 LEARNING_STEPS = 400
 
 
-# One compute thread per learning run: the suite keeps both cores busy anyway, and a run that spreads its
-# steps over two threads spends a sixth more CPU time on them (docs/development.md#where-the-suites-time-goes).
-ONE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
-ONE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false"
-
-
 def _learning_run(runner, policy, data_dir, run_dir):
     """LEARNING_STEPS at width 0.5, batch 32, in a child process with XLA at its default optimisation:
     the tests' level 0 (conftest.py) compiles faster but runs these long steps up to 1.8x slower."""
     flags = os.environ.get("XLA_FLAGS", "").replace(FAST_XLA, "").strip()
-    env = child_env(XLA_FLAGS=f"{flags} {ONE_THREAD_XLA}".strip(), **ONE_THREAD)
+    env = child_env(XLA_FLAGS=flags)
     proc = subprocess.run([sys.executable, *runner, "--dataset", "doodles", "--data_dir", str(data_dir),
                            "--max_per_class", str(PER_CLASS), "--width", "0.5", "--batch", "32",
                            "--steps", str(LEARNING_STEPS), "--sample_every", str(LEARNING_STEPS),
