@@ -10,6 +10,13 @@ import shutil
 from pathlib import Path
 
 from api_runs import FAST_XLA, locked, run_folder
+from cpu_times import (  # noqa: F401  (pytest --cpu-times FILE: each test's CPU seconds; hooks, registered here)
+    pytest_addoption,
+    pytest_runtest_logreport,
+    pytest_runtest_makereport,
+    pytest_runtest_setup,
+    pytest_sessionfinish,
+)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # XLA compiles at backend optimisation level 0 in the tests and the processes they start (api_runs.FAST_XLA).

@@ -1,0 +1,55 @@
+"""`pytest --cpu-times FILE`: each test's CPU seconds (its process and the child processes it waited for,
+`resource.getrusage`) and wall seconds, from its setup to its teardown, written to FILE as JSON when the
+run ends. The suite is CPU-bound, so CPU time says what a test costs where wall time also says what ran
+beside it (docs/development.md#where-the-suites-time-goes). Under xdist the workers measure and the
+controller writes."""
+import json
+import resource
+import time
+
+import pytest
+
+_started = {}   # nodeid -> (CPU seconds, wall seconds) when its setup began, in the process running it
+_measured = {}  # nodeid -> {"cpu": ..., "wall": ...}, in the process that writes FILE
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-times", metavar="FILE", default=None,
+                     help="write each test's CPU and wall seconds (setup to teardown) to FILE as JSON")
+
+
+def _cpu_seconds():
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.config.getoption("cpu_times"):
+        _started[item.nodeid] = (_cpu_seconds(), time.perf_counter())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "teardown" and item.nodeid in _started:
+        cpu, wall = _started.pop(item.nodeid)
+        # user_properties travel with the report from an xdist worker to the controller.
+        outcome.get_result().user_properties.append(
+            ("cpu_times", {"cpu": _cpu_seconds() - cpu, "wall": time.perf_counter() - wall}))
+
+
+def pytest_runtest_logreport(report):
+    for name, value in report.user_properties:
+        if name == "cpu_times":
+            _measured[report.nodeid] = value
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("cpu_times")
+    if path and not hasattr(session.config, "workerinput"):  # the controller, or a run without xdist
+        tests = dict(sorted(_measured.items(), key=lambda kv: -kv[1]["cpu"]))
+        total = {"tests": len(tests), "cpu": sum(t["cpu"] for t in tests.values()),
+                 "wall": sum(t["wall"] for t in tests.values())}
+        with open(path, "w") as f:
+            json.dump({"total": total, "tests": tests}, f, indent=1)

@@ -1,0 +1,43 @@
+"""`pytest --cpu-times FILE` (tests/cpu_times.py), on a small suite of its own, alone and under xdist."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+INNER = '''
+import subprocess, sys, time
+
+def test_busy():
+    sum(range(5_000_000))
+
+def test_sleeps():
+    time.sleep(0.5)
+
+def test_child_process():
+    subprocess.run([sys.executable, "-c", "sum(range(20_000_000))"], check=True)
+'''
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_cpu_times_holds_every_test_with_its_cpu_and_wall_seconds(workers, tmp_path):
+    (tmp_path / "test_inner.py").write_text(INNER)
+    out = tmp_path / "times.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not the outer run's worker
+    env["PYTHONPATH"] = str(TESTS)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "cpu_times", "-p", "no:cacheprovider",
+                           *workers, "--cpu-times", str(out), "test_inner.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    tests = {name.split("::")[-1]: t for name, t in doc["tests"].items()}
+    assert sorted(tests) == ["test_busy", "test_child_process", "test_sleeps"] and doc["total"]["tests"] == 3
+    assert tests["test_sleeps"]["wall"] >= 0.5 > tests["test_sleeps"]["cpu"]  # waiting is not CPU time
+    assert tests["test_busy"]["cpu"] > 0.02
+    # The child's CPU time counts: 20 million additions are well over the interpreter's start-up.
+    assert tests["test_child_process"]["cpu"] > 0.2
+    assert list(doc["tests"]) == sorted(doc["tests"], key=lambda n: -doc["tests"][n]["cpu"])  # costliest first
+    assert doc["total"]["cpu"] == pytest.approx(sum(t["cpu"] for t in tests.values()))
