@@ -204,7 +204,7 @@ def _time_step(job, gan, inputs):
 def _profile(job, gan, inputs):
     """After the timings: a profiler trace of the job's profile_length more steps in its profile_dir, and its
     summary (measure.profile) beside it; what the benchmark's page shows of it."""
-    directory, steps = Path(job["profile_dir"]), job.get("profile_length", 5)
+    directory, steps = Path(job["profile_dir"]), job["profile_length"]
     with profile.trace(directory):
         for _ in range(steps):
             metrics = gan.train_step(*inputs)
