@@ -2,14 +2,16 @@
 `resource.getrusage`) and wall seconds, from its setup to its teardown, written to FILE as JSON when the
 run ends. The suite is CPU-bound, so CPU time says what a test costs where wall time also says what ran
 beside it (docs/development.md#where-the-suites-time-goes). Under xdist the workers measure and the
-controller writes."""
+controller writes. Each test also records when it started (seconds from the first test's start) and on
+which worker, and FILE sums each worker's busy time and span: a worker idle at the end shows there."""
 import json
+import os
 import resource
 import time
 
 import pytest
 
-_started = {}   # nodeid -> (CPU seconds, wall seconds) when its setup began, in the process running it
+_started = {}   # nodeid -> (CPU seconds, wall seconds, epoch seconds) when its setup began, in its process
 _measured = {}  # nodeid -> {"cpu": ..., "wall": ...}, in the process that writes FILE
 
 
@@ -26,17 +28,18 @@ def _cpu_seconds():
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     if item.config.getoption("cpu_times"):
-        _started[item.nodeid] = (_cpu_seconds(), time.perf_counter())
+        _started[item.nodeid] = (_cpu_seconds(), time.perf_counter(), time.time())
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     if call.when == "teardown" and item.nodeid in _started:
-        cpu, wall = _started.pop(item.nodeid)
+        cpu, wall, start = _started.pop(item.nodeid)
         # user_properties travel with the report from an xdist worker to the controller.
         outcome.get_result().user_properties.append(
-            ("cpu_times", {"cpu": _cpu_seconds() - cpu, "wall": time.perf_counter() - wall}))
+            ("cpu_times", {"cpu": _cpu_seconds() - cpu, "wall": time.perf_counter() - wall, "start": start,
+                           "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}))
 
 
 def pytest_runtest_logreport(report):
@@ -49,7 +52,16 @@ def pytest_sessionfinish(session):
     path = session.config.getoption("cpu_times")
     if path and not hasattr(session.config, "workerinput"):  # the controller, or a run without xdist
         tests = dict(sorted(_measured.items(), key=lambda kv: -kv[1]["cpu"]))
+        origin = min((t["start"] for t in tests.values()), default=0.0)
+        workers = {}
+        for t in tests.values():
+            t["start"] -= origin
+            w = workers.setdefault(t["worker"], {"tests": 0, "busy": 0.0, "first_start": t["start"], "last_end": 0.0})
+            w["tests"] += 1
+            w["busy"] += t["wall"]
+            w["first_start"] = min(w["first_start"], t["start"])
+            w["last_end"] = max(w["last_end"], t["start"] + t["wall"])
         total = {"tests": len(tests), "cpu": sum(t["cpu"] for t in tests.values()),
                  "wall": sum(t["wall"] for t in tests.values())}
         with open(path, "w") as f:
-            json.dump({"total": total, "tests": tests}, f, indent=1)
+            json.dump({"total": total, "workers": dict(sorted(workers.items())), "tests": tests}, f, indent=1)

@@ -41,3 +41,11 @@ def test_cpu_times_holds_every_test_with_its_cpu_and_wall_seconds(workers, tmp_p
     assert tests["test_child_process"]["cpu"] > 0.2
     assert list(doc["tests"]) == sorted(doc["tests"], key=lambda n: -doc["tests"][n]["cpu"])  # costliest first
     assert doc["total"]["cpu"] == pytest.approx(sum(t["cpu"] for t in tests.values()))
+    # When and where: starts from the first test's, and per worker its busy time within its span.
+    assert min(t["start"] for t in tests.values()) == 0.0
+    assert sorted(doc["workers"]) == (["gw0", "gw1"] if workers else ["main"])
+    assert sum(w["tests"] for w in doc["workers"].values()) == 3
+    for name, w in doc["workers"].items():
+        mine = [t for t in tests.values() if t["worker"] == name]
+        assert w["busy"] == pytest.approx(sum(t["wall"] for t in mine))
+        assert w["first_start"] <= w["last_end"] - w["busy"] + 1e-6  # tests on one worker never overlap
