@@ -40,7 +40,7 @@ from acgan.errors import UserError
 from acgan.quality import evaluation
 from acgan.quality.comparison import CompareSettings, run_compare
 from acgan.training import grids
-from acgan.training.run_dir import config_to_resume
+from acgan.training.run_dir import config_to_resume, read_run
 from acgan.util import disk
 
 # Flags that take a list: a call takes a list, a tuple or a comma-separated string.
@@ -368,7 +368,8 @@ def _choose_backend(name):
 
 def _use_for_run(name, run):
     """As the run commands choose: the named backend, else the one Keras runs on, else KERAS_BACKEND, else
-    the run's own."""
+    the run's own. A folder that holds no run is refused first, before Keras loads (seconds)."""
+    read_run(Path(run))
     backend_lib.use_for_run(name or _running_backend() or os.environ.get("KERAS_BACKEND"), Path(run))
 
 

@@ -184,3 +184,14 @@ def test_importing_acgan_loads_no_framework_and_no_command():
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=child_env(), cwd=ROOT,
                           timeout=60)
     assert proc.stdout.split("\n")[:2] == ["[]", "False True"], proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("call", ["generate(run=folder, out=folder + '/x.png')", "evaluate(run=folder)",
+                                  "export(run=folder, out=folder + '/g.keras')"])
+def test_a_folder_without_a_run_is_refused_before_keras_loads(call, tmp_path):
+    probe = (f"import sys, acgan\nfolder = {str(tmp_path)!r}\ntry:\n    acgan.{call}\n"
+             "except acgan.UserError as e:\n    print(e)\nprint('keras' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=child_env(), cwd=ROOT,
+                          timeout=60)
+    assert proc.stdout.split("\n")[:2] == [f"{tmp_path} is not a readable acgan run folder (FileNotFoundError)",
+                                            "False"], proc.stderr[-2000:]
