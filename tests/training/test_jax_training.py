@@ -38,7 +38,7 @@ def _steps_saved(run_dir):
     return sorted(int(p.stem.split("-")[1]) for p in (run_dir / "checkpoints").glob("ckpt-*.npz"))
 
 
-def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path):
+def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy):  # load_run sets the run's policy
     run_dir = tmp_path / "run"
     common = ["--output_dir", str(run_dir), "--checkpoint_every", "4", "--sample_every", "4", *TINY]
     # With an evaluation at the end: the judge trains, is saved and loaded without TensorFlow too.
