@@ -369,8 +369,8 @@ def _choose_backend(name):
 def _use_for_run(name, run):
     """As the run commands choose: the named backend, else the one Keras runs on, else KERAS_BACKEND, else
     the run's own. A folder that holds no run is refused first, before Keras loads (seconds)."""
-    read_run(Path(run))
-    backend_lib.use_for_run(name or _running_backend() or os.environ.get("KERAS_BACKEND"), Path(run))
+    config, _ = read_run(Path(run))
+    backend_lib.use(name or _running_backend() or os.environ.get("KERAS_BACKEND") or config.backend)
 
 
 @contextlib.contextmanager

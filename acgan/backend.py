@@ -9,7 +9,7 @@ import importlib.util
 import os
 import sys
 
-from acgan.config import saved_config, validate_backend
+from acgan.config import validate_backend
 from acgan.errors import UserError
 
 INSTALL = {"tensorflow": "pip install 'acgan[tensorflow]'", "jax": "pip install 'acgan[jax]'"}
@@ -33,17 +33,6 @@ def use(name):
         raise UserError(f"--backend {name} needs {name}, which is not installed: {INSTALL[name]}")
     os.environ["KERAS_BACKEND"] = name
     return name
-
-
-def use_for_run(name, run_dir):
-    """use(name), or when name is None the backend `run_dir` was trained on (tensorflow if unreadable)."""
-    if name is None:
-        try:
-            saved = saved_config(run_dir)
-        except (UserError, OSError):
-            saved = None  # the reader reports the folder's real problem itself
-        name = saved.backend if saved else "tensorflow"
-    return use(name)
 
 
 def current():
