@@ -12,7 +12,7 @@ import time
 import pytest
 
 _started = {}   # nodeid -> (CPU seconds, wall seconds, epoch seconds) when its setup began, in its process
-_measured = {}  # nodeid -> {"cpu": ..., "wall": ...}, in the process that writes FILE
+_measured = {}  # nodeid -> {"cpu", "wall", "start", "worker"}, in the process that writes FILE
 
 
 def pytest_addoption(parser):
