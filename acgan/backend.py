@@ -12,7 +12,9 @@ import sys
 from acgan.config import validate_backend
 from acgan.errors import UserError
 
-INSTALL = {"tensorflow": "pip install 'acgan[tensorflow]'", "jax": "pip install 'acgan[jax]'"}
+# What to run to install a backend: acgan installs from its checkout (README, "Install").
+INSTALL = {name: f"in the acgan checkout, pip install -c constraints.txt -e '.[{name}]'"
+           for name in ("tensorflow", "jax")}
 
 
 def default():

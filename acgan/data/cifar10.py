@@ -22,7 +22,7 @@ def load(split: str, *, data_dir: str = "data") -> ImageSet:
         import tensorflow_datasets as tfds
     except ImportError:  # e.g. a JAX-only install ('.[jax]'), or its TensorFlow missing
         raise UserError("cifar10 is read through tensorflow-datasets, which needs TensorFlow: "
-                        "pip install 'acgan[tensorflow]'") from None
+                        "in the acgan checkout, pip install -c constraints.txt -e '.[tensorflow]'") from None
 
     tfds_dir = os.path.join(data_dir, "tfds")
     try:

@@ -513,5 +513,5 @@ def test_pipeline_rejects_batch_larger_than_data():
 def test_cifar10_without_tensorflow_datasets_is_one_line(monkeypatch, tmp_path):
     """A JAX-only install has no tensorflow-datasets: CIFAR-10 says what to install."""
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # `import tensorflow_datasets` fails
-    with pytest.raises(UserError, match=r"cifar10 is read through tensorflow-datasets.*acgan\[tensorflow\]"):
+    with pytest.raises(UserError, match=r"cifar10 is read through tensorflow-datasets.*-e '\.\[tensorflow\]'"):
         cifar10.load("train", data_dir=str(tmp_path))
