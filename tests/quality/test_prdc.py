@@ -1,0 +1,110 @@
+"""Precision, recall, density and coverage (acgan.quality.prdc) on constructed cases and against a
+brute-force copy of the `prdc` reference implementation."""
+import numpy as np
+import pytest
+
+from acgan.quality import prdc
+
+
+def brute_force(real, fake, k):
+    """The `prdc` package's compute_prdc, all distances at once."""
+    def distances(a, b):
+        return np.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1))
+
+    real_radii = np.sort(distances(real, real), axis=1)[:, k]  # column 0: the point itself
+    fake_radii = np.sort(distances(fake, fake), axis=1)[:, k]
+    d = distances(real, fake)
+    return {"precision": (d < real_radii[:, None]).any(axis=0).mean(),
+            "recall": (d < fake_radii[None, :]).any(axis=1).mean(),
+            "density": (d < real_radii[:, None]).sum(axis=0).mean() / k,
+            "coverage": (d.min(axis=1) < real_radii).mean()}
+
+
+@pytest.mark.parametrize("n_real, n_fake, k, chunk", [(60, 60, 5, 7), (80, 45, 3, 1000), (33, 70, 5, 1),
+                                                      (50, 50, 1, 1 << 22)])
+def test_it_matches_a_brute_force_implementation_whatever_the_blocks(n_real, n_fake, k, chunk):
+    rng = np.random.default_rng(n_real + n_fake + k)
+    real = rng.normal(size=(n_real, 6)) * 3 + 10  # far from the origin: the expansion's rounding at work
+    fake = rng.normal(0.5, 1.2, size=(n_fake, 6)) * 3 + 10
+    got = prdc.prdc(real, fake, k, chunk_elements=chunk)
+    assert got == pytest.approx(brute_force(real, fake, k), abs=1e-12)
+
+
+def test_blocks_hold_about_chunk_elements_distances():
+    a, b = np.zeros((100, 3)), np.zeros((40, 3))
+    shapes = [block.shape for _, block in prdc._squared_distance_blocks(a, b, chunk_elements=400)]
+    assert shapes == [(10, 40)] * 10
+    assert [block.shape for _, block in prdc._squared_distance_blocks(a, b, chunk_elements=10)][0] == (1, 40)
+
+
+def test_identical_sets_score_one_on_every_number():
+    x = np.random.default_rng(0).normal(size=(500, 16))
+    got = prdc.prdc(x, x.copy())
+    assert got["precision"] == got["recall"] == got["coverage"] == 1.0
+    # Each real ball holds its centre and its k - 1 nearest neighbours (the k-th lies on the boundary).
+    assert got["density"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_two_samples_of_one_distribution_score_the_real_vs_real_levels():
+    """Naeem et al.: for equal sizes of one distribution, coverage is about 1 - 2^-k and density about 1;
+    precision and recall, at k = 5 in 16 dimensions, well below 1 though nothing differs."""
+    rng = np.random.default_rng(1)
+    got = prdc.prdc(rng.normal(size=(2000, 16)), rng.normal(size=(2000, 16)))
+    assert got["coverage"] == pytest.approx(1 - 2.0 ** -prdc.NEAREST_K, abs=0.02)
+    assert got["density"] == pytest.approx(1.0, abs=0.1)
+    assert 0.5 < got["precision"] < 0.95 and 0.5 < got["recall"] < 0.95
+
+
+def test_a_collapsed_set_has_high_precision_and_recall_and_coverage_near_zero():
+    rng = np.random.default_rng(2)
+    real = rng.normal(size=(1000, 16))
+    at_one_point = prdc.prdc(real, np.repeat(real[:1], 1000, axis=0))
+    assert at_one_point["precision"] == 1.0 and at_one_point["recall"] == 0.0  # its balls have radius 0
+    assert at_one_point["coverage"] <= 0.01
+    cluster = prdc.prdc(real, real[0] + rng.normal(0, 1e-3, (1000, 16)))
+    assert cluster["precision"] == 1.0 and cluster["recall"] <= 0.002 and cluster["coverage"] <= 0.01
+
+
+def test_precision_and_recall_fall_as_the_samples_move_away():
+    rng = np.random.default_rng(3)
+    real = rng.normal(size=(1000, 16))
+    shifts = (0.0, 1.0, 2.0, 4.0, 8.0)  # the shift vector's length, in standard deviations
+    scores = [prdc.prdc(real, rng.normal(size=(1000, 16)) + shift / 4.0) for shift in shifts]
+    for name in prdc.NAMES:
+        values = [s[name] for s in scores]
+        assert all(a > b for a, b in zip(values, values[1:])), (name, values)
+    assert scores[-1]["precision"] < 0.05 and scores[-1]["recall"] < 0.05 and scores[-1]["coverage"] < 0.05
+
+
+def test_a_side_with_k_or_fewer_points_is_none_per_class_too_and_left_out_of_the_mean():
+    rng = np.random.default_rng(4)
+    real, fake = rng.normal(size=(40, 4)), rng.normal(size=(40, 4))
+    assert prdc.prdc(real[:5], fake) is None and prdc.prdc(real, fake[:5]) is None
+    assert prdc.prdc(real[:6], fake[:6]) is not None  # k = 5 needs 6: each point's 5 others
+    labels = np.repeat([0, 1], 20)
+    fake_labels = np.where(np.arange(40) < 35, 0, 1)  # class 1: 5 samples, one too few
+    per_class = prdc.per_class_prdc(real, labels, fake, fake_labels, 3)
+    assert per_class[0] == prdc.prdc(real[:20], fake[:35]) and per_class[1] is None and per_class[2] is None
+    out = prdc.entries(prdc.prdc(real, fake), per_class, ("a", "b", "c"))
+    assert out["prdc_nearest_k"] == 5 and out["recall"] == prdc.prdc(real, fake)["recall"]
+    assert out["coverage_per_class"] == {"a": per_class[0]["coverage"], "b": None, "c": None}
+    assert out["density_class_mean"] == per_class[0]["density"]  # the classes without a number left out
+    empty = prdc.entries(None, [None, None], ("a", "b"))
+    assert empty["precision"] is None and empty["precision_class_mean"] is None
+
+
+def test_the_class_mean_averages_the_classes_that_have_numbers():
+    per_class = [{"precision": 1.0, "recall": 0.0, "density": 2.0, "coverage": 0.5}, None,
+                 {"precision": 0.5, "recall": 1.0, "density": 1.0, "coverage": 0.0}]
+    assert prdc.class_mean(per_class) == {"precision": 0.75, "recall": 0.5, "density": 1.5, "coverage": 0.25}
+    assert prdc.class_mean([None]) is None
+
+
+def test_prdc_stays_pure_numpy():
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(prdc))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported == {"numpy"}
