@@ -1,10 +1,7 @@
 """The `acgan` command: `acgan COMMAND [FLAGS]` runs python -m acgan.COMMAND [FLAGS] (both forms work);
 `acgan --help` lists the commands, `acgan COMMAND --help` a command's flags."""
-import ast
-import importlib.util
 import runpy
 import sys
-from pathlib import Path
 
 # The commands, in the order a user meets them, each with its one line for `acgan --help`.
 COMMANDS = {
@@ -38,11 +35,7 @@ def main(argv=None):
         sys.stderr.write(f"error: unknown command {name!r}: choose one of {', '.join(COMMANDS)} (acgan --help)\n")
         return 2
     sys.argv = [f"acgan {name}", *argv[1:]]  # what --help and the reports show as the command
-    module = f"acgan.{name}"
-    # absl's --help shows the docstring of __main__: the command's, read without importing it twice.
-    sys.modules["__main__"].__doc__ = ast.get_docstring(ast.parse(Path(importlib.util.find_spec(module).origin)
-                                                                  .read_text()))
-    runpy.run_module(module, run_name="__main__")
+    runpy.run_module(f"acgan.{name}", run_name="__main__")  # as python -m acgan.COMMAND runs it
     return 0
 
 

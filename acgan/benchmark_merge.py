@@ -1,25 +1,22 @@
 """CLI: python -m acgan.benchmark_merge FILE... [--output_dir DIR]: one comparison of benchmark.json files."""
-import os
+import functools
 from datetime import datetime
 from pathlib import Path
 
-from absl import app, flags
+from absl import flags
 
 from acgan import cli
 from acgan.bench import results, sweep, tables
 from acgan.errors import UserError
 
-flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/report-<timestamp>/).")
+
+@functools.cache
+def define_flags():
+    """The command's flag; cli.run_main defines it before parsing (importing the module defines none)."""
+    flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/report-<timestamp>/).")
+
 
 FLAGS = flags.FLAGS
-
-
-def _parse_flags(argv):
-    # Like cli.run_main's parser, but the benchmark files are positional arguments.
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as e:
-        cli.fail(str(e).splitlines()[0])
 
 
 def main(argv):
@@ -35,13 +32,5 @@ def main(argv):
     print(f"report folder: {output_dir}  (report: {output_dir / 'benchmark.md'})")
 
 
-def _guarded(argv):
-    try:
-        main(argv)
-    except UserError as e:
-        cli.fail(str(e))
-
-
 if __name__ == "__main__":
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    app.run(_guarded, flags_parser=_parse_flags)
+    cli.run_main(main, positional=True)  # the benchmark files are positional arguments

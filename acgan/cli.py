@@ -2,7 +2,8 @@
 
 A command module (acgan/train.py, ...) defines its flags in define_flags(), which run_main calls, so
 importing one defines nothing and any number load side by side; callable_as() makes the module its
-Python call (acgan.train(steps=10) is python -m acgan.train --steps 10, through acgan.api)."""
+Python call (acgan.train(steps=10) is python -m acgan.train --steps 10, through acgan.api). The shared
+flags (define_*) belong to the command that defines them: its --help (-h) lists every flag it takes."""
 import contextvars
 import dataclasses
 import os
@@ -14,6 +15,10 @@ from absl import app, flags, logging
 from acgan import backend
 from acgan.config import STRATEGIES
 from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, DiskFull, UserError
+
+# absl makes a flag a key flag (one --help lists) of the module that called DEFINE_*; the helpers below
+# define flags for a command, so the command, not this module, claims them.
+flags.disclaim_key_flags()
 
 
 def define_data_flags(classes=True):
@@ -110,12 +115,38 @@ def _spell_negations(argv):
     return out
 
 
-def _parse_flags(argv):
+def _help_asked(argv):
+    """"full" for --helpfull, "short" for -h, --help or --helpshort (before any `--`), else None."""
+    options = set(argv[1:argv.index("--")] if "--" in argv else argv[1:])
+    if "--helpfull" in options:
+        return "full"
+    return "short" if options & {"-h", "-?", "--help", "--helpshort"} else None
+
+
+def _print_help(main, full):
+    """The command's docstring and its flags (its key flags: its own and the shared ones it defined), or
+    with `full` every flag absl knows; absl's own --help would exit 1 and skip the shared flags."""
+    module = sys.argv[0] if main.__module__ == "__main__" else main.__module__  # absl's name for __main__
+    doc = (main.__globals__.get("__doc__") or f"usage: {sys.argv[0]} [flags]").rstrip()
+    listed = flags.FLAGS.get_help() if full else flags.FLAGS.module_help(module)
+    more = "" if full else "Try --helpfull to get a list of all flags (absl's own among them).\n"
+    try:
+        sys.stdout.write(f"{doc}\n\nflags:\n{listed}\n\n{more}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `--help | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _parse_flags(argv, main, positional=False):
+    asked = _help_asked(argv)
+    if asked:
+        _print_help(main, full=asked == "full")
+        sys.exit(0)
     try:
         rest = flags.FLAGS(_spell_negations(argv))
     except flags.Error as e:
         fail(str(e).splitlines()[0])
-    if len(rest) > 1:
+    if len(rest) > 1 and not positional:
         fail(f"unexpected arguments: {' '.join(rest[1:])}")
     return rest
 
@@ -137,10 +168,10 @@ def running_command_line():
     return _COMMAND_LINE.get()
 
 
-def run_main(main):
+def run_main(main, positional=False):
     """Runs `main(argv)` under absl after defining its module's flags (its define_flags); UserError
     becomes one line on stderr and exit status 2, DiskFull one line and exit status 4 (acgan.errors
-    holds the statuses)."""
+    holds the statuses). `positional`: argv may hold arguments besides the flags (else an error)."""
     # Quieten TensorFlow's C++ start-up chatter unless the user asked for it.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     define_flags = main.__globals__.get("define_flags")  # the module's, however it was loaded (-m, runpy)
@@ -160,7 +191,7 @@ def run_main(main):
         finally:
             _COMMAND_LINE.reset(token)
 
-    app.run(guarded, flags_parser=_parse_flags)
+    app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, main, positional))
 
 
 class _CallableCommand(types.ModuleType):

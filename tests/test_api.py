@@ -165,9 +165,17 @@ def test_the_acgan_command_lists_its_subcommands_and_runs_them():
         assert f"\n  {name} " in listed.stdout
     unknown = acgan_command("trian")
     assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown command 'trian'")
-    helped = acgan_command("export", "--help")  # a subcommand's own flags, under its name
-    assert "--keep_policy" in helped.stdout and "\nacgan export:\n" in helped.stdout  # (absl exits 1 after it)
-    assert helped.stdout.startswith("CLI: python -m acgan.export")
+    # --help (and -h) lists every flag of the command, its own and the shared ones (cli.define_*), exits 0
+    helped = acgan_command("train", "--help")
+    short = subprocess.run([sys.executable, "-m", "acgan.train", "-h"], capture_output=True, text=True,
+                           env=child_env(), cwd=ROOT, timeout=60)
+    for proc, heading in ((helped, "\nacgan train:\n"), (short, "acgan/train.py:\n")):
+        assert proc.returncode == 0 and proc.stdout.startswith("CLI: python -m acgan.train"), proc.stderr[-2000:]
+        assert heading in proc.stdout and "--helpfull" in proc.stdout
+        for flag in ("--dataset", "--arch", "--backend", "--seed", "--policy", "--strategy", "--loss", "--steps"):
+            assert f"\n  {flag}: " in proc.stdout, flag
+    full = acgan_command("benchmark_merge", "--helpfull")  # absl's own flags too
+    assert full.returncode == 0 and "--output_dir" in full.stdout and "\nabsl.logging:\n" in full.stdout
     import tomllib
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
