@@ -129,6 +129,35 @@ def child_env(**extra):
     return env
 
 
+# Defines each command's flags in turn in one child process (removing them before the next command, whose
+# flags share names) and prints their defaults; absl's own flags (--helpfull, ...) under "absl".
+COMMAND_FLAGS = r"""
+import importlib, json, sys
+from absl import app, flags
+app.define_help_flags()
+defaults = {"absl": {n: None for n in flags.FLAGS}}
+for name in sys.argv[1:]:
+    module = importlib.import_module(f"acgan.{name}")
+    before = set(flags.FLAGS)
+    module.define_flags()
+    new = [n for n in flags.FLAGS if n not in before]
+    defaults[name] = {n: flags.FLAGS[n].default for n in new}
+    for n in new:
+        delattr(flags.FLAGS, n)
+print(json.dumps(defaults))
+"""
+
+
+def command_flags(*names):
+    """{command: {flag: default}} for the acgan commands `names` (KERAS_BACKEND unset), and "absl"."""
+    env = child_env()
+    env.pop("KERAS_BACKEND", None)
+    proc = subprocess.run([sys.executable, "-c", COMMAND_FLAGS, *names], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
 def acgan_command(*args, cwd=None, env=None, wait=True):
     """`python -m acgan ARGS` (what the `acgan` console command runs): the CompletedProcess, or the
     Popen when wait=False."""

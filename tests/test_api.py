@@ -2,14 +2,13 @@
 acgan.UserError with the command's one-line message; one backend per process; every call's settings are
 its command's flags, with the same defaults; the `acgan` command and its subcommands."""
 import inspect
-import json
 import subprocess
 import sys
 
 import keras
 import numpy as np
 import pytest
-from api_runs import ROOT, acgan_command, child_env, tf_run
+from api_runs import ROOT, acgan_command, child_env, command_flags, tf_run
 
 import acgan
 from acgan.training.grids import to_uint8
@@ -119,31 +118,8 @@ def test_an_unknown_setting_and_a_second_backend_are_user_errors():
     assert str(error.value) == "Keras already runs on tensorflow in this process; --backend jax needs a new one"
 
 
-# Defines each command's flags in turn in one child process (removing them before the next command, whose
-# flags share names) and prints their defaults.
-FLAG_DEFAULTS = r"""
-import importlib, json, sys
-from absl import flags
-defaults = {}
-for name in sys.argv[1:]:
-    module = importlib.import_module(f"acgan.{name}")
-    before = set(flags.FLAGS)
-    module.define_flags()
-    new = [n for n in flags.FLAGS if n not in before]
-    defaults[name] = {n: flags.FLAGS[n].default for n in new}
-    for n in new:
-        delattr(flags.FLAGS, n)
-print(json.dumps(defaults))
-"""
-
-
 def test_every_call_takes_its_commands_flags_with_the_same_defaults():
-    env = child_env()
-    env.pop("KERAS_BACKEND", None)
-    proc = subprocess.run([sys.executable, "-c", FLAG_DEFAULTS, *CALLS], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    flag_defaults = json.loads(proc.stdout)
+    flag_defaults = command_flags(*CALLS)
     for name in CALLS:
         parameters = inspect.signature(getattr(acgan, name)).parameters
         flags = {n: d for n, d in flag_defaults[name].items() if not (name == "benchmark" and n == "backend")}
