@@ -9,7 +9,7 @@ from absl import flags
 
 from acgan import api, cli
 from acgan.quality.evaluation import has_report  # no framework loads: the judging loads Keras
-from acgan.quality.report_section import across_judges_text, cas_text, lowest_margin
+from acgan.quality.report_section import across_judges_text, cas_text, lowest_margin, prdc_text
 
 
 @functools.cache
@@ -59,6 +59,7 @@ def summary_line(result):
             f"{ref('frechet_distance')} ({result['num_real']} real vs {result['num_generated']} generated), "
             + (f"mean per-class Fréchet distance {class_mean:.2f}{ref('frechet_distance_class_mean')}, "
                if class_mean is not None else "")
+            + _prdc_part(result, reference)
             + f"classifier score "
             f"{result['classifier_score']:.2f}, Q on real test images {result['q_accuracy_real']:.1%}, "
             f"Q on the generated samples {result['q_accuracy_generated']:.1%}"
@@ -66,6 +67,16 @@ def summary_line(result):
                if result.get("d_class_margin_mean") is not None else "")
             + (f", classification accuracy score {cas_text(result['classification_accuracy_score'])}"
                if result.get("classification_accuracy_score") else ""))
+
+
+def _prdc_part(result, reference):
+    """'precision / recall / density / coverage 0.712 / ... (real vs real 0.745 / ...; k = 5), ' or ''."""
+    text = prdc_text(result)
+    if text is None:
+        return ""
+    ref = prdc_text(reference)
+    return (f"precision / recall / density / coverage {text} ("
+            + (f"real vs real {ref}; " if ref else "") + f"k = {result['prdc_nearest_k']}), ")
 
 
 cli.callable_as(__name__, api.evaluate)

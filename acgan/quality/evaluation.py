@@ -10,6 +10,7 @@ import numpy as np
 
 from acgan import data as data_lib
 from acgan.errors import UserError
+from acgan.quality import prdc
 from acgan.quality.inception import inception_entry
 from acgan.quality.metrics import (
     class_counts,
@@ -115,6 +116,8 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fa
         # Intra-class: each class's real test images against the samples generated for that class.
         "frechet_distance_per_class": dict(zip(test_set.class_names, class_fd)),
         "frechet_distance_class_mean": class_fd_mean,
+        # Precision, recall, density and coverage in the same features, overall and per class likewise.
+        **prdc.measure(real_features, real_labels, fake_features, fake_features, labels, test_set.class_names),
         "num_real_per_class": class_counts(real_labels, num_classes).tolist(),
         "num_generated_per_class": class_counts(labels, num_classes).tolist(),
         "classifier_score": classifier_score(fake_probs),
@@ -153,7 +156,8 @@ def d_class_margin_entries(models, images, labels, class_names):
 
 
 def real_reference(judge, test_set, train_set, num_samples, seed=0):
-    """The Fréchet distance between real and real images at the sizes of a generated-vs-real comparison.
+    """The Fréchet distance (and precision, recall, density and coverage) between real and real images at
+    the sizes of a generated-vs-real comparison.
 
     The real side of evaluate_gan (min(num_samples, len(test_set)) test images, the same subset) against
     num_samples real TRAIN images in place of the generated ones (a fixed subset; all of the train split
@@ -176,6 +180,8 @@ def real_reference(judge, test_set, train_set, num_samples, seed=0):
         "num_train": int(len(train_images)),
         "frechet_distance_per_class": dict(zip(test_set.class_names, class_fd)),
         "frechet_distance_class_mean": class_fd_mean,
+        **prdc.measure(real_features, real_labels, train_features, class_features, class_labels,
+                       test_set.class_names),
         "num_real_per_class": class_counts(real_labels, num_classes).tolist(),
         "num_train_per_class": class_counts(class_labels, num_classes).tolist(),
         "what": "real test images vs real train images, judge features",
@@ -334,14 +340,18 @@ def record(run_dir, result):
         writer.scalars(scalars(result), result["step"])
 
 
+PRDC_SCALARS = (*prdc.NAMES, *(f"{name}_class_mean" for name in prdc.NAMES))
+
+
 def scalars(result):
     """The TensorBoard scalars of an evaluation (also what the trainer logs every --eval_every steps)."""
     out = {f"quality/{k}": result[k] for k in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean",
                                                 "classifier_score", "q_accuracy_real", "q_accuracy_generated",
-                                                "d_class_margin_mean")
+                                                "d_class_margin_mean", *PRDC_SCALARS)
            if result.get(k) is not None}
     for key, tag in (("conditional_accuracy_per_class", "conditional_accuracy_class"),
                      ("frechet_distance_per_class", "frechet_distance_class"),
+                     *((f"{name}_per_class", f"{name}_class") for name in prdc.NAMES),
                      ("d_class_margin_per_class", "d_class_margin_class")):
         for name, value in (result.get(key) or {}).items():
             if value is not None:  # a class the judge saw no samples of

@@ -94,3 +94,12 @@ def entries(overall, per_class, class_names, k=NEAREST_K):
         out[f"{name}_per_class"] = {c: (m or {}).get(name) for c, m in zip(class_names, per_class)}
         out[f"{name}_class_mean"] = mean.get(name)
     return out
+
+
+def measure(real, real_labels, fake, class_fake, class_fake_labels, class_names, k=NEAREST_K):
+    """entries() of `fake` against `real` overall, and per class of `class_fake` (labelled
+    class_fake_labels) against the same class of `real`: an evaluation's generated samples (both the
+    same set), or a real-vs-real reference's train images (the per-class side drawn at the generated
+    side's per-class sizes)."""
+    per_class = per_class_prdc(real, real_labels, class_fake, class_fake_labels, len(class_names), k)
+    return entries(prdc(real, fake, k), per_class, class_names, k)

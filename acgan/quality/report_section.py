@@ -52,6 +52,37 @@ def across_judges_text(across):
     return ", ".join(f"{name} {text}" for name, text in parts if text)
 
 
+PRDC = ("precision", "recall", "density", "coverage")
+
+
+def prdc_text(values, suffix="", fmt=".3f"):
+    """'0.712 / 0.431 / 0.920 / 0.553': precision / recall / density / coverage from a result (or its
+    real_reference), suffix "" (overall) or "_class_mean"; None when the result has no precision."""
+    if values.get(f"precision{suffix}") is None:
+        return None
+    return " / ".join(format(values[f"{name}{suffix}"], fmt) for name in PRDC)
+
+
+def prdc_rows(result):
+    """The section's precision / recall / density / coverage rows (overall, mean per class), each beside
+    its real-vs-real reference; none where the result has no such numbers."""
+    reference = result.get("real_reference") or {}
+    k = result.get("prdc_nearest_k")
+    rows = []
+    for suffix, name, sizes in (("", "", f"{result['num_real']:,} real test images vs {result['num_generated']:,} "
+                                         "generated"),
+                                ("_class_mean", "mean per-class ", _class_sizes(result))):
+        text = prdc_text(result, suffix)
+        if text is None:
+            continue
+        ref = prdc_text(reference, suffix)
+        rows.append((f"{name}precision / recall / density / coverage (k-NN, k = {k}, judge features)",
+                     f"{text} ({sizes}" + (f"; real vs real (reference): {ref})" if ref else ")")
+                     + ("" if suffix else ": precision and density say how real the samples look, recall and "
+                        "coverage how much of the real images they reach")))
+    return rows
+
+
 def cas_text(score):
     """'33.3% (real train images instead: 96.5%)' for one classification_accuracy_score entry."""
     return f"{score['accuracy']:.1%} (real train images instead: {score['real_reference']['accuracy']:.1%})"
@@ -96,6 +127,7 @@ def summary_rows(result):
             f"{_fd(result['real_reference'].get('frechet_distance_class_mean'))} (each class's real test images "
             "vs as many real train images of the class as were generated for it)")]
           if (result.get("real_reference") or {}).get("frechet_distance_class_mean") is not None else []),
+        *prdc_rows(result),
         ("classifier score", f"{result['classifier_score']:.2f} (1 to {result['num_classes']}; real test "
                              f"images: {result.get('real_classifier_score', float('nan')):.2f})"),
         ("Q's accuracy on real test images", _pct(result.get("q_accuracy_real"))),
@@ -117,6 +149,16 @@ def summary_rows(result):
     ]
 
 
+def _class_prdc_text(result, name):
+    """'0.71 / 0.43 / 0.92 / 0.55 (0.75 / 0.74 / 1.00 / 0.96)' for one class; n/a where it has too few
+    samples on a side."""
+    def of(values):
+        return prdc_text({key: (values.get(f"{key}_per_class") or {}).get(name) for key in PRDC}, fmt=".2f")
+
+    text, ref = of(result), of(result.get("real_reference") or {})
+    return (text or "n/a") + (f" ({ref})" if ref else "")
+
+
 def per_class_table(result):
     """One row per class: the judge's accuracy and distances, with Q's accuracies, CAS and D's class margin
     where the result has them."""
@@ -128,10 +170,13 @@ def per_class_table(result):
     cas_real = (score.get("real_reference") or {}).get("per_class") or {}
     margins, nearest = result.get("d_class_margin_per_class") or {}, result.get("d_class_nearest") or {}
     q_columns = bool(q_real and q_generated)
+    prdc = result.get("precision_per_class")
     header = (["class", "conditional accuracy", "Fréchet distance", "real vs real (reference)"]
+              + (["precision / recall / density / coverage (real vs real)"] if prdc else [])
               + (["Q on real", "Q on generated"] if q_columns else []) + (["CAS", "CAS, real"] if score else [])
               + (["D's class margin (closest class)"] if margins else []))
     rows = [[name, _pct(acc), _fd(class_fd.get(name)), _fd(reference_fd.get(name))]
+            + ([_class_prdc_text(result, name)] if prdc else [])
             + ([_pct(q_real.get(name)), _pct(q_generated.get(name))] if q_columns else [])
             + ([_pct(score["per_class"].get(name)), _pct(cas_real.get(name))] if score else [])
             + ([f"{_margin(margins.get(name))} ({nearest.get(name)})"] if margins else [])

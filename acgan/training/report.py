@@ -192,7 +192,15 @@ def _quality_during_training(during):
     if class_mean is not None:
         text += (f", mean per-class Fréchet distance {class_mean:.1f}"
                  + _real_vs_real(reference, "frechet_distance_class_mean"))
+    if during.get("precision") is not None:  # None with k or fewer samples (acgan.quality.prdc)
+        text += ", precision / recall / density / coverage " + _prdc(during)
+        if reference.get("precision") is not None:
+            text += f" (real vs real {_prdc(reference)})"
     return text + "."
+
+
+def _prdc(values):
+    return " / ".join(f"{values[name]:.2f}" for name in ("precision", "recall", "density", "coverage"))
 
 
 def _real_vs_real(reference, key):

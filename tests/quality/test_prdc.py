@@ -108,3 +108,87 @@ def test_prdc_stays_pure_numpy():
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert imported == {"numpy"}
+
+
+# ---- in the report, the printed summary, TensorBoard, the training report and acgan.compare's page ----
+
+def _result():
+    """An evaluation's result with its precision, recall, density and coverage: class c has 3 samples,
+    too few for k = 5."""
+    rng = np.random.default_rng(5)
+    names = ("a", "b", "c")
+    real, real_labels = rng.normal(size=(60, 8)), np.repeat(np.arange(3), 20)
+    fake, fake_labels = rng.normal(0.3, 1, (60, 8)), np.where(np.arange(60) < 57, np.arange(60) % 2, 2)
+    train = rng.normal(size=(60, 8))
+    reference = dict(frechet_distance=0.5, num_real=60, num_train=60,
+                     **prdc.measure(real, real_labels, train, train, real_labels, names))
+    return dict(step=10, num_generated=60, num_real=60, seed=0, num_classes=3, chance=1 / 3,
+                conditional_accuracy=0.5, conditional_accuracy_per_class=dict(zip(names, [0.5, 0.4, 0.0])),
+                frechet_distance=3.0, frechet_distance_per_class=dict(zip(names, [1.0, 2.0, None])),
+                frechet_distance_class_mean=1.5, num_real_per_class=[20, 20, 20], num_generated_per_class=[29, 28, 3],
+                classifier_score=2.0, inception={"note": "n/a"}, real_reference=reference,
+                **prdc.measure(real, real_labels, fake, fake, fake_labels, names))
+
+
+def test_the_report_section_shows_each_number_beside_its_reference_and_per_class():
+    from acgan.quality.report_section import prdc_text, render_markdown
+
+    result = _result()
+    ref = result["real_reference"]
+    assert result["precision_per_class"]["c"] is None and ref["precision_per_class"]["c"] is not None
+    assert prdc_text(result) == " / ".join(f"{result[n]:.3f}" for n in prdc.NAMES)
+    text = render_markdown(result)
+    assert (f"| precision / recall / density / coverage (k-NN, k = 5, judge features) | {prdc_text(result)} (60 real "
+            f"test images vs 60 generated; real vs real (reference): {prdc_text(ref)}): precision and density") in text
+    assert (f"| mean per-class precision / recall / density / coverage (k-NN, k = 5, judge features) | "
+            f"{prdc_text(result, '_class_mean')} (per class 20-20 real test images vs 3-29 generated; real vs real "
+            f"(reference): {prdc_text(ref, '_class_mean')}) |") in text
+    assert result["recall_class_mean"] == pytest.approx((result["recall_per_class"]["a"]
+                                                         + result["recall_per_class"]["b"]) / 2)
+    assert "| precision / recall / density / coverage (real vs real) |" in text
+
+    def cell(values, name):
+        return " / ".join(f"{values[f'{n}_per_class'][name]:.2f}" for n in prdc.NAMES)
+
+    assert f"| {cell(result, 'a')} ({cell(ref, 'a')}) |" in text
+    assert f"| n/a ({cell(ref, 'c')}) |" in text  # 3 samples: too few for k = 5
+
+
+def test_the_printed_summary_the_training_report_and_tensorboard_carry_them():
+    from acgan.evaluate import summary_line
+    from acgan.quality.evaluation import scalars
+    from acgan.quality.report_section import prdc_text
+    from acgan.training.report import _quality_during_training
+
+    result = dict(_result(), q_accuracy_real=0.9, q_accuracy_generated=0.8)
+    ref = result["real_reference"]
+    assert (f"precision / recall / density / coverage {prdc_text(result)} (real vs real {prdc_text(ref)}; k = 5), "
+            "classifier score") in summary_line(result)
+    assert (f"precision / recall / density / coverage {prdc_text(result, fmt='.2f')} (real vs real "
+            f"{prdc_text(ref, fmt='.2f')}).") in _quality_during_training(result)
+    out = scalars(result)
+    assert out["quality/recall"] == result["recall"]
+    assert out["quality/coverage_class_mean"] == result["coverage_class_mean"]
+    assert out["quality/density_class/b"] == result["density_per_class"]["b"]
+    assert not any(f"quality/{n}_class/c" in out for n in prdc.NAMES)  # too few samples: nothing logged
+    without = {k: v for k, v in result.items() if k not in prdc.NAMES}
+    assert "precision" not in summary_line(without) and "precision" not in _quality_during_training(without)
+
+
+def test_the_compare_page_has_their_rows_only_when_the_runs_have_them():
+    from acgan.quality.compare_page import _prdc_lines
+    from acgan.quality.report_section import prdc_text
+    from acgan.quality.verdict import PRDC_KEYS
+
+    result = _result()
+    row = {key: result[key] for key in PRDC_KEYS} | {"real_reference": result["real_reference"]}
+    lines = _prdc_lines([row, dict(row, precision=None, precision_class_mean=None)])
+    assert [name for name, _ in lines] == [
+        "precision / recall / density / coverage (k-NN, k = 5)",
+        "precision / recall / density / coverage, real vs real (reference)",
+        "mean per-class precision / recall / density / coverage", "mean per-class, real vs real (reference)"]
+    assert [cell(row) for _, cell in lines] == [prdc_text(result), prdc_text(result["real_reference"]),
+                                                prdc_text(result, "_class_mean"),
+                                                prdc_text(result["real_reference"], "_class_mean")]
+    assert lines[0][1](dict(row, precision=None)) == "n/a"
+    assert _prdc_lines([{"precision": None}]) == []

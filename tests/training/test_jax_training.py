@@ -55,6 +55,13 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy)
     assert first["peak_memory_bytes"] > 0
     assert first["distribution"]["xla"] == "step" and first["distribution"]["replicas"] == 1
     assert first["quality_during_training"]["step"] == 8 and first["quality_during_training"]["num_generated"] == 50
+    # Precision, recall, density and coverage (k = 5) overall, 50 samples against 50 real test images; none
+    # per class, whose 5 samples are too few; the report's sentence carries them beside their reference.
+    during = first["quality_during_training"]
+    assert during["prdc_nearest_k"] == 5 and 0 <= during["recall"] <= 1 and during["recall_class_mean"] is None
+    assert (f"precision / recall / density / coverage {during['precision']:.2f} / {during['recall']:.2f} / "
+            f"{during['density']:.2f} / {during['coverage']:.2f} (real vs real "
+            f"{during['real_reference']['precision']:.2f} / ") in (run_dir / "report.md").read_text()
     assert _steps_saved(run_dir) == [4, 8]
     assert sorted(p.name for p in (run_dir / "samples").glob("*.png")) == ["final.png", "step_0000004.png",
                                                                            "step_0000008.png"]
