@@ -5,7 +5,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from acgan.quality.report_section import span_text
+from acgan.quality.report_section import prdc_text, span_text
 from acgan.quality.verdict import PAIRED_MARGINS, mean_and_error, verdict
 from acgan.util import markdown
 from acgan.util.files import write_atomically
@@ -136,7 +136,12 @@ def render_markdown(doc):
         f"{_reference_sizes(rows[0])} in the same features: where a generator drawing the data exactly would land. "
         "The mean per-class distance averages each class's distance between its real test images and the samples "
         "generated for it (intra-class diversity: a class collapsed to one image scores high there even when the "
-        "overall distance looks fine); its reference draws as many real train images per class as were generated.",
+        "overall distance looks fine); its reference draws as many real train images per class as were generated. "
+        "Precision and recall (Kynkäänniemi et al. 2019), density and coverage (Naeem et al. 2020), in the same "
+        "features and at the same sizes, take fidelity and diversity apart: precision and density, how many "
+        "samples lie among the real images' nearest neighbours; recall and coverage, how much of the real images "
+        "the samples reach (a collapsed class keeps its precision and loses its recall and coverage). Read them "
+        "against their real-vs-real references, which are below 1; they are shown, not ruled on.",
     ]
     notes = {r["inception_note"] for r in rows if r["inception_fid"] is None and r["inception_note"]}
     if notes:
@@ -175,6 +180,7 @@ def table_lines(rows, seeds, seeded):
         ("mean per-class, real vs real (reference)",
          lambda r: _f((r.get("real_reference") or {}).get("frechet_distance_class_mean"), ".2f")),
         ("quality held", lambda r: "yes" if r["quality_held"] else "**no**"),
+        *_prdc_lines(rows),
         ("classifier score", lambda r: f"{r['classifier_score']:.2f}"),
         ("Q's accuracy on real test images", lambda r: _f(r["q_accuracy_real"], ".1%")),
         ("Q's accuracy on the generated samples", lambda r: _f(r.get("q_accuracy_generated"), ".1%")),
@@ -184,6 +190,22 @@ def table_lines(rows, seeds, seeded):
           if all(r.get("classification_accuracy_score") is not None for r in rows) else []),
         ("Inception FID", lambda r: _f(r["inception_fid"], ".2f")),
         ("run", lambda r: f"[report]({r['report_md']})"),
+    ]
+
+
+def _prdc_lines(rows):
+    """Precision / recall / density / coverage, overall and the mean per class, each with its real-vs-real
+    reference (shown, not in the verdict); none when no row has them."""
+    if all(r.get("precision") is None and r.get("precision_class_mean") is None for r in rows):
+        return []
+    k = next(r.get("prdc_nearest_k") for r in rows)
+    return [
+        (f"precision / recall / density / coverage (k-NN, k = {k})", lambda r: prdc_text(r) or "n/a"),
+        ("precision / recall / density / coverage, real vs real (reference)",
+         lambda r: prdc_text(r.get("real_reference") or {}) or "n/a"),
+        ("mean per-class precision / recall / density / coverage", lambda r: prdc_text(r, "_class_mean") or "n/a"),
+        ("mean per-class, real vs real (reference)",
+         lambda r: prdc_text(r.get("real_reference") or {}, "_class_mean") or "n/a"),
     ]
 
 

@@ -31,7 +31,7 @@ from acgan.config import POLICIES, Config, validate_policy
 from acgan.errors import UserError
 from acgan.quality import compare_runs, evaluation  # numpy only: no framework loads
 from acgan.quality.compare_page import render_markdown, write_figure
-from acgan.quality.verdict import add_baseline, combine_seeds
+from acgan.quality.verdict import PRDC_KEYS, add_baseline, combine_seeds
 from acgan.util.files import write_atomically, write_json
 
 
@@ -178,6 +178,7 @@ def make_row(policy, run_dir, report, result, out):
         "frechet_distance_class_mean": result.get("frechet_distance_class_mean"),
         "frechet_distance_per_class": result.get("frechet_distance_per_class"),
         "classifier_score": result["classifier_score"],
+        **{key: result.get(key) for key in PRDC_KEYS},
         "q_accuracy_real": result.get("q_accuracy_real"),
         "q_accuracy_generated": result.get("q_accuracy_generated"),
         "inception_fid": result["inception"].get("fid"),

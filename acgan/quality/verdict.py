@@ -16,13 +16,18 @@ FD_RELATIVE_TOLERANCE = 0.15
 FD_REFERENCE_MULTIPLE = 3.0
 
 
+# Precision, recall, density and coverage (acgan.quality.prdc), overall and their means over the classes,
+# with the k they were measured at: on the page beside their real-vs-real references, not in the verdict.
+PRDC_MEANS = ("precision", "recall", "density", "coverage", "precision_class_mean", "recall_class_mean",
+              "density_class_mean", "coverage_class_mean")
+PRDC_KEYS = PRDC_MEANS + ("prdc_nearest_k",)
 # A policy's row over several training seeds: these are averaged; the run folder, grid, judge and
 # references stay the first seed's (the references depend on the judge and the sample sizes, not the run).
 MEAN_OVER_SEEDS = ("steps", "loop_seconds", "compile_seconds", "time_per_batch_ms", "time_per_batch_median_ms",
                    "time_per_1000_samples_ms", "cost_per_million_batches", "peak_memory_bytes",
                    "conditional_accuracy", "frechet_distance", "frechet_distance_class_mean", "classifier_score",
                    "q_accuracy_real", "q_accuracy_generated", "inception_fid", "classification_accuracy_score",
-                   "classification_accuracy_score_real")
+                   "classification_accuracy_score_real", *PRDC_MEANS)
 PER_SEED = ("seed", "steps", "run_dir", "status", "time_per_batch_median_ms", "conditional_accuracy",
             "frechet_distance", "frechet_distance_class_mean")
 

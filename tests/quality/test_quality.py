@@ -282,6 +282,20 @@ def test_compare_writes_its_page_and_figure(comparison):
         assert row["classification_accuracy_score_real"] == pytest.approx(
             np.mean([c["real_reference"]["accuracy"] for c in scores]))
     assert "| classification accuracy score (CAS) |" in page and "| CAS, real train images instead (reference) |" in page
+    # Precision, recall, density and coverage (k = 5; about 20 images a class on each side): each row's are the
+    # means over its seeds' runs, beside the first seed's real-vs-real reference.
+    from acgan.quality.report_section import prdc_text
+
+    for row in doc["rows"]:
+        saved = [json.loads((Path(r["run_dir"]) / "quality.json").read_text()) for r in row["across_seeds"]["runs"]]
+        for key in ("precision", "recall", "density", "coverage", "precision_class_mean", "coverage_class_mean"):
+            assert row[key] == pytest.approx(np.mean([q[key] for q in saved]))
+        assert row["prdc_nearest_k"] == 5 and row["real_reference"]["recall"] == saved[0]["real_reference"]["recall"]
+    assert f"| precision / recall / density / coverage (k-NN, k = 5) | {prdc_text(base)} | {prdc_text(other)} |" in page
+    assert (f"| precision / recall / density / coverage, real vs real (reference) | "
+            f"{prdc_text(base['real_reference'])} | {prdc_text(other['real_reference'])} |") in page
+    assert f"| mean per-class precision / recall / density / coverage | {prdc_text(base, '_class_mean')} |" in page
+    assert "Kynkäänniemi et al. 2019" in page
     for policy in ("float32", "mixed_bfloat16"):
         run = json.loads((comparison / policy / "report.json").read_text())
         assert run["policy"] == policy and run["jit"] is False and "quality" in run
@@ -310,6 +324,23 @@ def test_evaluate_cli_writes_quality_into_the_run(comparison, data_dir):
     report = (run_dir / "report.md").read_text()
     assert "| classification accuracy score (CAS) |" in report and "| CAS | CAS, real |" in report
     assert (run_dir / "report.md").read_text().count("## Sample quality") == 1  # replaced, not appended twice
+    # Precision, recall, density and coverage (k = 5): 100 samples, 10 a class, against 100 real test images.
+    from acgan.quality.report_section import _class_prdc_text, prdc_text
+
+    reference = saved["real_reference"]
+    assert saved["prdc_nearest_k"] == 5 and reference["num_train"] == 100
+    assert all(0 <= saved[k] <= 1 and 0 <= reference[k] <= 1 for k in ("precision", "recall", "coverage"))
+    assert saved["coverage"] < reference["coverage"]  # 8 steps of a tiny GAN: far from covering the real images
+    assert (f"precision / recall / density / coverage {prdc_text(saved)} (real vs real {prdc_text(reference)}; "
+            "k = 5)") in result.stdout
+    assert (f"| {prdc_text(saved)} (100 real test images vs 100 generated; real vs real (reference): "
+            f"{prdc_text(reference)}):") in report
+    assert (f"| mean per-class precision / recall / density / coverage (k-NN, k = 5, judge features) | "
+            f"{prdc_text(saved, '_class_mean')} (") in report
+    name = next(n for n, v in saved["recall_per_class"].items() if v is not None)
+    assert f"| {_class_prdc_text(saved, name)} |" in report
+    assert scalars["quality/coverage"] == saved["coverage"]
+    assert scalars[f"quality/recall_class/{name}"] == saved["recall_per_class"][name]
     assert "Sample quality\" section of" in result.stdout
 
 
