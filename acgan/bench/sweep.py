@@ -236,7 +236,8 @@ def advice_for(settings, machine, widths):
     for policy in settings.policies:
         lines[policy] = []
         for batch in [b for b in settings.batches if b % 8] or [None]:
-            for line in advice.hardware_advice(policy, machine, widths.get(policy) or {}, batch):
+            for line in advice.hardware_advice(policy, machine, widths.get(policy) or {}, batch,
+                                               xla=all(settings.jits)):
                 if line not in lines[policy]:
                     lines[policy].append(line)
     return lines

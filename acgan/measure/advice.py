@@ -7,6 +7,12 @@ CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 # G's last layer has as many filters as the image has channels (1 or 3): fixed by the data, not a choice.
 FIXED_BY_DATA = ("g_deconv2", "g_deconv_out")
 XLA_NOTE = "XLA (--jit, the default) narrows the gap"
+# Without XLA, TensorFlow runs bfloat16 convolutions on such a CPU with Eigen's kernels, which add up
+# in bfloat16: a filter gradient summed over batch x height x width positions is off by several percent
+# (XLA and oneDNN add up in float32). docs/development.md, Framework facts, has the measurements.
+BF16_SUMS_NOTE = ("without XLA, TensorFlow's bfloat16 convolutions on this CPU add up in bfloat16, so "
+                  "gradients lose accuracy (D's first-step gradient down to cosine 0.19 against float32's); "
+                  "keep XLA on or train in float32")
 
 
 def layer_widths(models, low_precision_only=True):
@@ -42,12 +48,13 @@ def _capability(device_info):
         return None
 
 
-def hardware_advice(policy, device_info, layer_widths=None, batch=None):
+def hardware_advice(policy, device_info, layer_widths=None, batch=None, xla=True):
     """Lines of advice for training under `policy` on the device `device_info` describes.
 
     device_info: a dict like acgan.device.describe_device() returns (kind, name, compute_capability,
     cpu_model, cpu_flags, backend). layer_widths: {layer: width} (see layer_widths()). Empty under float32.
     On the JAX backend every step is XLA's code, so the CPU advice speaks of XLA's kernels, not TensorFlow's.
+    xla: whether the step runs under XLA (False: TensorFlow's own kernels, --no-jit or a plan without XLA).
     """
     if policy == "float32":
         return []
@@ -90,6 +97,8 @@ def hardware_advice(policy, device_info, layer_widths=None, batch=None):
                 f"mixed_bfloat16 on the CPU ({cpu}) without bfloat16 hardware (no AMX or avx512_bf16 "
                 f"flag) is expected to be slower than float32{note}."
             )
+            if not (on_jax or xla):
+                lines.append(f"mixed_bfloat16 on the CPU ({cpu}): {BF16_SUMS_NOTE}.")
         elif policy == "mixed_bfloat16" and on_jax:
             lines.append(
                 f"this CPU ({cpu}) has bfloat16 instructions ({', '.join(flags)}), but the JAX backend runs "

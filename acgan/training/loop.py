@@ -168,7 +168,7 @@ def set_up(config, runtime, data, run_dir, files_dir, resume, make_evaluator=Non
     machine = device.describe_device()
     layout = runtime.layout(gan)
     notes = runtime.notes + advice.hardware_advice(config.policy, machine, advice.layer_widths(list(models)),
-                                                   config.batch)
+                                                   config.batch, xla=gan.compile_mode != "off")
     if gan.compile_mode == "off" and config.jit:
         notes.append(f"XLA is off: {gan.compile_reason}")
     decay = learning_rate_decay(config.arch)

@@ -389,6 +389,20 @@ def test_advice_says_when_mixed_is_expected_to_be_slower():
     assert not any("slower" in l for l in advice.hardware_advice("mixed_bfloat16", CPU_BF16, {}, 64))
 
 
+def test_advice_warns_that_bfloat16_without_xla_on_a_cpu_without_bf16_adds_up_in_bfloat16():
+    """TensorFlow's own (Eigen) bfloat16 convolutions add up in bfloat16 on such a CPU; XLA, JAX and oneDNN
+    on avx512_bf16/AMX add up in float32 (docs/development.md, Framework facts)."""
+    def sums_lines(policy, machine, xla):
+        return [l for l in advice.hardware_advice(policy, machine, {}, 64, xla=xla) if "add up in bfloat16" in l]
+
+    (line,) = sums_lines("mixed_bfloat16", CPU_AVX2, xla=False)
+    assert "keep XLA on or train in float32" in line and "Xeon" in line
+    assert sums_lines("mixed_bfloat16", CPU_AVX2, xla=True) == []
+    assert sums_lines("mixed_bfloat16", CPU_BF16, xla=False) == []
+    assert sums_lines("mixed_float16", CPU_AVX2, xla=False) == []
+    assert sums_lines("mixed_bfloat16", dict(CPU_AVX2, backend="jax"), xla=False) == []
+
+
 def test_advice_lists_sizes_that_are_not_multiples_of_8():
     lines = advice.hardware_advice("mixed_float16", T4, {"g_fc1": 1024, "g_deconv2": 3, "q_fc1": 100}, 100)
     assert any("g_deconv2=3" in l and "q_fc1=100" in l and "g_fc1" not in l for l in lines)

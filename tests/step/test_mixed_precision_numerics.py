@@ -152,3 +152,21 @@ def test_the_check_rejects_broken_loss_scaling(breakage, victims, float32_run, s
     # Scaled twice, Q's loss (x 1024^2) overflows float16 and its step is skipped: zero moments, also caught.
     got, _ = _first_step("mixed_float16", weights, breakage=breakage, monkeypatch=monkeypatch)
     assert {name for name, _, _ in _disagreements("mixed_float16", reference, got)} == victims
+
+
+def test_under_xla_bfloat16_convolutions_add_up_in_float32():
+    """The reason the advice says "keep XLA on" for mixed_bfloat16 on CPUs without bfloat16 hardware: XLA
+    adds up a bfloat16 convolution's filter gradient (here 32 x 14 x 14 terms per weight) in float32, so
+    it is off float64's by at most about one bfloat16 rounding of the result (2^-8 relative). TensorFlow's
+    own kernels on an AVX2-only CPU add up in bfloat16 and were 6.7% off on this case (docs/development.md,
+    Framework facts); that depends on the CPU, so only the XLA side is asserted."""
+    rng = np.random.default_rng(0)
+    x, dy = rng.uniform(0, 1, (32, 14, 14, 64)), rng.uniform(0, 1, (32, 7, 7, 128))
+
+    def filter_gradient(x, dy):
+        return tf.compat.v1.nn.conv2d_backprop_filter(x, [5, 5, 64, 128], dy, [1, 2, 2, 1], "SAME")
+
+    exact = filter_gradient(tf.constant(x, tf.float64), tf.constant(dy, tf.float64)).numpy()
+    xla = tf.function(filter_gradient, jit_compile=True)(tf.constant(x, tf.bfloat16), tf.constant(dy, tf.bfloat16))
+    error = np.abs(xla.numpy().astype(np.float64) - exact).max() / np.abs(exact).max()
+    assert error < 2 ** -7, error
