@@ -159,17 +159,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # 350 steps still learn, but with a thin margin on JAX: docs/development.md#where-the-suites-time-goes
 LEARNING_STEPS = 400
+# mixed_bfloat16 trains 100 steps longer. bfloat16 keeps 8 mantissa bits to float32's 24, and its
+# 400-step runs scatter further below float32's: on an AVX2-only EPYC (XLA adds up in float32 there too),
+# seeds 0-4 reached 0.50 / 0.77 / 0.87 / 0.78 / 0.80 against float32's 0.81 / 0.89 / 0.88 / 0.86 (seeds
+# 0-3); seed 0, the one this test runs, reached 0.82 at 500 steps (float32 0.86). On an AVX-512 EPYC the
+# same seed had reached 0.95 at 400. docs/development.md#numerics has the evidence.
+POLICY_STEPS = {"mixed_bfloat16": 500}
+
+
+def learning_steps(policy):
+    return POLICY_STEPS.get(policy, LEARNING_STEPS)
 
 
 def _learning_run(runner, policy, data_dir, run_dir):
-    """LEARNING_STEPS at width 0.5, batch 32, in a child process with XLA at its default optimisation:
+    """learning_steps(policy) at width 0.5, batch 32, in a child process with XLA at its default optimisation:
     the tests' level 0 (conftest.py) compiles faster but runs these long steps up to 1.8x slower."""
     flags = os.environ.get("XLA_FLAGS", "").replace(FAST_XLA, "").strip()
     env = child_env(XLA_FLAGS=flags)
+    steps = learning_steps(policy)
     proc = subprocess.run([sys.executable, *runner, "--dataset", "doodles", "--data_dir", str(data_dir),
                            "--max_per_class", str(PER_CLASS), "--width", "0.5", "--batch", "32",
-                           "--steps", str(LEARNING_STEPS), "--sample_every", str(LEARNING_STEPS),
-                           "--checkpoint_every", str(LEARNING_STEPS), "--policy", policy,
+                           "--steps", str(steps), "--sample_every", str(steps),
+                           "--checkpoint_every", str(steps), "--policy", policy,
                            "--output_dir", str(run_dir)], env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -178,12 +189,12 @@ def _learning_run(runner, policy, data_dir, run_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
 def test_a_small_acgan_really_learns_the_classes(policy, judge, data_dir, tmp_path, set_policy):
-    """~1 minute per policy: width 0.5, batch 32, LEARNING_STEPS steps; the judge must recognise most samples'
+    """~1 minute per policy: width 0.5, batch 32, learning_steps(policy) steps; the judge must recognise most samples'
     classes under every policy (mixed_float16's loss scaling included), not only float32."""
     run_dir = tmp_path / "run"
     _learning_run(["-m", "acgan.train"], policy, data_dir, run_dir)
     result = evaluation.evaluate_run(run_dir, num_samples=1000, judge=judge, command="pytest", echo=lambda s: None)
-    assert result["step"] == LEARNING_STEPS and result["num_generated"] == 1000 and result["num_real"] == 1000
+    assert result["step"] == learning_steps(policy) and result["num_generated"] == 1000 and result["num_real"] == 1000
     assert result["conditional_accuracy"] >= 0.6, result  # chance is 0.1
     assert result["frechet_distance"] > 0 and result["classifier_score"] > 3
     assert result["q_accuracy_real"] > 0.9
@@ -211,7 +222,7 @@ def test_a_small_acgan_learns_the_classes_on_jax_too(judge, data_dir, tmp_path, 
                          run_dir)
     assert "tensorflow imports attempted: []" in proc.stderr
     result = evaluation.evaluate_run(run_dir, num_samples=1000, judge=judge, command="pytest", echo=lambda s: None)
-    assert result["step"] == LEARNING_STEPS and result["conditional_accuracy"] >= 0.6, result  # chance is 0.1
+    assert result["step"] == learning_steps("mixed_float16") and result["conditional_accuracy"] >= 0.6, result
     assert result["q_accuracy_real"] > 0.9
 
 
