@@ -38,6 +38,7 @@ from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, pars
 from acgan.config import POLICIES, Config
 from acgan.errors import UserError
 from acgan.quality import evaluation
+from acgan.quality import inception as inception_lib
 from acgan.quality.comparison import CompareSettings, run_compare
 from acgan.training import grids
 from acgan.training.run_dir import config_to_resume, read_run
@@ -202,23 +203,45 @@ def generate(run=None, per_class=10, out=None, seed=0, labels=True, backend=None
     return Samples(images, labels_of, z, class_names, Path(out) if out is not None else None)
 
 
-def evaluate(run=None, num_samples=10_000, seed=0, judge_seed=0, judges=1, data_dir=None, cas=False, backend=None):
+def evaluate(run=None, num_samples=10_000, seed=0, judge_seed=0, judges=1, data_dir=None, cas=False, inception=None,
+             inception_samples=50_000, backend=None):
     """The sample quality of a run's newest checkpoint, as python -m acgan.evaluate judges it and records
-    it in the run (quality.json, report.md); returns that result as a dict."""
+    it in the run (quality.json, report.md); returns that result as a dict. inception: the path of the 2015
+    Inception graph, for the standard FID and Inception score of inception_samples samples (on TensorFlow)."""
     _require_run(run)
     _check_int("num_samples", num_samples, 2,
                f"--num_samples must be at least 2 (a covariance needs two), got {num_samples}")
     _check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
     _check_int("judge_seed", judge_seed, 0, f"--judge_seed must be non-negative, got {judge_seed}")
     _check_int("judges", judges, 1, f"--judges must be at least 1, got {judges}")
+    _check_int("inception_samples", inception_samples, inception_lib.SPLITS, "--inception_samples must be at least "
+               f"{inception_lib.SPLITS} (the Inception score's splits), got {inception_samples}")
     if not Path(run).is_dir():
         raise UserError(f"--run {os.fspath(run)} is not a folder")
     settings = _changed(evaluate, dict(locals()))
+    if inception is not None:
+        inception_lib.graph_path(inception)  # a missing file: refused before anything loads
+        backend = _inception_backend(backend, run)
     _use_for_run(backend, run)
+    graph = inception_lib.read_graph(inception) if inception is not None else None  # loads TensorFlow
     with _policy_restored():
         return evaluation.evaluate_run(Path(run), num_samples, seed, data_dir=data_dir,
                                        command=_command("evaluate", settings), judge_seed=judge_seed,
-                                       judges=judges, cas=cas)
+                                       judges=judges, cas=cas, inception=graph, inception_samples=inception_samples)
+
+
+def _inception_backend(backend, run):
+    """TensorFlow, which runs the Inception graph: the backend of an evaluation with --inception. UserError
+    (one line) for a run whose images are not RGB, another backend chosen, or no TensorFlow installed."""
+    config, info = read_run(Path(run))
+    inception_lib.check_rgb(config.dataset, info.get("image_shape") or [])
+    chosen = backend or _running_backend() or os.environ.get("KERAS_BACKEND")
+    if chosen not in (None, "tensorflow"):
+        raise UserError(f"--inception runs the Inception graph on TensorFlow, not {chosen}: evaluate with "
+                        "--backend tensorflow" + (" in a new process" if _running_backend() else ""))
+    if importlib.util.find_spec("tensorflow") is None:
+        raise UserError(f"--inception needs TensorFlow, which is not installed: {backend_lib.INSTALL['tensorflow']}")
+    return "tensorflow"
 
 
 def compare(**settings):

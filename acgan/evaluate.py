@@ -1,5 +1,5 @@
-"""CLI: python -m acgan.evaluate --run DIR [--num_samples 10000] [--seed 0] [--judge_seed 0] [--judges 1] [--cas]:
-the sample quality of a run.
+"""CLI: python -m acgan.evaluate --run DIR [--num_samples 10000] [--seed 0] [--judge_seed 0] [--judges 1] [--cas]
+[--inception PATH [--inception_samples 50000]]: the sample quality of a run.
 
 From Python: acgan.evaluate(run, num_samples=10_000, ...) returns the result as a dict (quality.json's)."""
 import functools
@@ -9,7 +9,7 @@ from absl import flags
 
 from acgan import api, cli
 from acgan.quality.evaluation import has_report  # no framework loads: the judging loads Keras
-from acgan.quality.report_section import across_judges_text, cas_text, lowest_margin, prdc_text
+from acgan.quality.report_section import across_judges_text, cas_text, inception_text, lowest_margin, prdc_text
 
 
 @functools.cache
@@ -27,6 +27,11 @@ def define_flags():
     flags.DEFINE_bool("cas", False, "Also the classification accuracy score: the judge's CNN trained on the samples "
                       "and scored on the real test images, beside the same training on real images (two trainings: "
                       "~1.5 minutes for 10,000 swatches samples on 2 CPU cores).")
+    flags.DEFINE_string("inception", None, "The standard FID and Inception score, as papers print them: the path of "
+                        "classify_image_graph_def.pb, unpacked from inception-2015-12-05.tgz (docs/quality.md), or "
+                        "its folder. Runs on TensorFlow, for RGB datasets; slow without a GPU.")
+    flags.DEFINE_integer("inception_samples", 50_000, "Generated samples for --inception, against every real train "
+                         "image (50,000: PyTorch-StudioGAN's table).")
     cli.define_backend_flag(of_run=True)
 
 
@@ -35,9 +40,12 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     result = api.evaluate(run=FLAGS.run, num_samples=FLAGS.num_samples, seed=FLAGS.seed, judge_seed=FLAGS.judge_seed,
-                          judges=FLAGS.judges, data_dir=FLAGS.data_dir, cas=FLAGS.cas, backend=FLAGS.backend)
+                          judges=FLAGS.judges, data_dir=FLAGS.data_dir, cas=FLAGS.cas, inception=FLAGS.inception,
+                          inception_samples=FLAGS.inception_samples, backend=FLAGS.backend)
     run_dir = Path(FLAGS.run)
     print(summary_line(result))
+    if (result.get("inception") or {}).get("fid") is not None:
+        print(inception_text(result["inception"]))
     if result.get("across_judges"):
         across = result["across_judges"]
         print(f"across {len(across['judges'])} judges: {across_judges_text(across)}")

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import POLICIES
+from inception_graph import write_graph
 from PIL import Image
 
 TINY = ["--steps", "4", "--batch", "16", "--width", "0.125", "--sample_every", "2",
@@ -251,13 +252,17 @@ def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path)
     assert report["diff_augment"] == ["color", "translation", "cutout"]
     assert "D's inputs augmented (DiffAugment: color, translation, cutout)" in (run_dir / "report.md").read_text()
     # Its projection head gives D's class margins: in the summary line, quality.json and the report.
-    result = _run("acgan.evaluate", "--run", str(run_dir), "--num_samples", "200")  # every test image
+    # --inception: the standard FID and Inception score, with a small graph of the 2015 Inception graph's names.
+    graph = write_graph(tmp_path / "classify_image_graph_def.pb")
+    result = _run("acgan.evaluate", "--run", str(run_dir), "--num_samples", "200",  # every test image
+                  "--inception", str(graph), "--inception_samples", "100")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "D's class margin " in result.stdout and "(lowest: " in result.stdout, result.stdout
     quality = json.loads((run_dir / "quality.json").read_text())
     assert set(quality["d_class_margin_per_class"]) == set(quality["conditional_accuracy_per_class"])
     assert quality["d_class_margin_mean"] == pytest.approx(np.mean(list(quality["d_class_margin_per_class"].values())))
     assert "| D's class margin (mean over classes) |" in (run_dir / "report.md").read_text()
+    _check_inception(quality["inception"], run_dir, graph, result.stdout, tmp_path / "data")
     result = _run("acgan.train", "--resume", "--steps", "12", *common)
     assert result.returncode == 0, result.stderr[-3000:]
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
@@ -265,6 +270,34 @@ def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path)
     # Each session sets the rates before its first step, then after every step that changes them.
     assert [(e.step, round(e.value, 2)) for e in events.Scalars("learning_rate_scale")] == [
         (0, 1.0), (7, 0.5), (8, 0.0), (8, 1.0), (10, 0.67), (11, 0.33), (12, 0.0)]
+
+
+def _check_inception(entry, run_dir, graph, stdout, data_dir):
+    """acgan.evaluate --inception's entry: 100 generated against every train image (20 a class), the graph's
+    path and sha256, printed, in the report (its rows as report_section renders them) and TensorBoard."""
+    import hashlib
+
+    from acgan.data import load_dataset
+    from acgan.quality import evaluation
+    from acgan.quality.report_section import inception_rows, inception_text
+
+    train = load_dataset("swatches", split="train", data_dir=str(data_dir), max_per_class=20)
+    assert entry["num_generated"] == 100 and entry["num_real"] == len(train) == 200 and entry["splits"] == 10
+    assert entry["fid"] > 0 and entry["inception_score"] >= 1 and entry["real_inception_score"] >= 1
+    assert entry["graph"] == str(graph) and entry["sha256"] == hashlib.sha256(graph.read_bytes()).hexdigest()
+    assert inception_text(entry) in stdout
+    assert f"standard FID {entry['fid']:.2f} (100 generated vs 200 real train images), Inception score " in stdout
+    report = (run_dir / "report.md").read_text()
+    for name, value in inception_rows(entry):
+        assert f"| {name} | {value} |" in report
+    assert f"| {entry['fid']:.2f} (100 generated vs 200 real train images; on swatches, comparable only" in report
+    assert (f"| Inception score, standard | {entry['inception_score']:.2f} ± {entry['inception_score_std']:.2f} "
+            f"(mean ± standard deviation over 10 splits of the 100 generated; real train images: "
+            f"{entry['real_inception_score']:.2f} ± {entry['real_inception_score_std']:.2f}) |") in report
+    assert len(list((data_dir / "judges").glob("inception-real-*.npz"))) == 1  # the real side, cached
+    scalars = evaluation.scalars(json.loads((run_dir / "quality.json").read_text()))
+    assert scalars["quality/inception_fid"] == entry["fid"]
+    assert scalars["quality/inception_score"] == entry["inception_score"]
 
 
 def test_settings_are_read_from_the_flags_named_as_their_fields():

@@ -10,8 +10,8 @@ import numpy as np
 
 from acgan import data as data_lib
 from acgan.errors import UserError
+from acgan.quality import inception as inception_lib
 from acgan.quality import prdc
-from acgan.quality.inception import inception_entry
 from acgan.quality.metrics import (
     class_counts,
     classifier_score,
@@ -219,7 +219,7 @@ class TrainingEvaluator:
 # ---- A run folder: evaluate, then record in quality.json, report.json, report.md and TensorBoard ----
 
 def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None, command=None, echo=print,
-                 judge_seed=0, judges=1, cas=False):
+                 judge_seed=0, judges=1, cas=False, inception=None, inception_samples=inception_lib.SAMPLES):
     """Evaluates a run folder's latest checkpoint and records the result in the run; returns the dict.
 
     Sets the global dtype policy to the run's (acgan.training.sampling.load_run). `judge` may be passed in to share
@@ -228,7 +228,8 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
     to see how much a verdict depends on the judge. judges > 1: the same samples are judged again by the
     judges of the next judges - 1 seeds (result["across_judges"]); the headline numbers stay the first's.
     cas: also the classification accuracy score of the same samples (acgan.quality.cas; its classifiers
-    train from seed `judge_seed`), in result["classification_accuracy_score"].
+    train from seed `judge_seed`), in result["classification_accuracy_score"]. inception: an
+    acgan.quality.inception.InceptionGraph, for the standard FID and IS of inception_samples (standard_scores).
     """
     from acgan.quality import judge as judge_lib  # both load Keras: after acgan.backend has chosen
     from acgan.training import sampling
@@ -263,7 +264,8 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
         return judged
 
     result = judged_by(judge)
-    result["inception"] = inception_entry(config.dataset, test_set, fake, num_samples, seed)
+    result["inception"] = standard_scores(inception, gan, config.dataset, train_set, inception_samples, seed,
+                                          data_dir, echo)
     result.update({
         "format": "acgan-quality/1",
         "run_dir": str(run_dir),
@@ -291,6 +293,19 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
     result["seconds"] = time.perf_counter() - started
     record(run_dir, result)
     return result
+
+
+def standard_scores(graph, gan, dataset, train_set, num_samples, seed=0, data_dir="data", echo=print):
+    """A result's "inception" entry: with `graph` (an acgan.quality.inception.InceptionGraph), the standard FID
+    and Inception score of num_samples class-balanced samples (sample_inputs' noise and labels for `seed`)
+    against every train image, the real side cached beside the judges; without it, why there are none."""
+    if graph is None or train_set.image_shape[-1] != 3:
+        return inception_lib.unavailable(dataset, train_set.image_shape)
+    from acgan.training.sampling import generate_images  # Keras loads: after acgan.backend has chosen
+
+    z, labels = sample_inputs(train_set.num_classes, gan.noise_dim, num_samples, seed)
+    return inception_lib.scores(graph, generate_images(gan, z, labels), train_set.images, dataset,
+                                cache_dir=Path(data_dir) / "judges", echo=echo)
 
 
 ACROSS_JUDGES = ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean")
@@ -363,4 +378,5 @@ def scalars(result):
                     for name, value in score["per_class"].items() if value is not None})
     if (result.get("inception") or {}).get("fid") is not None:
         out["quality/inception_fid"] = result["inception"]["fid"]
+        out["quality/inception_score"] = result["inception"]["inception_score"]
     return out

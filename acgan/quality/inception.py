@@ -1,69 +1,212 @@
-"""The Inception FID: the Fréchet distance in Keras' ImageNet InceptionV3 features, computed only where
-its weights already sit in the Keras cache (this tool never downloads them), and only for natural RGB
-images (CIFAR-10)."""
-import os
+"""The standard FID and Inception score, the numbers papers print, computed with the network of the
+original FID code (TTUR's fid.py) and Inception-score code (improved-GAN's): the 2015-12-05 Inception
+graph classify_image_graph_def.pb, a TensorFlow GraphDef the user downloads once (this module never
+downloads). Only `acgan.evaluate --inception PATH` loads it; importing this module loads no framework.
+
+The recipe: uint8 RGB images go in as float 0-255 at their own size, in place of the graph's
+`ExpandDims` output (the graph itself then resizes them to 299x299, bilinear, and scales them); the
+features are `pool_3`, 2048-d. FID: the Fréchet distance between the generated images' features and
+every real train image's. Inception score: exp(E KL(p(y|x) || p(y))) with p(y|x) = softmax(pool_3 @ W),
+W the weight of `softmax/logits/MatMul` (1008 classes, without the bias, as improved-GAN computes it),
+its mean and standard deviation over 10 consecutive splits of the images.
+"""
+import hashlib
+import io
+import json
+import time
 from pathlib import Path
 
 import numpy as np
 
-from acgan.quality.metrics import frechet_distance_of, real_subset
+from acgan.errors import UserError
+from acgan.quality.metrics import Moments, frechet_distance, inception_score
+from acgan.util.files import write_atomically
 
-INCEPTION_WEIGHTS = "inception_v3_weights_tf_dim_ordering_tf_kernels_notop.h5"
-INCEPTION_DATASETS = ("cifar10",)
-
-
-def inception_weights_path():
-    """The InceptionV3 (no top) weights file in the Keras cache, or None; never downloads."""
-    homes = [os.environ.get("KERAS_HOME"), os.path.join(os.path.expanduser("~"), ".keras"), "/tmp/.keras"]
-    for home in filter(None, homes):
-        path = Path(home) / "models" / INCEPTION_WEIGHTS
-        if path.is_file():
-            return path
-    return None
-
-
-def inception_features(images, weights_path, batch=100):
-    """uint8 RGB images [N, H, W, 3] -> 2048-d pool features of Keras' ImageNet InceptionV3 at 299x299."""
-    import keras  # here: Keras loads after acgan.backend has chosen its backend
-
-    from acgan.model.precision import float32_policy  # imports Keras too
-
-    with float32_policy():
-        model = keras.applications.InceptionV3(include_top=False, weights=str(weights_path), pooling="avg",
-                                               input_shape=(299, 299, 3))
-    out = []
-    for i in range(0, len(images), batch):
-        x = keras.ops.image.resize(images[i : i + batch].astype(np.float32), (299, 299), interpolation="bilinear")
-        out.append(np.asarray(model(x / 127.5 - 1.0, training=False), np.float64))
-    return np.concatenate(out)
+GRAPH_FILE = "classify_image_graph_def.pb"
+ARCHIVE_URL = "http://download.tensorflow.org/models/image/imagenet/inception-2015-12-05.tgz"
+INPUT, FEATURES, LOGITS_MATMUL = "ExpandDims", "pool_3", "softmax/logits/MatMul"  # the nodes the recipe reads
+SAMPLES = 50_000  # generated images by default, against every real train image (PyTorch-StudioGAN's table)
+SPLITS = 10
+BATCH = 100
+CACHE_FORMAT = "acgan-inception-real/1"
+PROTOCOL = ("2015-12-05 Inception graph (TTUR's FID, improved-GAN's Inception score): images as float 0-255 at "
+            "their own size into ExpandDims, resized to 299x299 inside the graph, 2048-d pool_3 features; the "
+            "Inception score of softmax(pool_3 @ the softmax/logits weight), 10 splits")
 
 
-def inception_unavailable(dataset):
-    """Why the Inception FID cannot be computed for `dataset` here (a line for the report), or None."""
-    if dataset not in INCEPTION_DATASETS:
-        return (f"not applicable: the standard Inception FID is defined for natural RGB images (CIFAR-10), "
-                f"not {dataset}")
-    if inception_weights_path() is None:
-        return (f"not computed: the InceptionV3 weights ({INCEPTION_WEIGHTS}) are not in the Keras cache "
-                "(~/.keras/models) on this machine, and this tool never downloads them")
-    return None
+def graph_path(path):
+    """The graph file `path` names (a folder: its classify_image_graph_def.pb); UserError when it is missing."""
+    path = Path(path).expanduser().absolute()
+    if path.is_dir():
+        path = path / GRAPH_FILE
+    if not path.is_file():
+        raise UserError(f"--inception {path} does not exist: download the Inception graph once and unpack "
+                        f"{GRAPH_FILE} from it ({ARCHIVE_URL}; the commands are in docs/quality.md)")
+    return path
 
 
-def inception_fid(real_images, fake_images):
-    """The Fréchet distance in InceptionV3 pool features; call only when inception_unavailable() is None."""
-    path = inception_weights_path()
-    real, fake = inception_features(real_images, path), inception_features(fake_images, path)
-    return {"fid": frechet_distance_of(real, fake), "weights": str(path), "num_real": len(real_images),
-            "num_generated": len(fake_images),
-            "note": "Keras InceptionV3 ImageNet weights, 2048-d pool features at 299x299 (bilinear); close "
-                    "to, but not bit-identical with, the TTUR/pytorch-fid reference network"}
+def read_graph(path):
+    """The InceptionGraph of the file `path` names, checked; UserError (one line) for a file that is not a
+    TensorFlow GraphDef, or a GraphDef without the nodes the recipe reads. Loads TensorFlow."""
+    path = graph_path(path)
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        raise UserError(f"--inception {path} is a gzip archive: unpack {GRAPH_FILE} from it first "
+                        f"(tar xzf {path} {GRAPH_FILE})")
+    import tensorflow as tf  # here: only --inception needs TensorFlow, on the TensorFlow backend
+    from google.protobuf.message import DecodeError
+
+    graph_def = tf.compat.v1.GraphDef()
+    try:
+        graph_def.ParseFromString(data)
+    except DecodeError:
+        graph_def.Clear()
+    if not graph_def.node:
+        raise UserError(f"--inception {path} is not a TensorFlow GraphDef: give {GRAPH_FILE}, unpacked from "
+                        f"{ARCHIVE_URL}")
+    names = {node.name for node in graph_def.node}
+    missing = [name for name in (INPUT, FEATURES, LOGITS_MATMUL) if name not in names]
+    if missing:
+        raise UserError(f"--inception {path} is a GraphDef without {', '.join(missing)}: not the 2015-12-05 "
+                        f"Inception graph ({GRAPH_FILE} from {ARCHIVE_URL})")
+    return InceptionGraph(path, graph_def, hashlib.sha256(data).hexdigest())
 
 
-def inception_entry(dataset, test_set, fake, num_samples, seed=0):
-    """A result's "inception" entry: the FID of `fake` against the real test subset evaluate_gan uses, or
-    {"fid": None, "note": why it is not computed}."""
-    why_not = inception_unavailable(dataset)
-    if why_not is not None:
-        return {"fid": None, "note": why_not}
-    real_images, _ = real_subset(test_set, num_samples, seed)
-    return inception_fid(real_images, fake)
+class InceptionGraph:
+    """The graph in a TensorFlow session, fed a batch of any size in place of `ExpandDims`.
+
+    It was frozen for one image at a time: `ExpandDims` adds a batch dimension of 1 to a decoded JPEG,
+    so every shape after it says batch 1, and TensorFlow refuses to feed it more. TTUR rewrites those
+    shapes after the import; here the import maps `ExpandDims:0` to a placeholder of shape
+    [None, None, None, 3], and the graph's shapes are inferred from it."""
+
+    def __init__(self, path, graph_def, sha256):
+        import tensorflow as tf  # here: as in read_graph
+
+        self.path, self.sha256 = path, sha256
+        for node in graph_def.node:  # devices and shapes written in 2015 would pin ops or say batch 1
+            node.device = ""
+            if "_output_shapes" in node.attr:
+                del node.attr["_output_shapes"]
+        self.graph = tf.Graph()
+        try:
+            with self.graph.as_default():
+                self.images = tf.compat.v1.placeholder(tf.float32, [None, None, None, 3], name="acgan_images")
+                tf.graph_util.import_graph_def(graph_def, input_map={f"{INPUT}:0": self.images}, name="inception")
+                self.features = self.graph.get_tensor_by_name(f"inception/{FEATURES}:0")
+                weight = self.graph.get_operation_by_name(f"inception/{LOGITS_MATMUL}").inputs[1]
+        except (ValueError, TypeError, KeyError, tf.errors.OpError) as e:
+            raise UserError(f"--inception {path}: TensorFlow cannot import it as the Inception graph "
+                            f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        self.session = tf.compat.v1.Session(graph=self.graph,
+                                            config=tf.compat.v1.ConfigProto(allow_soft_placement=True))
+        self.weight = np.asarray(self.session.run(weight), np.float64)  # [2048, 1008] in the 2015 graph
+        shape = self.features.shape
+        if shape.rank != 4 or self.weight.ndim != 2 or shape[-1] != self.weight.shape[0]:
+            raise UserError(f"--inception {path}: its {FEATURES} {shape} and {LOGITS_MATMUL} weight "
+                            f"{list(self.weight.shape)} do not fit together: not the 2015-12-05 Inception graph")
+
+    def features_of(self, images):
+        """pool_3 features [N, F] (float64) of images [N, H, W, 3] in 0..255."""
+        out = self.session.run(self.features, {self.images: np.asarray(images, np.float32)})
+        return np.asarray(out, np.float64).reshape(len(images), -1)
+
+    def run(self, images, echo=None, what="images"):
+        """(Moments of the features, softmax probabilities [N, K] as float32) of images [N, H, W, 3] in
+        0..255, BATCH at a time; echo: a progress line every 30 s."""
+        moments, probs, started, shown = Moments(), [], time.perf_counter(), time.perf_counter()
+        for i in range(0, len(images), BATCH):
+            features = self.features_of(images[i:i + BATCH])
+            moments.add(features)
+            probs.append(softmax(features @ self.weight).astype(np.float32))
+            if echo is not None and time.perf_counter() - shown > 30:
+                shown = time.perf_counter()
+                echo(f"  {i + len(features):,} of {len(images):,} {what} ({shown - started:.0f} s)")
+        return moments, np.concatenate(probs) if probs else np.zeros((0, self.weight.shape[1]), np.float32)
+
+
+def softmax(logits):
+    z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+def scores(graph, fake, train_images, dataset, cache_dir=None, echo=print):
+    """The result's "inception" entry: the standard FID of `fake` (uint8 [N, H, W, 3]) against every
+    image of `train_images`, the Inception score of `fake` and of the train images, the sample counts and
+    the graph file. The train images' statistics are cached in `cache_dir` (once per graph and images)."""
+    real = real_statistics(graph, train_images, cache_dir, echo)
+    echo(f"standard FID and Inception score: {len(fake):,} generated images through the Inception graph")
+    moments, probs = graph.run(fake, echo, "generated images")
+    mean, std = inception_score(probs, SPLITS)
+    return {
+        "fid": frechet_distance(moments.mean, moments.covariance(), real["mean"], real["covariance"]),
+        "inception_score": mean,
+        "inception_score_std": std,
+        "splits": SPLITS,
+        "real_inception_score": _number(real["inception_score"]),
+        "real_inception_score_std": _number(real["inception_score_std"]),
+        "num_generated": int(len(fake)),
+        "num_real": int(real["count"]),
+        "real": "every image of the train split",
+        "graph": str(graph.path),
+        "sha256": graph.sha256,
+        "feature_dim": int(graph.weight.shape[0]),
+        "protocol": PROTOCOL,
+        "note": comparability(dataset),
+    }
+
+
+def comparability(dataset):
+    if dataset == "cifar10":
+        return ("comparable with papers' CIFAR-10 FID and Inception score at the same sample counts (50,000 "
+                "generated against the 50,000 train images)")
+    return (f"on {dataset}, comparable only with other runs on it at the same sample counts: papers print "
+            "these numbers for CIFAR-10 and other photograph sets")
+
+
+def _number(value):
+    value = float(value)
+    return None if np.isnan(value) else value
+
+
+def real_statistics(graph, images, cache_dir=None, echo=print):
+    """{count, mean, covariance, inception_score, inception_score_std} of real images (NaN scores where
+    there are fewer than SPLITS), from the cache in `cache_dir` when it holds them for this graph (its
+    sha256) and these very images, else computed and cached there."""
+    key = {"format": CACHE_FORMAT, "graph_sha256": graph.sha256, "shape": list(images.shape),
+           "images_sha1": hashlib.sha1(np.ascontiguousarray(images).tobytes()).hexdigest()}
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(cache_dir) / f"inception-real-{digest}.npz" if cache_dir is not None else None
+    if path is not None and path.is_file():
+        try:
+            with np.load(path) as cached:
+                return {name: cached[name] for name in cached.files}
+        except (OSError, ValueError, KeyError):
+            pass  # unreadable: computed again, and rewritten
+    echo(f"standard FID: {len(images):,} real train images through the Inception graph"
+         + (f" (once: cached in {path})" if path is not None else ""))
+    moments, probs = graph.run(images, echo, "real train images")
+    mean, std = inception_score(probs, SPLITS) if len(images) >= SPLITS else (np.nan, np.nan)
+    stats = {"count": np.int64(moments.count), "mean": moments.mean, "covariance": moments.covariance(),
+             "inception_score": np.float64(mean), "inception_score_std": np.float64(std)}
+    if path is not None:
+        buffer = io.BytesIO()
+        np.savez(buffer, **stats)
+        write_atomically(path, buffer.getvalue())
+    return stats
+
+
+def unavailable(dataset, image_shape):
+    """The "inception" entry of an evaluation without the graph: {"fid": None, "note": why}."""
+    if image_shape[-1] != 3:
+        return {"fid": None, "note": f"not applicable: the standard FID and Inception score are defined for RGB "
+                                     f"photographs, and {dataset}'s images are {'x'.join(map(str, image_shape))}"}
+    return {"fid": None, "note": "not computed: acgan.evaluate --inception PATH computes the standard FID and "
+                                 "Inception score"}
+
+
+def check_rgb(dataset, image_shape):
+    """UserError (one line) for --inception on a dataset whose images are not RGB."""
+    if list(image_shape)[-1:] != [3]:
+        raise UserError(f"--inception needs RGB images: {dataset}'s are {'x'.join(map(str, image_shape))}, and the "
+                        "Inception network takes colour photographs")

@@ -27,6 +27,42 @@ def classifier_score(probs, eps=1e-12):
     return float(np.exp(np.mean(kl)))
 
 
+def inception_score(probs, splits=10):
+    """(mean, standard deviation) of classifier_score over `splits` consecutive, near-equal parts of probs
+    [N, K], in order, as the improved-GAN code splits them (population standard deviation)."""
+    n = len(probs)
+    if n < splits:
+        raise ValueError(f"{n} samples cannot make {splits} splits")
+    scores = [classifier_score(probs[i * n // splits:(i + 1) * n // splits]) for i in range(splits)]
+    return float(np.mean(scores)), float(np.std(scores))
+
+
+class Moments:
+    """Mean and covariance of feature rows added batch by batch (float64, batches merged exactly: Chan et
+    al.'s pairwise update), so 50,000 2048-d features need no [N, F] array."""
+
+    def __init__(self):
+        self.count, self.mean, self.scatter = 0, None, None
+
+    def add(self, features):
+        x = np.asarray(features, np.float64)
+        if len(x) == 0:
+            return
+        mean = x.mean(axis=0)
+        centred = x - mean
+        scatter = centred.T @ centred
+        if self.count == 0:
+            self.count, self.mean, self.scatter = len(x), mean, scatter
+            return
+        total, delta = self.count + len(x), mean - self.mean
+        self.scatter = self.scatter + scatter + np.outer(delta, delta) * (self.count * len(x) / total)
+        self.mean = self.mean + delta * (len(x) / total)
+        self.count = total
+
+    def covariance(self):
+        return self.scatter / (self.count - 1)  # np.cov's normalisation
+
+
 def statistics(features):
     """(mean [F], covariance [F, F]) of features [N, F], in float64."""
     x = np.asarray(features, np.float64)

@@ -105,8 +105,6 @@ def render_markdown(result):
 def summary_rows(result):
     """The section's (name, value) rows: the judge's numbers, their references, Q's, D's margin, CAS, FID."""
     score = result.get("classification_accuracy_score") or {}
-    inception = result.get("inception") or {}
-    fid = f"{inception['fid']:.2f}" if inception.get("fid") is not None else inception.get("note", "n/a")
     sizes = f"{result['num_real']:,} real test images vs {result['num_generated']:,} generated"
     if result["num_real"] < result["num_generated"]:
         sizes += " (the test split holds fewer than asked; compare only at equal sizes)"
@@ -145,8 +143,34 @@ def summary_rows(result):
             f"{score['num_test']:,} real test images; the reference trained on as many real train images per "
             "class. Low where G draws a class as something its real images are not")]
           if score else []),
-        ("Inception FID", fid),
+        *inception_rows(result.get("inception") or {}),
     ]
+
+
+def _score_text(mean, std):
+    return "n/a" if mean is None else f"{mean:.2f} ± {std:.2f}"
+
+
+def inception_text(entry):
+    """The printed line of a computed "inception" entry: the standard FID and Inception score, their sizes."""
+    return (f"standard FID {entry['fid']:.2f} ({entry['num_generated']:,} generated vs {entry['num_real']:,} real "
+            f"train images), Inception score {_score_text(entry['inception_score'], entry['inception_score_std'])} "
+            f"(real train images {_score_text(entry['real_inception_score'], entry['real_inception_score_std'])}; "
+            f"the 2015 Inception graph {entry['graph']}, sha256 {entry['sha256']})")
+
+
+def inception_rows(entry):
+    """The section's rows of the standard FID and Inception score, or one row saying why there are none."""
+    if entry.get("fid") is None:
+        return [("FID and Inception score, standard", entry.get("note", "n/a"))]
+    return [(f"FID, standard (2015 Inception graph, {entry['feature_dim']}-d pool_3)",
+             f"{entry['fid']:.2f} ({entry['num_generated']:,} generated vs {entry['num_real']:,} real train "
+             f"images; {entry['note']})"),
+            ("Inception score, standard",
+             f"{_score_text(entry['inception_score'], entry['inception_score_std'])} (mean ± standard deviation over "
+             f"{entry['splits']} splits of the {entry['num_generated']:,} generated; real train images: "
+             f"{_score_text(entry['real_inception_score'], entry['real_inception_score_std'])})"),
+            ("Inception graph", f"`{entry['graph']}` (sha256 {entry['sha256']})")]
 
 
 def _class_prdc_text(result, name):

@@ -13,7 +13,7 @@ from api_runs import FAST_XLA, child_env
 from conftest import POLICIES
 from PIL import Image
 
-from acgan.quality import evaluation, inception, metrics
+from acgan.quality import evaluation, metrics
 
 PER_CLASS = 500  # doodles: 5,000 train images (a quick judge and GAN), the full 5,000-image test split
 
@@ -86,15 +86,6 @@ def test_real_subset_and_sample_inputs_are_fixed_by_the_seed():
     assert len(first) == 10 and np.array_equal(first, again) and not np.array_equal(first, other)
     z, labels = evaluation.sample_inputs(3, 62, 10, seed=0)
     assert z.shape == (10, 62) and np.abs(z).max() <= 1 and np.bincount(labels).tolist() == [4, 3, 3]
-
-
-def test_inception_fid_says_plainly_when_it_cannot_be_computed(tmp_path, monkeypatch):
-    assert "not applicable" in inception.inception_unavailable("doodles")
-    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    if os.path.exists(f"/tmp/.keras/models/{inception.INCEPTION_WEIGHTS}"):
-        pytest.skip("this machine has the InceptionV3 weights")
-    assert "not computed" in inception.inception_unavailable("cifar10")
 
 
 # ---- the judge ----
