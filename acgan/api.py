@@ -204,7 +204,7 @@ def generate(run=None, per_class=10, out=None, seed=0, labels=True, backend=None
 
 
 def evaluate(run=None, num_samples=10_000, seed=0, judge_seed=0, judges=1, data_dir=None, cas=False, inception=None,
-             inception_samples=50_000, backend=None):
+             inception_samples=inception_lib.SAMPLES, backend=None):
     """The sample quality of a run's newest checkpoint, as python -m acgan.evaluate judges it and records
     it in the run (quality.json, report.md); returns that result as a dict. inception: the path of the 2015
     Inception graph, for the standard FID and Inception score of inception_samples samples (on TensorFlow)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 from absl import flags
 
 from acgan import api, cli
+from acgan.quality import inception as inception_lib  # numpy only
 from acgan.quality.evaluation import has_report  # no framework loads: the judging loads Keras
 from acgan.quality.report_section import across_judges_text, cas_text, inception_text, lowest_margin, prdc_text
 
@@ -30,7 +31,7 @@ def define_flags():
     flags.DEFINE_string("inception", None, "The standard FID and Inception score, as papers print them: the path of "
                         "classify_image_graph_def.pb, unpacked from inception-2015-12-05.tgz (docs/quality.md), or "
                         "its folder. Runs on TensorFlow, for RGB datasets; slow without a GPU.")
-    flags.DEFINE_integer("inception_samples", 50_000, "Generated samples for --inception, against every real train "
+    flags.DEFINE_integer("inception_samples", inception_lib.SAMPLES, "Generated samples for --inception, against every real train "
                          "image (50,000: PyTorch-StudioGAN's table).")
     cli.define_backend_flag(of_run=True)
 
