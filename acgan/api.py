@@ -181,10 +181,11 @@ def train_with(config, command=None):
                result.weights_fingerprint)
 
 
-def generate(run=None, per_class=10, out=None, seed=0, labels=True, backend=None):
+def generate(run=None, per_class=10, out=None, seed=0, labels=True, ema=True, backend=None):
     """Samples from a run's newest checkpoint, as python -m acgan.generate does: per_class images of every
     class from noise drawn with `seed`. out: also write them, a .png grid (row names unless labels=False)
-    or an .npz (uint8 images, labels, class names). Returns Samples."""
+    or an .npz (uint8 images, labels, class names). ema: from the moving average of G's weights where the
+    run kept one (False: G's own). Returns Samples."""
     _require_run(run)
     if out is not None and Path(out).suffix.lower() not in (".png", ".npz"):
         raise UserError("--out must name a .png or .npz file")
@@ -194,7 +195,7 @@ def generate(run=None, per_class=10, out=None, seed=0, labels=True, backend=None
     from acgan.training import sampling  # Keras loads here, on the run's backend
 
     with _policy_restored():
-        _, info, gan = sampling.load_run(Path(run))
+        _, info, gan = sampling.load_run(Path(run), ema=ema)
         class_names = tuple(info["class_names"])
         z, labels_of = sampling.generator_inputs(len(class_names), gan.noise_dim, per_class, seed)
         images = sampling.generator_images(gan, z, labels_of)
@@ -204,10 +205,12 @@ def generate(run=None, per_class=10, out=None, seed=0, labels=True, backend=None
 
 
 def evaluate(run=None, num_samples=10_000, seed=0, judge_seed=0, judges=1, data_dir=None, cas=False, inception=None,
-             inception_samples=inception_lib.SAMPLES, backend=None):
+             inception_samples=inception_lib.SAMPLES, ema=True, backend=None):
     """The sample quality of a run's newest checkpoint, as python -m acgan.evaluate judges it and records
     it in the run (quality.json, report.md); returns that result as a dict. inception: the path of the 2015
-    Inception graph, for the standard FID and Inception score of inception_samples samples (on TensorFlow)."""
+    Inception graph, for the standard FID and Inception score of inception_samples samples (on TensorFlow).
+    ema: judge the moving average of G's weights where the run kept one; False: G's own (recorded in
+    quality_no_ema.json, beside the average's)."""
     _require_run(run)
     _check_int("num_samples", num_samples, 2,
                f"--num_samples must be at least 2 (a covariance needs two), got {num_samples}")
@@ -227,7 +230,8 @@ def evaluate(run=None, num_samples=10_000, seed=0, judge_seed=0, judges=1, data_
     with _policy_restored():
         return evaluation.evaluate_run(Path(run), num_samples, seed, data_dir=data_dir,
                                        command=_command("evaluate", settings), judge_seed=judge_seed,
-                                       judges=judges, cas=cas, inception=graph, inception_samples=inception_samples)
+                                       judges=judges, cas=cas, inception=graph, inception_samples=inception_samples,
+                                       ema=ema)
 
 
 def _inception_backend(backend, run):
@@ -292,12 +296,13 @@ def benchmark_with(settings, output_dir=None, command=None):
     return Report(folder, _read_json(folder / "benchmark.json"))
 
 
-def export(run=None, out=None, keep_policy=False, format="keras", backend=None):
+def export(run=None, out=None, keep_policy=False, format="keras", ema=True, backend=None):
     """The generator of a run's newest checkpoint as one file that loads without acgan, as python -m
     acgan.export writes it: keras.saving.load_model(out) on TensorFlow or JAX gives a model from (noise,
     labels) to images in [0, 1], with acgan.json inside (noise size, image shape, class names).
     keep_policy: the layers keep the run's policy (default: float32). format="savedmodel": a SavedModel
-    folder for TF Serving (needs TensorFlow). Returns Exported."""
+    folder for TF Serving (needs TensorFlow). ema: the moving average of G's weights where the run kept
+    one (False: G's own). Returns Exported."""
     _require_run(run)
     if out is None or not os.fspath(out):
         raise UserError("--out is required: the file to write, e.g. generator.keras")
@@ -318,7 +323,7 @@ def export(run=None, out=None, keep_policy=False, format="keras", backend=None):
     from acgan.training import export as exporting  # Keras loads here
 
     with _policy_restored():
-        meta = exporting.export_run(Path(run), out, keep_policy=keep_policy, format=format)
+        meta = exporting.export_run(Path(run), out, keep_policy=keep_policy, format=format, ema=ema)
     return Exported(out, meta)
 
 

@@ -46,6 +46,18 @@ def define_loss_flag():
                         "cross-entropy), hinge, or auto: the preset's (nonsaturating for both).")
 
 
+def define_ema_decay_flag():
+    """--ema_decay: the moving average of G's weights, for the commands that train (acgan.train, acgan.compare)."""
+    flags.DEFINE_float("ema_decay", None, "Decay of the moving average of G's weights that grids and evaluations "
+                       "sample from (G-EMA; 0: none; default: the preset's).")
+
+
+def define_ema_flag():
+    """--ema / --no-ema: sample from G's average or from G's own weights, for the commands that read a run."""
+    flags.DEFINE_boolean("ema", True, "Sample from the moving average of G's weights where the run kept one "
+                         "(--no-ema: from G's own weights).")
+
+
 def define_backend_flag(of_run=False):
     """--backend tensorflow|jax; main() calls backend.use() before Keras loads. Default: KERAS_BACKEND,
     else tensorflow, or (of_run: commands that read a run) None, meaning the run's own backend."""

@@ -22,6 +22,8 @@ def define_flags():
     cli.define_data_flags()
     cli.define_model_flags()
     cli.define_loss_flag()
+    cli.define_ema_decay_flag()
+    cli.define_ema_flag()
     cli.define_backend_flag()
     cli.define_seed_flag("Seed shared by every policy's run and by the evaluation.")
     cli.define_price_flag()

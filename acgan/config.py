@@ -6,7 +6,7 @@ from typing import Optional
 
 from acgan.errors import UserError
 from acgan.measure.profile import parse_step_range
-from acgan.presets import ADVERSARIAL_LOSSES, PRESETS
+from acgan.presets import ADVERSARIAL_LOSSES, PRESETS, check_ema_decay
 
 DEFAULT_STEPS = 1000
 BACKENDS = ("tensorflow", "jax")
@@ -78,6 +78,9 @@ class Config:
     # D's and G's real/fake loss: nonsaturating, hinge, or auto (the preset's). A run saves the resolved
     # loss; a saved config without the field is a run of the nonsaturating loss, the only one before --loss.
     loss: str = "auto"
+    # The decay of the moving average of G's weights that grids and evaluations sample from (G-EMA); 0: no
+    # average; None: the preset's. A run saves the resolved value; a saved config without it kept none.
+    ema_decay: Optional[float] = None
     # Length: exactly one of steps / epochs / minutes; none given means DEFAULT_STEPS steps.
     steps: Optional[int] = None
     epochs: Optional[int] = None
@@ -135,6 +138,11 @@ class Config:
         validate_backend(self.backend, self.strategy)
         validate_arch(self.arch)
         validate_loss(self.loss)
+        if self.ema_decay is not None:
+            try:
+                check_ema_decay(self.ema_decay)
+            except ValueError as e:
+                raise UserError(str(e)) from None
         positive_int("batch", self.batch)
         positive_number("width", self.width)
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
@@ -183,6 +191,7 @@ class Config:
         values = {k: v for k, v in values.items() if k in known}
         values.setdefault("arch", "reference")  # runs from before --arch trained the reference model
         values.setdefault("loss", "nonsaturating")  # and runs from before --loss the nonsaturating loss
+        values.setdefault("ema_decay", 0.0)  # and runs from before --ema_decay kept no average of G
         for name in ("classes", "devices"):
             if values.get(name) is not None:
                 values[name] = tuple(values[name])

@@ -9,7 +9,7 @@ from absl import flags
 
 from acgan import api, cli
 from acgan.quality import inception as inception_lib  # numpy only
-from acgan.quality.evaluation import has_report  # no framework loads: the judging loads Keras
+from acgan.quality.evaluation import RAW_GENERATOR_FILE, has_report  # no framework loads: the judging loads Keras
 from acgan.quality.report_section import across_judges_text, cas_text, inception_text, lowest_margin, prdc_text
 
 
@@ -33,6 +33,7 @@ def define_flags():
                         "its folder. Runs on TensorFlow, for RGB datasets; slow without a GPU.")
     flags.DEFINE_integer("inception_samples", inception_lib.SAMPLES, "Generated samples for --inception, against every real train "
                          "image (50,000: PyTorch-StudioGAN's table).")
+    cli.define_ema_flag()
     cli.define_backend_flag(of_run=True)
 
 
@@ -42,7 +43,8 @@ FLAGS = flags.FLAGS
 def main(argv):
     result = api.evaluate(run=FLAGS.run, num_samples=FLAGS.num_samples, seed=FLAGS.seed, judge_seed=FLAGS.judge_seed,
                           judges=FLAGS.judges, data_dir=FLAGS.data_dir, cas=FLAGS.cas, inception=FLAGS.inception,
-                          inception_samples=FLAGS.inception_samples, backend=FLAGS.backend)
+                          inception_samples=FLAGS.inception_samples, ema=FLAGS.ema,
+                          backend=FLAGS.backend)
     run_dir = Path(FLAGS.run)
     print(summary_line(result))
     if (result.get("inception") or {}).get("fid") is not None:
@@ -50,7 +52,9 @@ def main(argv):
     if result.get("across_judges"):
         across = result["across_judges"]
         print(f"across {len(across['judges'])} judges: {across_judges_text(across)}")
-    if has_report(run_dir):
+    if result["generator"] == "raw" and result.get("ema_decay"):  # not the run's own sampler: beside it
+        print(f"wrote {run_dir / RAW_GENERATOR_FILE} (G's own weights; quality.json keeps the average's)")
+    elif has_report(run_dir):
         print(f"wrote {run_dir / 'quality.json'} and the \"Sample quality\" section of {run_dir / 'report.md'}")
     else:  # a run stopped before its report (killed, or still training): only quality.json to write into
         print(f"wrote {run_dir / 'quality.json'} (no report.md: the run has not written its report yet)")

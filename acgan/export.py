@@ -18,6 +18,7 @@ def define_flags():
                          "which samples the same on any machine).")
     flags.DEFINE_string("format", "keras", "keras: one .keras file for keras.saving.load_model; savedmodel: a "
                         "TensorFlow SavedModel folder for TF Serving (needs TensorFlow).")
+    cli.define_ema_flag()
     cli.define_backend_flag(of_run=True)
 
 
@@ -26,10 +27,11 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     exported = api.export(run=FLAGS.run, out=FLAGS.out, keep_policy=FLAGS.keep_policy, format=FLAGS.format,
-                          backend=FLAGS.backend)
+                          ema=FLAGS.ema, backend=FLAGS.backend)
     meta = exported.metadata
     shape = "x".join(str(n) for n in meta["image_shape"])
-    print(f"wrote {exported.path}: the generator at step {meta['step']}, {meta['policy']}; noise {meta['noise_dim']} "
+    which = "G's moving average" if meta["generator"] == "ema" else "the generator"
+    print(f"wrote {exported.path}: {which} at step {meta['step']}, {meta['policy']}; noise {meta['noise_dim']} "
           f"(uniform in [-1, 1]), {meta['num_classes']} classes, images {shape} in [0, 1] (acgan.json inside)")
 
 

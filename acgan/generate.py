@@ -17,6 +17,7 @@ def define_flags():
     flags.DEFINE_string("out", None, "Output file: .png (a grid, one row per class) or .npz (images, labels).")
     flags.DEFINE_integer("seed", 0, "Seed for the noise.")
     cli.define_labels_flag()
+    cli.define_ema_flag()
     cli.define_backend_flag(of_run=True)
 
 
@@ -26,7 +27,7 @@ FLAGS = flags.FLAGS
 def main(argv):
     # --out is required here: an empty name is refused with the call's message for a bad one.
     samples = api.generate(run=FLAGS.run, per_class=FLAGS.per_class, out=FLAGS.out or "", seed=FLAGS.seed,
-                           labels=FLAGS.labels, backend=FLAGS.backend)
+                           labels=FLAGS.labels, ema=FLAGS.ema, backend=FLAGS.backend)
     print(f"wrote {samples.path}")
 
 

@@ -19,6 +19,13 @@ def check_adversarial_loss(loss):
     return loss
 
 
+def check_ema_decay(decay):
+    """`decay` if it is a G-EMA decay: a number in [0, 1) (0: no average)."""
+    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
+        raise ValueError(f"--ema_decay must be in [0, 1) (0: no average of G), got {decay!r}")
+    return decay
+
+
 @dataclasses.dataclass(frozen=True)
 class ReferenceNetworks:
     """The original experiment's networks (acgan/model/networks.py, docs/presets.md#the-reference-model)."""
@@ -79,15 +86,23 @@ class Preset:
     # Whether the fake images' class loss moves G (through Q's optimizer: the AC-GAN paper's class term for
     # G); False: the class reaches G through D alone (docs/presets.md#g-learns-classes-from-d).
     g_learns_from_q: bool
+    # The decay of the exponential moving average of G's weights that grids, generate, evaluate and export
+    # sample from (G-EMA); 0: none, sample G itself. --ema_decay overrides it (docs/training.md#g-ema).
+    ema_decay: float = 0.0
 
     def __post_init__(self):
         check_adversarial_loss(self.loss)
+        check_ema_decay(self.ema_decay)
         if len(self.learning_rates) != 3:
             raise ValueError(f"preset {self.name!r}: learning_rates are (D, G, Q), got {self.learning_rates!r}")
 
     def with_loss(self, loss):
         """This preset training with real/fake loss `loss` (--loss); "auto": its own."""
         return self if loss == "auto" else dataclasses.replace(self, loss=loss)
+
+    def with_ema_decay(self, decay):
+        """This preset keeping G's average at `decay` (--ema_decay); None: its own."""
+        return self if decay is None else dataclasses.replace(self, ema_decay=float(decay))
 
 
 REFERENCE = Preset(
@@ -129,6 +144,11 @@ def get(name):
 def adversarial_loss(arch="reference", loss="auto"):
     """The real/fake loss a run of preset `arch` trains with: `loss`, or with "auto" the preset's."""
     return get(arch).with_loss(loss).loss
+
+
+def ema_decay(arch="reference", decay=None):
+    """The G-EMA decay a run of preset `arch` trains with: `decay`, or with None the preset's."""
+    return get(arch).with_ema_decay(decay).ema_decay
 
 
 def learning_rate_decay(arch="reference"):

@@ -22,6 +22,7 @@ def define_flags():
     flags.DEFINE_float("minutes", None, "Train for this much wall-clock time.")
     cli.define_model_flags()
     cli.define_loss_flag()
+    cli.define_ema_decay_flag()
     cli.define_strategy_flags()
     cli.define_backend_flag()
     flags.DEFINE_boolean("sync_bn", True, "With several replicas, batch-norm statistics over the global batch.")

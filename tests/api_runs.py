@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# Two steps, a checkpoint and a grid at the end; a few images per class.
+# Two steps, a checkpoint and a grid at the end; a few images per class. With an average of G (G-EMA), so
+# what reads a run (generate, evaluate, export) reads it from the average, on both backends.
 TINY = dict(steps=2, batch=8, width=0.125, max_per_class=10, sample_every=2, checkpoint_every=2, warmup_steps=0,
-            log_every=1)
+            log_every=1, ema_decay=0.9)
 # XLA's backend unoptimized, for the test process and every child (conftest.py sets it): a small step
 # compiles in about half the CPU time; what it computes is the same up to float rounding.
 FAST_XLA = "--xla_backend_optimization_level=0"

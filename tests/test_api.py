@@ -2,6 +2,7 @@
 acgan.UserError with the command's one-line message; one backend per process; every call's settings are
 its command's flags, with the same defaults; the `acgan` command and its subcommands."""
 import inspect
+import json
 import subprocess
 import sys
 
@@ -52,6 +53,19 @@ def test_generate_returns_numpy_samples_and_writes_what_the_command_writes(run, 
     np.testing.assert_array_equal(written.noise, samples.noise)  # the same seed draws the same noise
     assert acgan.generate(run, per_class=1, out=tmp_path / "grid.png").path.is_file()
     assert keras.mixed_precision.global_policy().name == "float32"
+    # The run keeps an average of G (api_runs.TINY): what reads it samples the average; ema=False, G's own
+    # weights. (Its two mixed_float16 steps skip while the loss scale falls, so here the two are equal:
+    # tests/step/test_ema.py tests the average itself.)
+    from acgan.model import precision
+    from acgan.training import sampling
+
+    with precision.float32_policy():
+        _, _, average = sampling.load_run(run.folder)
+        _, _, own = sampling.load_run(run.folder, ema=False)
+    assert sampling.sampled_generator(average) == "ema" and sampling.sampled_generator(own) == "raw"
+    assert average.generator_holds_ema and not (own.generator_holds_ema or own.samples_from_ema)
+    np.testing.assert_array_equal(np.concatenate([w.ravel() for w in average.ema_values()]),
+                                  np.concatenate([v.numpy().ravel() for v in average.g_variables]))
 
 
 def test_evaluate_returns_the_quality_and_records_it_in_the_run(run):
@@ -61,6 +75,10 @@ def test_evaluate_returns_the_quality_and_records_it_in_the_run(run):
     assert run.quality["conditional_accuracy"] == result["conditional_accuracy"]
     assert run.quality["command"].startswith("acgan.evaluate(run=")
     assert "## Sample quality" in (run.folder / "report.md").read_text()
+    assert result["generator"] == "ema" and result["ema_decay"] == 0.9
+    own = acgan.evaluate(run, num_samples=20, ema=False)  # G's own weights: beside the run's result, not over it
+    assert own["generator"] == "raw" and run.quality["generator"] == "ema"
+    assert json.loads((run.folder / "quality_no_ema.json").read_text())["generator"] == "raw"
 
 
 # Each call's settings as its command's flags: the same one-line message, as UserError instead of exit 2.

@@ -137,6 +137,7 @@ def test_the_metadata_travels_in_the_file(exported):
     assert jax_meta["format"] == "acgan-generator/1" and jax_meta["noise_dim"] == 100
     assert jax_meta["image_shape"] == [32, 32, 3] and jax_meta["num_classes"] == len(jax_meta["class_names"]) == 10
     assert (jax_meta["arch"], jax_meta["run_backend"], jax_meta["exported_on"]) == ("acgan_cifar", "jax", "jax")
+    assert (jax_meta["generator"], jax_meta["ema_decay"]) == ("ema", 0.9)  # the run's average of G (api_runs.TINY)
     tf_meta = read_metadata(exported["tensorflow-reference-mixed_float16-as-float32"][0])
     assert (tf_meta["noise_dim"], tf_meta["image_shape"], tf_meta["arch"]) == (62, [28, 28, 1], "reference")
     assert (tf_meta["policy"], tf_meta["run_policy"], tf_meta["step"]) == ("float32", "mixed_float16", 2)

@@ -95,6 +95,8 @@ def train_command(settings, policy, run_dir, seed=None):
             "--arch", s.arch, "--loss", s.loss, "--seed", str(s.seed if seed is None else seed), "--jit" if s.jit else "--nojit",
             "--backend", s.backend]
     args += ["--steps", str(s.steps)] if s.steps is not None else ["--minutes", repr(s.minutes)]
+    if s.ema_decay is not None:
+        args += ["--ema_decay", repr(s.ema_decay)]
     if s.classes:
         args += ["--classes", ",".join(s.classes)]
     if s.max_per_class is not None:

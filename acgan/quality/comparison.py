@@ -48,6 +48,8 @@ class CompareSettings:
     width: float = 1.0
     arch: str = "auto"                # model preset (acgan.model.networks), resolved by each run from the data
     loss: str = "auto"                # D's and G's real/fake loss (acgan.step.losses); auto: the preset's
+    ema_decay: Optional[float] = None  # the decay of G's moving average (0: none); None: the preset's
+    ema: bool = True                  # judge G's moving average where a run keeps one (False: G's own weights)
     jit: bool = True
     seed: int = 0
     backend: str = "tensorflow"       # every run trains, and is judged, on this Keras backend
@@ -89,8 +91,9 @@ class CompareSettings:
     def train_config(self, policy, output_dir=None):
         return Config(dataset=self.dataset, classes=self.classes, data_dir=self.data_dir,
                       max_per_class=self.max_per_class, policy=policy, batch=self.batch, width=self.width,
-                      arch=self.arch, loss=self.loss, steps=self.steps, minutes=self.minutes, jit=self.jit, seed=self.seed,
-                      backend=self.backend, price_per_hour=self.price_per_hour, output_dir=output_dir, labels=self.labels)
+                      arch=self.arch, loss=self.loss, ema_decay=self.ema_decay, steps=self.steps, minutes=self.minutes,
+                      jit=self.jit, seed=self.seed, backend=self.backend, price_per_hour=self.price_per_hour,
+                      output_dir=output_dir, labels=self.labels)
 
     def budget(self):
         return f"{self.steps:,} steps" if self.steps is not None else f"{self.minutes:g} minutes"
@@ -127,7 +130,7 @@ def run_compare(settings, command=None, echo=print):
         # The same generator inputs (settings.seed) for every run: only the training seed differs.
         result = evaluation.evaluate_run(run_dir, settings.num_samples, settings.seed, data_dir=settings.data_dir,
                                          judge=judge, command=command, echo=echo, judges=settings.judges,
-                                         cas=settings.cas)
+                                         cas=settings.cas, ema=settings.ema)
         report = json.loads((run_dir / "report.json").read_text())
         per_run.setdefault(policy, []).append(dict(make_row(policy, run_dir, report, result, out), seed=seed))
     rows = [combine_seeds(per_run[policy]) for policy in settings.policies]

@@ -209,17 +209,29 @@ class TrainingEvaluator:
         device.reset_peak_memory()  # the judge may just have trained on this device: its peak is not the run's
 
     def evaluate(self, gan, step, writer):
-        """Scores `gan`, logs the scalars to `writer` (a tensorboard.SummaryWriter); the result is kept in `last`."""
+        """Scores `gan`, logs the scalars to `writer` (a tensorboard.SummaryWriter); the result is kept in `last`.
+        A step that samples from G's moving average is scored on it, and on G's own weights too (in
+        last["no_ema"], the scalars under quality_no_ema/): what the average buys, as the run goes."""
         gan.sync_variables()  # Q is called as a Keras model here; on JAX the step's state is elsewhere
         self.last = dict(evaluate_gan(gan, self.test_set, self.judge, self.samples), step=step,
                          real_reference=self.reference)
         writer.scalars(scalars(self.last), step)
+        if gan.samples_from_ema:
+            gan.samples_from_ema = False
+            try:
+                raw = evaluate_gan(gan, self.test_set, self.judge, self.samples, with_q=False)
+            finally:
+                gan.samples_from_ema = True
+            self.last["no_ema"] = raw
+            writer.scalars({tag.replace("quality/", "quality_no_ema/", 1): value
+                            for tag, value in scalars(raw).items()}, step)
 
 
 # ---- A run folder: evaluate, then record in quality.json, report.json, report.md and TensorBoard ----
 
 def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None, command=None, echo=print,
-                 judge_seed=0, judges=1, cas=False, inception=None, inception_samples=inception_lib.SAMPLES):
+                 judge_seed=0, judges=1, cas=False, inception=None, inception_samples=inception_lib.SAMPLES,
+                 ema=True):
     """Evaluates a run folder's latest checkpoint and records the result in the run; returns the dict.
 
     Sets the global dtype policy to the run's (acgan.training.sampling.load_run). `judge` may be passed in to share
@@ -230,13 +242,15 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
     cas: also the classification accuracy score of the same samples (acgan.quality.cas; its classifiers
     train from seed `judge_seed`), in result["classification_accuracy_score"]. inception: an
     acgan.quality.inception.InceptionGraph, for the standard FID and IS of inception_samples (standard_scores).
+    ema: judge the moving average of G's weights where the run kept one (result["generator"]: "ema");
+    False: G's own ("raw"; on a run with an average, recorded in RAW_GENERATOR_FILE instead of quality.json).
     """
     from acgan.quality import judge as judge_lib  # both load Keras: after acgan.backend has chosen
     from acgan.training import sampling
 
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    config, info, gan = sampling.load_run(run_dir)
+    config, info, gan = sampling.load_run(run_dir, ema=ema)
     data_dir = data_dir or config.data_dir
     test_set = data_lib.load_dataset(config.dataset, split="test", data_dir=data_dir, classes=config.classes,
                                      max_per_class=config.max_per_class)
@@ -273,6 +287,8 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
         "dataset": config.dataset,
         "policy": config.policy,
         "step": int(gan.step.numpy()),
+        "generator": sampling.sampled_generator(gan),  # "ema": G's moving average; "raw": G's own weights
+        "ema_decay": config.ema_decay,
         "judge": {k: judge.info.get(k) for k in ("path", "test_accuracy", "num_test", "num_train", "epochs",
                                                  "seed", "train_seconds", "feature_dim")},
     })
@@ -335,8 +351,16 @@ def has_report(run_dir):
     return (run_dir / "report.json").exists()
 
 
+RAW_GENERATOR_FILE = "quality_no_ema.json"  # --no-ema's result on a run that keeps G's average
+
+
 def record(run_dir, result):
-    """Writes quality.json, merges "quality" into report.json and a section into report.md, logs scalars."""
+    """Writes quality.json, merges "quality" into report.json and a section into report.md, logs scalars.
+    G's own weights judged on a run that samples from their average (--no-ema): RAW_GENERATOR_FILE only, so
+    the run's own result stays where the report and compare read it."""
+    if result.get("generator") == "raw" and result.get("ema_decay"):
+        write_json(run_dir / RAW_GENERATOR_FILE, result)
+        return
     # Here: the event-file protos stay out of the processes that import this module only for its
     # statistics (acgan.compare's, while it trains).
     from acgan.training.tensorboard import SummaryWriter

@@ -13,6 +13,8 @@
     step.set_learning_rate_scale(f): every optimizer's rate becomes its preset rate times f (the
         training loop's decay, common.learning_rate_scale); step.learning_rate_scale is the factor now
     step.sync_variables()   (JAX: the step's state written back into the Keras variables; TF: nothing)
+    step.ema_decay (0: no average of G), step.samples_from_ema (whether generate() uses it),
+    step.ema_values() (the average on the host), step.swap_in_ema() (G's weights become the average)
 
 StepBase holds the shared part: the preset's settings, the three optimizers and the variable groups
 they train, the host-side reads (skipped steps, loss scales, the weights fingerprint), and the
@@ -49,6 +51,10 @@ class StepBase:
         # The augmentation of every image D's trunk sees (acgan.step.augment's policy names), or None.
         self.augment = tuple(preset.augment) if preset.augment else None
         self.loss = preset.loss  # D's and G's real/fake loss (losses.py); Preset checked it
+        # An exponential moving average of G's trainable weights (G-EMA), in float32, for sampling; 0: none.
+        self.ema_decay = float(preset.ema_decay)
+        self.samples_from_ema = self.ema_decay > 0  # generate() draws from the average (grids, evaluations)
+        self.generator_holds_ema = False  # swap_in_ema() made G's own weights the average
 
     def _make_optimizers(self, policy):
         """Adam for D, G and Q at the preset's rates and beta_1 (loss-scaled under mixed_float16)."""
@@ -105,7 +111,30 @@ class StepBase:
                 digest.update(np.ascontiguousarray(np.asarray(value)).tobytes())
         return digest.hexdigest()
 
+    def ema_values(self):
+        """The average of G's trainable weights as host arrays, in generator.trainable_variables' order; None
+        when the step keeps none."""
+        return None if not self.ema_decay else [np.asarray(v) for v in self._host_ema_values()]
+
+    def swap_in_ema(self):
+        """G's trainable weights become their average (for a step loaded to sample or export, never to train
+        on): `models.generator` and generate() then give the EMA generator. Returns whether there was one."""
+        if not self.ema_decay:
+            return False
+        self._assign_generator_weights(self.ema_values())
+        self.samples_from_ema = False  # the generator's own weights are the average now
+        self.generator_holds_ema = True
+        return True
+
     # The backend's hooks.
+
+    def _host_ema_values(self):
+        """The average of G's trainable weights, as numbers or host-readable arrays."""
+        raise NotImplementedError
+
+    def _assign_generator_weights(self, values):
+        """Sets G's trainable weights (in generator.trainable_variables' order) to `values`."""
+        raise NotImplementedError
 
     def _set_learning_rates(self, rates):
         """Sets the (D, G, Q) optimizers' learning rates to `rates`."""
@@ -128,6 +157,22 @@ def next_skip_streak(streak, iterations_before, iterations):
     """Each optimizer's consecutive skipped steps after this step: a loss-scale optimizer skips a
     non-finite step without advancing its (inner optimizer's) iterations."""
     return ops.where(ops.equal(iterations, iterations_before), streak + 1, ops.zeros_like(streak))
+
+
+# G-EMA's warm-up, TensorFlow's ExponentialMovingAverage's `num_updates` ramp: the decay at update t is
+# min(decay, (1 + t) / (10 + t)), so the first steps' weights do not linger in a short run's average (a
+# plain 0.999 leaves 37% of the initial weights in it after 1,000 steps). The ramp reaches 0.999 at about
+# step 9,000; before that the average spans roughly the last tenth of the run.
+def ema_decay_at(decay, step):
+    """The average's decay for the update after `step` earlier ones (a scalar tensor)."""
+    step = ops.cast(step, "float32")
+    return ops.minimum(ops.cast(decay, "float32"), (1.0 + step) / (10.0 + step))
+
+
+def moved_ema(averages, weights, decay):
+    """The new average of each of `weights` (float32 whatever the policy): decay * average + (1 - decay) *
+    weight. One elementwise update per weight; compiled, XLA fuses them into a few kernels."""
+    return [average * decay + ops.cast(weight, "float32") * (1.0 - decay) for average, weight in zip(averages, weights)]
 
 
 def metric_vector(losses, scales, step, iterations, streak):

@@ -39,7 +39,7 @@ from acgan.model import precision
 from acgan.model.networks import d_head_inputs
 from acgan.step import augment as augment_lib
 from acgan.step import losses
-from acgan.step.base import StepBase, metric_vector, next_skip_streak
+from acgan.step.base import StepBase, ema_decay_at, metric_vector, moved_ema, next_skip_streak
 from acgan.step.common import MODEL_NAMES, OPTIMIZER_NAMES, StepMetrics
 
 
@@ -123,6 +123,8 @@ class JaxACGAN(StepBase):
             "step": jnp.zeros((), jnp.int32),
             # Consecutive skipped steps per optimizer; not in state(), as the TF step does not checkpoint it.
             "skip_streak": jnp.zeros(len(OPTIMIZER_NAMES), jnp.int32),
+            # G's average (G-EMA) in float32, starting at G's weights; empty without one.
+            "g_ema": [jnp.array(v.value, jnp.float32, copy=True) for v in self.g_variables] if self.ema_decay else [],
         }
 
     def _state_keys(self):
@@ -136,6 +138,7 @@ class JaxACGAN(StepBase):
             for i, v in enumerate(optimizer.variables):
                 keys.append((f"optimizers/{v.path}", ("optimizers", name, i)))
         keys.append(("step", ("step",)))
+        keys += [(f"ema/generator/{v.path}", ("g_ema", i)) for i, v in enumerate(self.g_variables) if self.ema_decay]
         if len({key for key, _ in keys}) != len(keys):
             raise ValueError("two variables share a path; state() needs unique keys")
         return keys
@@ -178,19 +181,25 @@ class JaxACGAN(StepBase):
         return node
 
     def state(self):
-        """{key: numpy array} of every model and optimizer variable and the step counter (not the skip
-        streak: a resumed run counts skips afresh, as on TensorFlow). Keys: models/<model>/<variable
-        path>, optimizers/<variable path>, step."""
+        """{key: numpy array} of every model and optimizer variable, the step counter and G's average (not
+        the skip streak: a resumed run counts skips afresh, as on TensorFlow). Keys: models/<model>/<variable
+        path>, optimizers/<variable path>, step, ema/generator/<variable path>."""
         return {key: np.array(self._local(self._at(path))) for key, path in self._keys}
 
     def load_state(self, values):
-        """Replaces the whole state with `values` (as state() returns it: every key, same shapes)."""
+        """Replaces the whole state with `values` (as state() returns it: every key, same shapes). Values
+        from before G-EMA (no ema/ keys) start the average at the loaded G's weights."""
         expected = {key for key, _ in self._keys}
+        without_ema = not any(key.startswith("ema/") for key in values)
+        if without_ema:
+            expected = {key for key in expected if not key.startswith("ema/")}
         if set(values) != expected:
             missing, unknown = sorted(expected - set(values)), sorted(set(values) - expected)
             raise ValueError(f"state keys differ: missing {missing[:5]}, unknown {unknown[:5]}")
         new = jax.tree_util.tree_map(lambda x: x, self._state)  # a new tree holding the same leaves
         for key, path in self._keys:
+            if key not in expected:
+                continue
             old = self._at(path)
             value = np.asarray(values[key])
             if value.shape != old.shape:
@@ -200,6 +209,8 @@ class JaxACGAN(StepBase):
                 node = node[part]
             node[path[-1]] = jnp.array(value, dtype=old.dtype)
         new["skip_streak"] = jnp.zeros(len(OPTIMIZER_NAMES), jnp.int32)
+        if without_ema and self.ema_decay:
+            new["g_ema"] = [jnp.array(v, jnp.float32, copy=True) for v in new["models"]["generator"]["trainable"]]
         self._state = self._place(new)
 
     def _set_learning_rates(self, rates):
@@ -303,6 +314,8 @@ class JaxACGAN(StepBase):
             "optimizers": {name: list(values) for name, values in optimizers.items()},
             "step": step,
             "skip_streak": streak,
+            # G's average moves toward G's weights after both of their updates.
+            "g_ema": moved_ema(state["g_ema"], g["trainable"], ema_decay_at(self.ema_decay, state["step"])),
         }
         loss_values = jnp.stack([jnp.asarray(x, jnp.float32)
                                  for x in (d_loss, g_loss, q_loss, q_accuracy_real, q_accuracy_fake)])
@@ -426,10 +439,23 @@ class JaxACGAN(StepBase):
         by_id.update({id(v): x for v, x in zip(model.non_trainable_variables, values["non_trainable"])})
         return [by_id[id(variable)] for variable in model.variables]
 
+    def _host_ema_values(self):
+        return self._local(self._state["g_ema"])
+
+    def _assign_generator_weights(self, values):
+        """In the state and in the Keras generator's variables."""
+        models = dict(self._state["models"])
+        models["generator"] = dict(models["generator"], trainable=[jnp.array(v) for v in values])
+        self._state = self._place(dict(self._state, models=models))
+        for variable, value in zip(self.g_variables, values):
+            variable.assign(value)
+
     def generate(self, z, labels):
-        """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics)."""
+        """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics); from G's average
+        when samples_from_ema (its batch-norm statistics and other non-trainable state: G's own)."""
         g = self._local(self._state["models"]["generator"])
-        return self._generate_function(g["trainable"], g["non_trainable"], z, labels)
+        trainable = self._local(self._state["g_ema"]) if self.samples_from_ema else g["trainable"]
+        return self._generate_function(trainable, g["non_trainable"], z, labels)
 
     def _generate(self, trainable, non_trainable, z, labels):
         images, _ = self.models.generator.stateless_call(

@@ -15,7 +15,7 @@ from acgan.model import precision
 from acgan.model.networks import d_head_inputs
 from acgan.step import augment as augment_lib
 from acgan.step import distribute, losses
-from acgan.step.base import StepBase, metric_vector, next_skip_streak
+from acgan.step.base import StepBase, ema_decay_at, metric_vector, moved_ema, next_skip_streak
 # The backend-neutral names live in common.py; re-exported so `from acgan.step.tf_step import ...` keeps working.
 from acgan.step.common import LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, StepMetrics  # noqa: F401
 
@@ -67,6 +67,11 @@ class ACGAN(tf.Module, StepBase):
             self._scratch = _Untracked()
             self._scratch.skip_streak = tf.Variable(tf.zeros(len(OPTIMIZER_NAMES), tf.int64), trainable=False,
                                                     name="skip_streak")
+            # G's average (G-EMA): outside `gan`, so checkpoints from before it still restore `gan` whole;
+            # checkpoints hold it as `g_ema` (ema_checkpointable).
+            self._scratch.ema = tf.Module(name="g_ema")
+            self._scratch.ema.weights = [tf.Variable(tf.cast(v.value, tf.float32), trainable=False, name="g_ema")
+                                         for v in self.g_variables] if self.ema_decay else []
         self.compile_mode, self.compile_reason = distribute.compile_plan(
             self.strategy, jit, self.synchronized_batch_norm)
         self.retrace()
@@ -95,9 +100,15 @@ class ACGAN(tf.Module, StepBase):
         Returns this step's metrics as one float32 vector in METRIC_NAMES order."""
         optimizers = [optimizer for optimizer, _ in self._optimizers_and_variables()]
         iterations_before = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
-        per_replica = self.strategy.run(self._replica_step, args=(images, labels, z, fake_labels, self.step.value()))
+        step_before = self.step.read_value()
+        per_replica = self.strategy.run(self._replica_step, args=(images, labels, z, fake_labels, step_before))
         # Each replica returns its share (local mean / replicas), so the sum is the global-batch mean.
         loss_values = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        if self.ema_decay:  # G's weights are equal on every replica: the average is updated as one
+            averages = self._scratch.ema.weights
+            decay = ema_decay_at(self.ema_decay, step_before)
+            for average, value in zip(averages, moved_ema(averages, [v.value for v in self.g_variables], decay)):
+                average.assign(value)
         self.step.assign_add(1)
         iterations = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
         streak = next_skip_streak(self._scratch.skip_streak, iterations_before, iterations)
@@ -204,6 +215,27 @@ class ACGAN(tf.Module, StepBase):
                       q_accuracy_fake=_accuracy(fake_labels, q_fake) / self.replicas,
                       q_grads=q_grads, g_cotangent=g_cotangent, q_cotangent=q_cotangent)
 
+    @property
+    def ema_checkpointable(self):
+        """What a checkpoint saves of G's average, as `g_ema` beside `gan` (an empty module without one)."""
+        return self._scratch.ema
+
+    def reset_ema(self):
+        """The average restarts at G's weights (after restoring a checkpoint from before G-EMA)."""
+        self.assign_ema([v.value for v in self.g_variables])
+
+    def assign_ema(self, values):
+        """Sets the average to `values` (in generator.trainable_variables' order)."""
+        for average, value in zip(self._scratch.ema.weights, values):
+            average.assign(tf.cast(value, tf.float32))
+
+    def _host_ema_values(self):
+        return [average.numpy() for average in self._scratch.ema.weights]
+
+    def _assign_generator_weights(self, values):
+        for variable, value in zip(self.g_variables, values):
+            variable.assign(value)
+
     def sync_variables(self):
         """Nothing to copy: on TensorFlow the Keras variables are the step's state (jax_step's counterpart
         writes its state back into them)."""
@@ -223,5 +255,12 @@ class ACGAN(tf.Module, StepBase):
         return [variable.numpy() for variable in model.variables]  # this worker's first replica's
 
     def generate(self, z, labels):
-        """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics)."""
-        return self.models.generator([z, labels], training=False)
+        """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics); from G's average
+        when samples_from_ema (its batch-norm statistics and other non-trainable state: G's own)."""
+        generator = self.models.generator
+        if not self.samples_from_ema:
+            return generator([z, labels], training=False)
+        images, _ = generator.stateless_call([a.value() for a in self._scratch.ema.weights],
+                                             [v.value for v in generator.non_trainable_variables], [z, labels],
+                                             training=False)
+        return images

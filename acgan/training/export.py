@@ -37,7 +37,7 @@ from acgan import backend
 from acgan.errors import UserError
 from acgan.model.blocks import UnitRange
 from acgan.model.transposed_conv import TransposedConv2D
-from acgan.training.sampling import load_run
+from acgan.training.sampling import load_run, sampled_generator
 from acgan.util import disk
 
 METADATA_FORMAT = "acgan-generator/1"
@@ -71,7 +71,7 @@ def portable_generator(generator, keep_policy=False):
     return clone
 
 
-def metadata(config, info, generator, step, keep_policy, run_dir):
+def metadata(config, info, generator, step, keep_policy, run_dir, which="raw"):
     """The sampler's contract and the run's identity, as acgan.json holds them."""
     noise_dim = int(generator.inputs[0].shape[-1])
     return {
@@ -89,6 +89,8 @@ def metadata(config, info, generator, step, keep_policy, run_dir):
         "width": config.width,
         "dataset": config.dataset,
         "step": step,
+        "generator": which,  # "ema": the moving average of G's weights; "raw": G's own
+        "ema_decay": config.ema_decay,
         "run": str(run_dir),
         "run_backend": config.backend,
         "exported_on": keras.backend.backend(),
@@ -105,13 +107,14 @@ def read_metadata(path):
         return json.loads(archive.read(METADATA_NAME))
 
 
-def export_run(run_dir, out, keep_policy=False, format="keras"):
+def export_run(run_dir, out, keep_policy=False, format="keras", ema=True):
     """Writes the generator of `run_dir`'s newest intact checkpoint to `out` (a .keras file, or with
     format="savedmodel" a new SavedModel folder); returns its metadata. Sets the run's dtype policy
-    (as acgan.generate does). Nothing is left half-written: the file or folder appears whole or not at all."""
-    config, info, gan = load_run(Path(run_dir))
+    (as acgan.generate does). ema: G's moving average where the run kept one. Nothing is left half-written:
+    the file or folder appears whole or not at all."""
+    config, info, gan = load_run(Path(run_dir), ema=ema)
     generator = portable_generator(gan.models.generator, keep_policy)
-    meta = metadata(config, info, generator, int(gan.step.numpy()), keep_policy, run_dir)
+    meta = metadata(config, info, generator, int(gan.step.numpy()), keep_policy, run_dir, sampled_generator(gan))
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -84,6 +84,18 @@ def assign_models(arrays, models, model_names):
             variable.assign(arrays[f"models/{name}/{variable.path}"])
 
 
+def assign_ema(arrays, gan):
+    """G's average from a checkpoint's arrays into a TensorFlow step; from one without (saved before G-EMA
+    or with --ema_decay 0), the average starts at G's weights."""
+    if not gan.ema_decay:
+        return
+    keys = [f"ema/generator/{variable.path}" for variable in gan.g_variables]
+    if all(key in arrays for key in keys):
+        gan.assign_ema([arrays[key] for key in keys])
+    else:
+        gan.reset_ema()
+
+
 class JaxCheckpoints:
     """The run's checkpoints on the JAX backend: restore the newest intact one, save, keep the last few."""
 

@@ -106,7 +106,7 @@ class JaxRuntime:
 
     def make_step(self, models, num_classes, config):
         self.gan = build_step(presets.get(config.arch), self.name, models, num_classes, config.policy,
-                              loss=config.loss, jit=config.jit, mesh=self.mesh)
+                              loss=config.loss, ema_decay=config.ema_decay, jit=config.jit, mesh=self.mesh)
         return self.gan
 
     def layout(self, gan):

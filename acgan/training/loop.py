@@ -30,7 +30,7 @@ from acgan.measure import advice, device
 from acgan.measure.profile import StepWindow
 from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.model.precision import needs_loss_scaling
-from acgan.presets import adversarial_loss, learning_rate_decay
+from acgan.presets import adversarial_loss, ema_decay, learning_rate_decay
 from acgan.step.common import learning_rate_scale
 from acgan.training import report as run_report
 from acgan.training import run_lock
@@ -87,7 +87,8 @@ def run(config, command=None, make_evaluator=None):
     # "auto" becomes the preset it picks for this data (and the loss that preset trains with), saved as such,
     # so every reader rebuilds that one.
     arch = resolve_arch(config.arch, data.image_shape)
-    config = dataclasses.replace(config, arch=arch, loss=adversarial_loss(arch, config.loss))
+    config = dataclasses.replace(config, arch=arch, loss=adversarial_loss(arch, config.loss),
+                                 ema_decay=ema_decay(arch, config.ema_decay))
     run_dir, resume = prepare_run_dir(config, chief)
     lock = run_lock.take(run_dir, chief)  # one writer per run folder (the chief); the kernel frees it if we die
     # Every worker does the same work (reads of replicated state may be collective); only the chief's

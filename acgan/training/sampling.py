@@ -18,12 +18,27 @@ from acgan.training.run_dir import read_run
 from acgan.util.files import write_atomically
 
 
-def load_run(run_dir):
+def load_run(run_dir, ema=True):
     """(config, dataset info, the step of the backend Keras runs on, with the run's newest intact
-    checkpoint's weights) of a run folder.
+    checkpoint's weights) of a run folder. ema: G's weights are its average where the run kept one
+    (step.swap_in_ema; the step's `ema_decay` says whether it did), else G's own.
 
     A JAX run's checkpoints (.npz) read on either backend; a TensorFlow run's need TensorFlow.
     """
+    config, info, gan = _load_step(run_dir)
+    if ema:
+        gan.swap_in_ema()
+    else:
+        gan.samples_from_ema = False
+    return config, info, gan
+
+
+def sampled_generator(gan):
+    """What a step's generate() samples from, for reports: "ema" (G's average) or "raw" (G's own weights)."""
+    return "ema" if gan.samples_from_ema or gan.generator_holds_ema else "raw"
+
+
+def _load_step(run_dir):
     config, info = read_run(run_dir)
     running = keras.backend.backend()
     if config.backend == "tensorflow" and running != "tensorflow":
@@ -40,21 +55,27 @@ def load_run(run_dir):
     # The preset's step, so the saved optimizers' state fits.
     if running == "jax":  # then a JAX run: the step takes its whole saved state
         # jit: generate() compiles once
-        gan = build_step(preset, running, models, num_classes, config.policy, loss=config.loss, jit=True)
+        gan = build_step(preset, running, models, num_classes, config.policy, loss=config.loss,
+                         ema_decay=config.ema_decay, jit=True)
         with _mismatch_as_user_error(run_dir, latest, config):
             gan.load_state(saved.read_state(latest))
         gan.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
         return config, info, gan
     import tensorflow as tf  # here: a JAX process reads its runs above, without TensorFlow
 
-    gan = build_step(preset, running, models, num_classes, config.policy, loss=config.loss, jit=False)
+    from acgan.training.tf_runtime import restore_ema
+
+    gan = build_step(preset, running, models, num_classes, config.policy, loss=config.loss,
+                     ema_decay=config.ema_decay, jit=False)
     with _mismatch_as_user_error(run_dir, latest, config):
         if config.backend == "jax":  # a JAX run on TensorFlow: its model weights by variable path, and its step
             arrays = saved.read_state(latest)
             saved.assign_models(arrays, models, models._fields)  # common.MODEL_NAMES
             gan.step.assign(int(arrays["step"]))
+            saved.assign_ema(arrays, gan)
         else:
             tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()
+            restore_ema(gan, latest)
     return config, info, gan
 
 

@@ -27,6 +27,17 @@ class TimingHistory(tf.Module):
         self.sessions_json.assign(json.dumps(sessions))
 
 
+def restore_ema(gan, prefix):
+    """G's average from checkpoint `prefix` into `gan`; from a checkpoint without one (saved before G-EMA or
+    with --ema_decay 0) the average starts at G's restored weights."""
+    if not gan.ema_decay:
+        return
+    if any(name.startswith("g_ema/") for name, _ in tf.train.list_variables(prefix)):
+        tf.train.Checkpoint(g_ema=gan.ema_checkpointable).restore(prefix).assert_existing_objects_matched().expect_partial()
+    else:
+        gan.reset_ema()
+
+
 class TensorFlowCheckpoints:
     """ckpt-N.index/.data files through a tf.train.CheckpointManager, the timing history with them."""
 
@@ -39,8 +50,8 @@ class TensorFlowCheckpoints:
     def manager(self):
         # Made after restore(): it reads the state file, which a restore may rewrite (damaged ones moved).
         if self._manager is None:
-            self._manager = tf.train.CheckpointManager(tf.train.Checkpoint(gan=self.gan, history=self.history),
-                                                       self.directory, max_to_keep=self.keep)
+            checkpoint = tf.train.Checkpoint(gan=self.gan, history=self.history, g_ema=self.gan.ema_checkpointable)
+            self._manager = tf.train.CheckpointManager(checkpoint, self.directory, max_to_keep=self.keep)
         return self._manager
 
     @property
@@ -54,6 +65,7 @@ class TensorFlowCheckpoints:
         if latest:
             # Leniently: checkpoints from before per-session timing hold another layout (then no history).
             tf.train.Checkpoint(history=self.history).restore(latest).expect_partial()
+            restore_ema(self.gan, latest)
         return latest, self.history.sessions()
 
     def save(self, step, sessions):
@@ -76,7 +88,7 @@ class TensorFlowRuntime:
 
     def make_step(self, models, num_classes, config):
         return build_step(presets.get(config.arch), self.name, models, num_classes, config.policy, loss=config.loss,
-                          jit=config.jit, strategy=self.strategy, sync_bn=config.sync_bn)
+                          ema_decay=config.ema_decay, jit=config.jit, strategy=self.strategy, sync_bn=config.sync_bn)
 
     def layout(self, gan):
         return run_report.distribution_summary(self.strategy, gan)

@@ -1,0 +1,163 @@
+"""G-EMA: the moving average of G's weights, its warm-up, what generate() samples from, and its checkpoints.
+
+The TensorFlow step runs here; the JAX step in a child process (Keras takes one backend per process),
+which checks the same recurrence and its state()/load_state() round trip and prints what it measured.
+"""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from acgan import presets
+from acgan.config import Config
+from acgan.data.batches import sample_noise
+from acgan.errors import UserError
+from acgan.model.networks import build_models
+from acgan.step.tf_step import ACGAN
+from acgan.training.tf_runtime import TensorFlowCheckpoints
+
+REPO = Path(__file__).resolve().parents[2]
+DECAY = 0.9  # the ramp (1 + t) / (10 + t) stays below it for the first 80 steps: both parts are exercised
+
+
+def _batch(n=16, seed=0):
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, (n, 28, 28, 1), dtype=np.uint8)
+    labels = rng.integers(0, 10, n).astype(np.int32)
+    return (images, labels) + sample_noise(1, seed, n, 62, 10)
+
+
+def _step(decay=DECAY, jit=False, policy="float32"):
+    """Eager unless asked (jit=True): XLA's compile is most of a test's time, and the average is the same."""
+    keras.utils.set_random_seed(3)
+    preset = dataclasses.replace(presets.REFERENCE, ema_decay=decay)
+    return ACGAN(build_models((28, 28, 1), 10, width=0.125), 10, policy, preset, jit=jit)
+
+
+def _expected_average(gan, steps):
+    """Trains `steps` steps and follows the average on the host in float64: the ramped recurrence."""
+    average = [v.numpy().astype(np.float64) for v in gan.g_variables]
+    for t in range(steps):
+        gan.train_step(*_batch(seed=t)).read()
+        decay = min(DECAY, (1 + t) / (10 + t))
+        average = [a * decay + v.numpy() * (1 - decay) for a, v in zip(average, gan.g_variables)]
+    return average
+
+
+def _max_difference(a, b):
+    return max(float(np.max(np.abs(np.asarray(x, np.float64) - y))) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("policy,jit", [("float32", True), ("mixed_float16", False)])
+def test_the_average_follows_the_ramped_recurrence_and_generate_samples_it(policy, jit, set_policy):
+    set_policy(policy)
+    gan = _step(policy=policy, jit=jit)
+    expected = _expected_average(gan, 3)
+    got = gan.ema_values()
+    assert {v.dtype for v in got} == {np.dtype("float32")}  # whatever the policy
+    assert _max_difference(got, expected) < 1e-6
+    # It is not G itself: the ramp's 0.1 and 0.18 left a part of the earlier weights in it.
+    assert _max_difference(got, [v.numpy() for v in gan.g_variables]) > 1e-5
+    _, _, z, labels = _batch()
+    from_average = np.asarray(gan.generate(z, labels), np.float32)
+    gan.samples_from_ema = False
+    assert np.max(np.abs(from_average - np.asarray(gan.generate(z, labels), np.float32))) > 1e-5
+    assert gan.swap_in_ema() and gan.generator_holds_ema  # G's own weights become the average
+    assert _max_difference([v.numpy() for v in gan.g_variables], gan.ema_values()) == 0
+    np.testing.assert_allclose(np.asarray(gan.generate(z, labels), np.float32), from_average, atol=2e-3)
+
+
+def test_a_resumed_run_continues_the_average_exactly(tmp_path, set_policy):
+    set_policy("float32")
+    straight = _step()
+    _expected_average(straight, 4)
+    first = _step()
+    _expected_average(first, 2)
+    TensorFlowCheckpoints(first, tmp_path, keep=1).save(2, [])
+    resumed = _step()
+    latest, _ = TensorFlowCheckpoints(resumed, tmp_path, keep=1).restore(tmp_path)
+    assert latest and int(resumed.step.numpy()) == 2
+    np.testing.assert_array_equal(np.concatenate([v.ravel() for v in resumed.ema_values()]),
+                                  np.concatenate([v.ravel() for v in first.ema_values()]))
+    for t in (2, 3):
+        resumed.train_step(*_batch(seed=t)).read()
+    assert _max_difference(resumed.ema_values(), [v.astype(np.float64) for v in straight.ema_values()]) < 1e-6
+
+
+def test_decay_0_keeps_none_and_a_checkpoint_without_one_starts_the_average_at_g(tmp_path, set_policy):
+    set_policy("float32")
+    old = _step(decay=0.0)  # --ema_decay 0: no average
+    old.train_step(*_batch()).read()
+    assert old.ema_values() is None and not old.samples_from_ema and not old.swap_in_ema()
+    tf.train.Checkpoint(gan=old).save(str(tmp_path / "ckpt"))  # what a run saved before G-EMA
+    new = _step()
+    latest, _ = TensorFlowCheckpoints(new, tmp_path, keep=1).restore(tmp_path)
+    assert latest
+    assert _max_difference(new.ema_values(), [v.numpy() for v in old.g_variables]) == 0
+
+
+def test_the_setting_is_checked_and_old_configs_kept_none():
+    with pytest.raises(UserError, match=r"--ema_decay must be in \[0, 1\)"):
+        Config(ema_decay=1.0).validate()
+    Config(ema_decay=0.0).validate()
+    saved = json.loads(Config().to_json())
+    del saved["ema_decay"]
+    assert Config.from_json(json.dumps(saved)).ema_decay == 0.0
+    assert presets.ema_decay("reference", 0.5) == 0.5
+    assert presets.ema_decay("reference") == presets.REFERENCE.ema_decay
+
+
+JAX_CHECK = """
+import dataclasses, json, sys
+sys.modules["tensorflow"] = None
+import keras, numpy as np
+from acgan import presets
+from acgan.model.networks import build_models
+from acgan.step.jax_step import JaxACGAN
+keras.utils.set_random_seed(3)
+preset = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)
+gan = JaxACGAN(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=True)
+rng = np.random.default_rng(0)
+images = rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8)
+labels = rng.integers(0, 10, 16).astype(np.int32)
+z = rng.uniform(-1, 1, (16, 62)).astype(np.float32)
+average = [v.numpy().astype(np.float64) for v in gan.g_variables]
+for t in range(4):
+    gan.train_step(images, labels, z, labels).read()
+    gan.sync_variables()
+    d = min(0.9, (1 + t) / (10 + t))
+    average = [a * d + v.numpy() * (1 - d) for a, v in zip(average, gan.g_variables)]
+got = gan.ema_values()
+state = gan.state()
+without = {k: v for k, v in state.items() if not k.startswith("ema/")}
+gan.load_state(without)
+reset = max(float(np.abs(a - v.numpy()).max()) for a, v in zip(gan.ema_values(), gan.g_variables))
+gan.load_state(state)
+print(json.dumps({
+    "error": max(float(np.abs(g - a).max()) for g, a in zip(got, average)),
+    "dtypes": sorted({str(v.dtype) for v in got}),
+    "ema_keys": sum(k.startswith("ema/generator/") for k in state),
+    "g_weights": len(gan.g_variables),
+    "reset_from_g": reset,
+    "round_trip": max(float(np.abs(a - b).max()) for a, b in zip(gan.ema_values(), got)),
+}))
+"""
+
+
+def test_the_jax_step_keeps_the_same_average():
+    pytest.importorskip("jax")
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", JAX_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["error"] < 1e-6
+    assert got["dtypes"] == ["float32"]
+    assert got["ema_keys"] == got["g_weights"] > 0
+    assert got["reset_from_g"] == 0 and got["round_trip"] == 0
