@@ -43,6 +43,7 @@ def make_row(run, policy, batch, jit, result):
         "memory_counter": result.get("memory_counter"),
         "skipped_steps": result.get("skipped_steps"),
         "loss_scale": result.get("loss_scale"),
+        "ema_decay": result.get("ema_decay"),
         "steps_run": result.get("steps_run"),
         "load_average": result.get("load_average"),
         "speedup_vs_float32": None,

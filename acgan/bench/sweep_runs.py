@@ -99,6 +99,27 @@ def run_worker(job, work_dir, log_path, name=None, extra_env=None, max_seconds=N
     return result
 
 
+EMA_PROBE_DECAY = 0.999  # the decay the G-EMA cost is timed at when the preset keeps no average
+
+
+def measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_dir, name):
+    """What G's moving average costs per step: the bare step at the overhead configuration with the average
+    and without (one more worker, the other side of `bare`): {"decay", "with_ms", "without_ms", "ratio"},
+    or {"status": "failed", "reason"}."""
+    if bare["status"] != "ok":
+        return {"status": "failed", "reason": f"bare step: {bare['reason']}"}
+    kept = bare.get("ema_decay") or 0.0
+    job = worker_job(settings, run["backend"], bare["policy"], bare["batch"], bare["jit"], inputs, num_classes)
+    job["ema_decay"] = 0.0 if kept else EMA_PROBE_DECAY
+    other = run_worker(job, work_dir, output_dir / "logs" / f"overhead-ema-{name}.log")
+    if other["status"] != "ok":
+        return {"status": "failed", "reason": other.get("reason")}
+    with_ms, without_ms = ((bare["time_per_batch_ms"], other["time_per_batch_ms"]) if kept
+                           else (other["time_per_batch_ms"], bare["time_per_batch_ms"]))
+    return {"status": "ok", "decay": kept or EMA_PROBE_DECAY, "with_ms": with_ms, "without_ms": without_ms,
+            "ratio": with_ms / without_ms}
+
+
 def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_dir, echo=print):
     """The full training loop (loop.run: real input pipeline, metric reads, TensorBoard, progress bar)
     against the bare step at one configuration: the median of `repeats` windows of `steps` steps each,
@@ -123,6 +144,7 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
         command=run["command"], log_every=settings.log_every,
     )
     loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{name}.log")
+    ema = measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_dir, name)
     out = {
         "backend": backend, "policy": policy, "batch": batch, "jit": jit,
         "status": "ok" if loop["status"] == "ok" and bare["status"] == "ok" else "failed",
@@ -138,6 +160,7 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
         "trainer_run_dir": loop.get("run_dir"),
         "bare_time_per_batch_ms": bare["time_per_batch_ms"],
         "ratio": None,
+        "ema": ema,
     }
     if out["status"] == "ok":
         out["ratio"] = out["trainer_time_per_batch_ms"] / out["bare_time_per_batch_ms"]

@@ -240,7 +240,24 @@ def render_overhead(runs):
              "`log_every` steps, so every window holds as many reads.", ""]
             + markdown.table(["device", "backend", "policy", "batch", "XLA", "log_every", "full loop ms per batch",
                               "bare step ms per batch", "ratio"], cells, align="lllrlrrrr")
-            + [""])
+            + [""] + render_ema_cost(overheads))
+
+
+def render_ema_cost(overheads):
+    """Lines on what G's moving average costs per step, at each overhead configuration."""
+    lines = []
+    for device, backend, o in overheads:
+        ema = o.get("ema")
+        if not ema:
+            continue
+        if ema.get("status") != "ok":
+            lines.append(f"- G-EMA on {device} ({backend}): not measured ({ema.get('reason')})")
+            continue
+        lines.append(f"- G-EMA on {device} ({backend}): the bare step at decay {ema['decay']:g} takes "
+                     f"{_f(ema['with_ms'])} ms per batch, {_f(ema['without_ms'])} ms without the average "
+                     f"({ema['ratio']:.3f}x; one update of G's weights inside the step)")
+    return (["G's moving average is updated inside the step; each bare step above is timed with and without it:",
+             ""] + lines + [""]) if lines else []
 
 
 def render_arithmetic(rows):

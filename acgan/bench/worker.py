@@ -80,7 +80,8 @@ def _run_bare_tensorflow(job, images, labels):
     arch = resolve_arch(job.get("arch", "auto"), images.shape[1:])
     with strategy.scope():
         models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=arch)
-    gan = build_step(presets.get(arch), "tensorflow", models, job["num_classes"], job["policy"], jit=job["jit"],
+    gan = build_step(presets.get(arch), "tensorflow", models, job["num_classes"], job["policy"],
+                     ema_decay=job.get("ema_decay"), jit=job["jit"],
                      strategy=strategy)
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
@@ -126,7 +127,8 @@ def _run_bare_jax(job, images, labels):
     backend.set_random_seed(job["seed"])
     arch = resolve_arch(job.get("arch", "auto"), images.shape[1:])
     models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=arch)
-    gan = build_step(presets.get(arch), "jax", models, job["num_classes"], job["policy"], jit=job["jit"], mesh=mesh)
+    gan = build_step(presets.get(arch), "jax", models, job["num_classes"], job["policy"],
+                     ema_decay=job.get("ema_decay"), jit=job["jit"], mesh=mesh)
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     if mesh is None:
         inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]
@@ -197,6 +199,7 @@ def _time_step(job, gan, inputs):
         "flops_per_batch": flops_per_batch,
         "flops_counted_by": counted_by,
         "xla": gan.compile_mode,
+        "ema_decay": gan.ema_decay,  # G's average, updated inside the step (0: none)
         "load_average": max(loads) if None not in loads else None,
     }
 

@@ -145,6 +145,12 @@ def test_trainer_overhead_is_reported(bench):
     assert overhead["trainer_time_per_batch_ms"] == pytest.approx(statistics.median(overhead["trainer_window_ms"]))
     assert (out / sweep_runs.OVERHEAD_DIR / "report.json").exists()
     assert "## Trainer overhead" in (out / "benchmark.md").read_text()
+    # G-EMA's cost: the reference preset keeps no average, so one more bare step is timed with one.
+    ema = overhead["ema"]
+    assert ema["status"] == "ok" and ema["decay"] == sweep_runs.EMA_PROBE_DECAY and bare["ema_decay"] == 0
+    assert ema["without_ms"] == bare["time_per_batch_ms"] and ema["with_ms"] > 0
+    assert ema["ratio"] == pytest.approx(ema["with_ms"] / ema["without_ms"])
+    assert f"G-EMA on {doc['runs'][0]['device']}" in (out / "benchmark.md").read_text()
 
 
 @pytest.mark.slow
