@@ -102,7 +102,7 @@ def _run_bare_tensorflow(job, images, labels):
 
 
 def _run_bare_jax(job, images, labels):
-    """As on TensorFlow, with JaxACGAN on one device or, under --strategy mirrored/auto/--devices, over a
+    """As on TensorFlow, with JaxStep on one device or, under --strategy mirrored/auto/--devices, over a
     mesh of them as the trainer runs it (the batch split, the state replicated): the inputs put there once,
     each timing ending on the same sync (StepMetrics.read()). TensorFlow is never imported."""
     import jax
@@ -212,7 +212,7 @@ def _profile(job, gan, inputs):
         for _ in range(steps):
             metrics = gan.train_step(*inputs)
         metrics.read()
-    hlo = gan.compiled_hlo() if hasattr(gan, "compiled_hlo") else None
+    hlo = gan.compiled_hlo()
     title = f"{job['backend']}, {job['policy']}, batch {job['batch']}, XLA {'on' if job['jit'] else 'off'}"
     summary = profile.summarize(directory, steps, [hlo] if hlo else None, title=title)
     return {"dir": str(directory), "steps": steps, "device_ms_per_step": summary["device_ms_per_step"],

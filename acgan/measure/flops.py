@@ -131,8 +131,7 @@ def count_step_flops(gan, inputs, batch):
     """(FLOPs of one step at global batch `batch`, "xla" or "layers"; see the module docstring). On JAX
     with the step compiled this compiles it (jit's cache keeps the executable: the first step reuses it)."""
     layers = step_flops_from_layers(gan.models, batch, gan.q_learns_from_fakes, gan.g_learns_from_q)
-    lowered_step = getattr(gan, "lowered_step", None)
-    lowered = lowered_step(*inputs) if lowered_step else None
+    lowered = gan.lowered_step(*inputs)
     if lowered is not None:
         counted = xla_flops(lowered.compile())
         if counted and counted >= XLA_SHARE_NEEDED * layers:

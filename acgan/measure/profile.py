@@ -297,7 +297,7 @@ class StepWindow:
         self.first, self.last = parse_step_range(step_range)
         self.directory = Path(directory)
         self.title = title
-        self.hlo_text = hlo_text  # a callable giving the step's compiled HLO text (JaxACGAN.compiled_hlo), or None
+        self.hlo_text = hlo_text  # a callable giving the step's compiled HLO text (JaxStep.compiled_hlo), or None
         self._trace = None
         self._started_at = None
         self.summary = None

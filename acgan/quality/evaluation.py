@@ -87,7 +87,7 @@ def d_class_margins(models, images, labels, num_classes, batch=500):
 def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fake=None):
     """Scores `gan` against real held-out images; pure of file I/O, cheap enough to call during training.
 
-    gan: an acgan.step.tf_step.ACGAN; test_set: the real TEST ImageSet; judge: an acgan.quality.judge.Judge for the same
+    gan: an acgan.step.tf_step.TensorFlowStep; test_set: the real TEST ImageSet; judge: an acgan.quality.judge.Judge for the same
     dataset. Generates num_samples class-balanced samples from noise fixed by `seed`, and compares them
     with min(num_samples, len(test_set)) real test images (a fixed subset; the judge memoises their
     features, so repeated calls only pay for the generated side). `fake`: those samples, when the caller

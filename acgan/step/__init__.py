@@ -2,9 +2,9 @@
 benchmark use, with one implementation per Keras backend. factory.build_step builds it for every caller:
 
     step = build_step(preset, "tensorflow", models, num_classes, policy, loss=..., jit=..., strategy=...,
-                      sync_bn=...)     # tf_step.ACGAN, on a tf.distribute strategy
+                      sync_bn=...)     # tf_step.TensorFlowStep, on a tf.distribute strategy
     step = build_step(preset, "jax", models, num_classes, policy, loss=..., jit=..., mesh=...)
-                                       # jax_step.JaxACGAN, on one device or a mesh's "data" axis
+                                       # jax_step.JaxStep, on one device or a mesh's "data" axis
     step.train_step(images, labels, z, fake_labels) -> StepMetrics
 
 base.py states the whole contract and holds what both steps share (the preset's settings, the optimizers

@@ -1,4 +1,4 @@
-"""The train step's contract, and what the step of every backend shares (tf_step.ACGAN, jax_step.JaxACGAN).
+"""The train step's contract, and what the step of every backend shares (tf_step.TensorFlowStep, jax_step.JaxStep).
 
     step = factory.build_step(preset, backend, models, num_classes, policy, ...)
     step.train_step(images, labels, z, fake_labels) -> StepMetrics
@@ -22,6 +22,7 @@ learning-rate scale; next_skip_streak and metric_vector are the step's shared bo
 A backend's step adds its update (`_step`), its state and the hooks named below (`_host_*`,
 `_set_learning_rates`).
 """
+import abc
 import hashlib
 
 import numpy as np
@@ -31,8 +32,9 @@ from acgan.model import precision
 from acgan.step.common import MODEL_NAMES, OPTIMIZER_NAMES
 
 
-class StepBase:
-    """The preset's settings, the optimizers and their variable groups, and the host-side reads."""
+class StepBase(abc.ABC):
+    """The preset's settings, the optimizers and their variable groups, and the host-side reads; the
+    abstract methods are what each backend's step supplies (the contract the callers rely on)."""
 
     def _set_up(self, models, num_classes, preset):
         """The models and the settings of `preset` (an acgan.presets.Preset), before any optimizer."""
@@ -126,31 +128,60 @@ class StepBase:
         self.generator_holds_ema = True
         return True
 
+    # What XLA made of the step, for the profile's and the FLOP count's readers: None where the backend
+    # has no whole-step program to show (TensorFlow's; JAX's uncompiled step).
+
+    def lowered_step(self, images, labels, z, fake_labels):
+        """The compiled step lowered for these inputs (jax.stages.Lowered), or None."""
+        return None
+
+    def compiled_hlo(self):
+        """XLA's optimized HLO text of the step as it last ran, or None."""
+        return None
+
+    # The backend's step.
+
+    @abc.abstractmethod
+    def train_step(self, images, labels, z, fake_labels):
+        """One step on a global batch; returns its StepMetrics without waiting for the device."""
+
+    @abc.abstractmethod
+    def generate(self, z, labels):
+        """Images [B, H, W, C] float32 in [0, 1], inference mode; from G's average when samples_from_ema."""
+
+    @abc.abstractmethod
+    def retrace(self):
+        """(Re)builds the step functions; call it after patching anything the step calls."""
+
+    @abc.abstractmethod
+    def sync_variables(self):
+        """The step's state written into the Keras variables (where it lives elsewhere)."""
+
     # The backend's hooks.
 
+    @abc.abstractmethod
     def _host_ema_values(self):
         """The average of G's trainable weights, as numbers or host-readable arrays."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _assign_generator_weights(self, values):
         """Sets G's trainable weights (in generator.trainable_variables' order) to `values`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _set_learning_rates(self, rates):
         """Sets the (D, G, Q) optimizers' learning rates to `rates`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _host_step_and_iterations(self):
         """(the step counter, [each optimizer's iterations]) on the host."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _host_loss_scales(self):
         """Each optimizer's loss scale (1.0 without loss scaling), as numbers or host-readable scalars."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _host_model_values(self, name, model):
         """The values of `model` (called `name`)'s `variables`, in that order, as host arrays."""
-        raise NotImplementedError
 
 
 def next_skip_streak(streak, iterations_before, iterations):

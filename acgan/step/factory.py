@@ -8,7 +8,7 @@ def build_step(preset, backend, models, num_classes, policy, *, loss="auto", ema
 
     preset: an acgan.presets.Preset; loss: D's and G's real/fake loss, "auto" for the preset's (--loss);
     ema_decay: the decay of G's average, None for the preset's (--ema_decay; 0: none);
-    backend: "tensorflow" (tf_step.ACGAN) or "jax" (jax_step.JaxACGAN), the backend Keras runs on;
+    backend: "tensorflow" (tf_step.TensorFlowStep) or "jax" (jax_step.JaxStep), the backend Keras runs on;
     policy: the Keras dtype policy the models were built under; jit: compile the step with XLA.
     TensorFlow only: strategy, the tf.distribute strategy (None: the current one), and sync_bn, batch-norm
     statistics over the global batch with several replicas. JAX only: mesh, a jax.sharding.Mesh with a
@@ -19,14 +19,14 @@ def build_step(preset, backend, models, num_classes, policy, *, loss="auto", ema
         if mesh is not None:
             raise ValueError("a mesh is JAX's; TensorFlow's step takes a tf.distribute strategy")
         # Imported here, once the backend is chosen: importing tf_step loads TensorFlow.
-        from acgan.step.tf_step import ACGAN
+        from acgan.step.tf_step import TensorFlowStep
 
-        return ACGAN(models, num_classes, policy, preset, jit=jit, strategy=strategy, sync_bn=sync_bn)
+        return TensorFlowStep(models, num_classes, policy, preset, jit=jit, strategy=strategy, sync_bn=sync_bn)
     if backend == "jax":
         if strategy is not None:
             raise ValueError("a tf.distribute strategy is TensorFlow's; JAX's step takes a mesh")
         # Imported here, once the backend is chosen: importing jax_step loads JAX.
-        from acgan.step.jax_step import JaxACGAN
+        from acgan.step.jax_step import JaxStep
 
-        return JaxACGAN(models, num_classes, policy, preset, jit=jit, mesh=mesh)
+        return JaxStep(models, num_classes, policy, preset, jit=jit, mesh=mesh)
     raise ValueError(f"unknown backend {backend!r}: tensorflow or jax")

@@ -1,4 +1,4 @@
-"""The AC-GAN train step on Keras's JAX backend: tf_step.ACGAN's interface and semantics on one device.
+"""The AC-GAN train step on Keras's JAX backend: tf_step.TensorFlowStep's interface and semantics on one device.
 
 Run with KERAS_BACKEND=jax, and build the models under the policy first (networks.build_models). This
 module never imports TensorFlow.
@@ -79,18 +79,18 @@ class _Counter:
         return f"<step {int(self)}>"
 
 
-class JaxACGAN(StepBase):
+class JaxStep(StepBase):
     """Holds the models, the three optimizers and the step's state, and runs the step on one device or,
     data parallel, over the devices of `mesh`. `preset`: the acgan.presets.Preset whose settings it trains
     with (its loss resolved; factory.build_step gives it)."""
 
     def __init__(self, models, num_classes, policy, preset=presets.REFERENCE, jit=True, mesh=None):
         if keras.backend.backend() != "jax":
-            raise RuntimeError(f"JaxACGAN needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
+            raise RuntimeError(f"JaxStep needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
         self._set_up(models, num_classes, preset)
         self.policy = policy
         self._make_optimizers(policy)
-        self._build_optimizers()  # the same variable lists, in the same order, as tf_step.ACGAN's
+        self._build_optimizers()  # the same variable lists, in the same order, as tf_step.TensorFlowStep's
         self._optimizers = self._named_optimizers()
         # Where, in each optimizer's variable list, its (inner optimizer's) iteration count and its loss
         # scale are.

@@ -41,7 +41,7 @@ def _accuracy(labels, logits):
     return tf.reduce_mean(tf.cast(tf.equal(predicted, labels), tf.float32))
 
 
-class ACGAN(tf.Module, StepBase):
+class TensorFlowStep(tf.Module, StepBase):
     """Holds the models, the three optimizers and the step counter, and runs the step on a strategy.
 
     A tf.Module, so `tf.train.Checkpoint(gan=gan)` saves all of it, loss-scale state included. Build

@@ -1,6 +1,6 @@
 """Checkpoints of the JAX backend: one `ckpt-N.npz` per save, no TensorFlow.
 
-A checkpoint holds JaxACGAN.state() (every model and optimizer variable, loss-scale state included,
+A checkpoint holds JaxStep.state() (every model and optimizer variable, loss-scale state included,
 and the step, keyed by variable path) and the timing history as JSON. It is written under a temporary
 name, synced and renamed, so it is whole or absent; a full disk removes the partial file and raises
 DiskFull, leaving the previous checkpoint the newest. npz is a zip archive with a crc32 per array, so
@@ -73,7 +73,7 @@ def newest_intact(directory):
 
 
 def read_state(path):
-    """The step's state saved in checkpoint `path` (JaxACGAN.load_state's input): all but the history."""
+    """The step's state saved in checkpoint `path` (JaxStep.load_state's input): all but the history."""
     return {key: value for key, value in read(path).items() if key != HISTORY_KEY}
 
 

@@ -1,5 +1,5 @@
 """What the training loop needs, on JAX: the devices (one, or a jax.sharding.Mesh over several, across
-processes under multi_worker), the step (jax_step.JaxACGAN), the input stream (data.batches' numpy
+processes under multi_worker), the step (jax_step.JaxStep), the input stream (data.batches' numpy
 batches, put on the devices by a host thread ahead of the step) and the checkpoints (jax_checkpoints).
 The same interface as tf_runtime.py; no TensorFlow is imported.
 

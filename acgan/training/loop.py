@@ -143,7 +143,7 @@ class Setup:
     run_dir: Path
     files_dir: Path               # run_dir on the chief; a scratch folder on other workers
     chief: bool
-    gan: object                   # the backend's step (tf_step.ACGAN or jax_step.JaxACGAN)
+    gan: object                   # the backend's step (tf_step.TensorFlowStep or jax_step.JaxStep)
     machine: dict                 # device.describe_device()
     layout: dict                  # run_report.distribution_summary()
     notes: list                   # hardware advice, printed and reported
@@ -295,7 +295,7 @@ class SessionSteps:
         if config.profile_steps and s.chief:
             self.profiler = StepWindow(config.profile_steps, s.files_dir / "profile",
                                        title=f"{config.backend}, {config.policy}, batch {config.batch}",
-                                       hlo_text=getattr(gan, "compiled_hlo", None))
+                                       hlo_text=gan.compiled_hlo)
         self.stop_signals = StopSignals()
         self.step, self.metrics = s.start_step, None
         self.pending = None                    # (step, metrics) of a logged step not read yet

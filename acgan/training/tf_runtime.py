@@ -1,4 +1,4 @@
-"""What the training loop needs from TensorFlow: the tf.distribute strategy, the step (tf_step.ACGAN),
+"""What the training loop needs from TensorFlow: the tf.distribute strategy, the step (tf_step.TensorFlowStep),
 the input stream (tf.data, split across the replicas) and the checkpoints (tf.train.Checkpoint).
 jax_runtime.py gives the same on JAX; the loop sees only this interface."""
 import json

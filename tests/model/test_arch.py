@@ -154,7 +154,7 @@ def test_spectral_conv_divides_the_kernel_by_its_largest_singular_value(policy, 
 
 def test_each_preset_trains_with_its_own_learning_rates(set_policy):
     from acgan.step.factory import build_step
-    from acgan.step.tf_step import ACGAN
+    from acgan.step.tf_step import TensorFlowStep
 
     reference, cifar = presets.get("reference"), presets.get("acgan_cifar")
     assert reference.learning_rates == (2e-4, 1e-3, 1e-3)  # the seed's, unchanged
@@ -171,7 +171,7 @@ def test_each_preset_trains_with_its_own_learning_rates(set_policy):
     rates = [float(o.learning_rate) for o in optimizers]
     np.testing.assert_allclose(rates, presets.ACGAN_CIFAR.learning_rates)
     assert [o.inner_optimizer.beta_1 for o in optimizers] == [0.0] * 3  # inside the loss-scale wrappers
-    default = ACGAN(m, 10, "float32", jit=False)
+    default = TensorFlowStep(m, 10, "float32", jit=False)
     np.testing.assert_allclose([float(default.g_optimizer.learning_rate)], [1e-3])
 
 
@@ -264,7 +264,7 @@ for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
     precision.set_policy(policy)
     m = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
     preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, beta_1=0.0)  # the preset's
-    gan = jax_step.JaxACGAN(m, 10, policy, preset, jit=True)
+    gan = jax_step.JaxStep(m, 10, policy, preset, jit=True)
     adam = gan.g_optimizer.inner_optimizer if policy == "mixed_float16" else gan.g_optimizer
     assert adam.beta_1 == 0.0
     u_before = [v.numpy().copy() for v in m.trunk.non_trainable_variables if "sn_u" in v.path]

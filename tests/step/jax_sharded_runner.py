@@ -1,4 +1,4 @@
-"""Runs JaxACGAN on one device and over a mesh of four, in its own process, for
+"""Runs JaxStep on one device and over a mesh of four, in its own process, for
 tests/step/test_jax_sharded_step.py (the test process runs Keras on TensorFlow; four virtual CPU
 devices need XLA_FLAGS=--xla_force_host_platform_device_count=4 before JAX starts).
 
@@ -39,9 +39,9 @@ def run(mode, policy):
     keras.utils.set_random_seed(0)
     models = networks.build_models((28, 28, 1), 10, width=WIDTH, arch="reference")
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
-    gans = {"mesh": jax_step.JaxACGAN(models, 10, policy, mesh=mesh)}
+    gans = {"mesh": jax_step.JaxStep(models, 10, policy, mesh=mesh)}
     if mode == "steps":
-        gans["one"] = jax_step.JaxACGAN(models, 10, policy)
+        gans["one"] = jax_step.JaxStep(models, 10, policy)
     rng = np.random.default_rng(0)
     batch = (rng.integers(0, 256, (BATCH, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, BATCH).astype(np.int32),
              rng.uniform(-1.0, 1.0, (BATCH, networks.NOISE_DIM)).astype(np.float32),

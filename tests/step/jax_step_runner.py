@@ -1,4 +1,4 @@
-"""Runs JaxACGAN in its own process for tests/step/test_jax_step.py (the test process runs Keras on
+"""Runs JaxStep in its own process for tests/step/test_jax_step.py (the test process runs Keras on
 TensorFlow, and Keras picks its backend once per process).
 
     KERAS_BACKEND=jax python tests/step/jax_step_runner.py IN.npz OUT.npz
@@ -46,7 +46,7 @@ def main(in_path, out_path):
                                  g_learns_from_q=bool(job.get("g_learns_from_q", True)),
                                  augment=tuple(str(job["augment"]).split(",")) if "augment" in job else None,
                                  loss=str(job.get("loss", "nonsaturating")))
-    gan = jax_step.JaxACGAN(models, 10, policy, preset, jit=bool(job["jit"]))
+    gan = jax_step.JaxStep(models, 10, policy, preset, jit=bool(job["jit"]))
     state = gan.state()
     if "d_learning_rate" in job:
         state["optimizers/d_optimizer_adam/learning_rate"] = np.float32(job["d_learning_rate"])

@@ -35,7 +35,7 @@ def _gan(policy, strategy, jit=False, sync_bn=True):
     keras.utils.set_random_seed(3)
     with strategy.scope():
         models = build_models((28, 28, 1), 10, width=0.25)
-    return tf_step.ACGAN(models, 10, policy, jit=jit, strategy=strategy, sync_bn=sync_bn)
+    return tf_step.TensorFlowStep(models, 10, policy, jit=jit, strategy=strategy, sync_bn=sync_bn)
 
 
 def _global_batch(step=0):

@@ -20,7 +20,7 @@ from acgan.config import Config
 from acgan.data.batches import sample_noise
 from acgan.errors import UserError
 from acgan.model.networks import build_models
-from acgan.step.tf_step import ACGAN
+from acgan.step.tf_step import TensorFlowStep
 from acgan.training.tf_runtime import TensorFlowCheckpoints
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def _step(decay=DECAY, jit=False, policy="float32"):
     """Eager unless asked (jit=True): XLA's compile is most of a test's time, and the average is the same."""
     keras.utils.set_random_seed(3)
     preset = dataclasses.replace(presets.REFERENCE, ema_decay=decay)
-    return ACGAN(build_models((28, 28, 1), 10, width=0.125), 10, policy, preset, jit=jit)
+    return TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, policy, preset, jit=jit)
 
 
 def _expected_average(gan, steps):
@@ -120,10 +120,10 @@ sys.modules["tensorflow"] = None
 import keras, numpy as np
 from acgan import presets
 from acgan.model.networks import build_models
-from acgan.step.jax_step import JaxACGAN
+from acgan.step.jax_step import JaxStep
 keras.utils.set_random_seed(3)
 preset = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)
-gan = JaxACGAN(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=True)
+gan = JaxStep(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=True)
 rng = np.random.default_rng(0)
 images = rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8)
 labels = rng.integers(0, 10, 16).astype(np.int32)

@@ -1,4 +1,4 @@
-"""The JAX step (jax_step.JaxACGAN) against the TensorFlow step, from the same weights and batch.
+"""The JAX step (jax_step.JaxStep) against the TensorFlow step, from the same weights and batch.
 
 This process runs Keras on TensorFlow (conftest), and Keras takes its backend once per process, so the
 JAX side runs in a subprocess (jax_step_runner.py, KERAS_BACKEND=jax, TensorFlow blocked) and the two
@@ -106,7 +106,7 @@ def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns
                 variable.assign(value)
         preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=q_learns_from_fakes,
                                      g_learns_from_q=g_learns_from_q, augment=augment, loss=loss)
-        gan = tf_step.ACGAN(models, 10, policy, preset, jit=False)
+        gan = tf_step.TensorFlowStep(models, 10, policy, preset, jit=False)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     if learning_rate_scale is not None:

@@ -11,7 +11,7 @@ from acgan.step import tf_step
 
 def _small_gan(policy, jit):
     m = networks.build_models((28, 28, 1), 10, width=0.125)
-    return tf_step.ACGAN(m, 10, policy, jit=jit)
+    return tf_step.TensorFlowStep(m, 10, policy, jit=jit)
 
 
 def _batch(n=8):

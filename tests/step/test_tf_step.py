@@ -10,12 +10,12 @@ from acgan import presets
 from acgan.data.batches import sample_noise
 from acgan.model.blocks import BN_MOMENTUM
 from acgan.model.networks import build_models
-from acgan.step.tf_step import METRIC_NAMES, ACGAN
+from acgan.step.tf_step import METRIC_NAMES, TensorFlowStep
 
 
 def _gan(policy, jit):
     keras.utils.set_random_seed(3)
-    return ACGAN(build_models((28, 28, 1), 10, width=0.125), 10, policy, jit=jit)
+    return TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, policy, jit=jit)
 
 
 def _batch(n=16):
@@ -121,7 +121,7 @@ def test_without_g_learns_from_q_the_class_loss_does_not_reach_g(g_learns_from_q
     def g_after_one_step(q_head_factor):
         keras.utils.set_random_seed(3)
         preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, g_learns_from_q=g_learns_from_q)
-        gan = ACGAN(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=False)
+        gan = TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=False)
         for variable in gan.models.q_head.trainable_variables:
             variable.assign(variable * q_head_factor)
         values = gan.train_step(*batch).read()

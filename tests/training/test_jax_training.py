@@ -177,7 +177,7 @@ def test_both_backends_feed_the_same_batches():
 
 
 class _State:
-    """Stands in for JaxACGAN: state() / load_state() of a few arrays."""
+    """Stands in for JaxStep: state() / load_state() of a few arrays."""
 
     def __init__(self, step=0):
         self.values = {"step": np.array(step), "models/generator/w": np.full(3, float(step))}
