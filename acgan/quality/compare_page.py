@@ -102,6 +102,16 @@ def _training_text(doc, seeds):
     return text
 
 
+def _generator_text(rows):
+    """Which generator of each run was judged: G's moving average (G-EMA) or G's own weights."""
+    averaged = sorted({r["ema_decay"] for r in rows if r.get("generator") == "ema"})
+    if not averaged:
+        return "on each run's generator itself (no moving average of its weights)"
+    if all(r.get("generator") == "ema" for r in rows):
+        return f"on the moving average of each run's G (decay {', '.join(f'{d:g}' for d in averaged)})"
+    return "on the moving average of G where a run kept one, else on G itself"
+
+
 def render_markdown(doc):
     rows, s = doc["rows"], doc["settings"]
     base = rows[0]["baseline"]
@@ -131,7 +141,7 @@ def render_markdown(doc):
         "",
         f"Quality is judged by a float32 reference CNN trained on the real train split "
         f"({_f(judge.get('test_accuracy'), '.2%')} on {judge.get('num_test') or 0:,} held-out test images; "
-        f"never the GAN's own Q). Fréchet distance: {sizes} in the judge's 128-d penultimate features; "
+        f"never the GAN's own Q), {_generator_text(rows)}. Fréchet distance: {sizes} in the judge's 128-d penultimate features; "
         "compare it only between runs judged at the same sample sizes. The reference is the distance between "
         f"{_reference_sizes(rows[0])} in the same features: where a generator drawing the data exactly would land. "
         "The mean per-class distance averages each class's distance between its real test images and the samples "

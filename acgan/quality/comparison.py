@@ -188,6 +188,8 @@ def make_row(policy, run_dir, report, result, out):
         "inception_note": result["inception"].get("note"),
         "num_real": result["num_real"],
         "num_generated": result["num_generated"],
+        "generator": result.get("generator"),  # "ema": G's moving average judged; "raw": G's own weights
+        "ema_decay": result.get("ema_decay"),
         "real_reference": result.get("real_reference"),
         "judge": result["judge"],
         "across_judges": result.get("across_judges"),

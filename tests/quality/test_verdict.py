@@ -151,3 +151,9 @@ def test_the_page_renders_from_the_rows_alone():
     assert "\n| run | [report](float32/report.md) | [report](mixed_float16/report.md) |\n" in page
     assert "\nQuality did not hold for mixed_float16 (conditional accuracy -5.0 points)" in page
     assert "\nInception FID: not applicable.\n" in page and page.endswith("![final sample grids](compare.png)\n")
+    assert "never the GAN's own Q), on each run's generator itself (no moving average" in page
+    for r in rows:
+        r.update(generator="ema", ema_decay=0.999)
+    assert "never the GAN's own Q), on the moving average of each run's G (decay 0.999)" in compare_page.render_markdown(doc)
+    rows[1]["generator"] = "raw"
+    assert "on the moving average of G where a run kept one, else on G itself" in compare_page.render_markdown(doc)
