@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 from conftest import CPU_REPLICAS, POLICIES
 
+from acgan import presets
 from acgan.data.batches import sample_noise
 from acgan.model.networks import build_models
 from acgan.step import distribute, tf_step
@@ -31,11 +32,15 @@ def mirrored():
     return distribute.make_strategy("mirrored", DEVICES)
 
 
+# With an average of G (G-EMA), so its update in cross-replica context is checked against one device's.
+PRESET = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)
+
+
 def _gan(policy, strategy, jit=False, sync_bn=True):
     keras.utils.set_random_seed(3)
     with strategy.scope():
         models = build_models((28, 28, 1), 10, width=0.25)
-    return tf_step.TensorFlowStep(models, 10, policy, jit=jit, strategy=strategy, sync_bn=sync_bn)
+    return tf_step.TensorFlowStep(models, 10, policy, PRESET, jit=jit, strategy=strategy, sync_bn=sync_bn)
 
 
 def _global_batch(step=0):
@@ -66,6 +71,11 @@ def _assert_replicas_equal_and_finite(gan, trainable_only=False):
             assert np.isfinite(copies[0]).all(), variable.path
             for copy in copies[1:]:
                 np.testing.assert_array_equal(copies[0], copy, err_msg=variable.path)
+    for average in gan.ema_checkpointable.weights:  # G's average: one value on every replica
+        copies = [np.asarray(v) for v in gan.strategy.experimental_local_results(average)]
+        assert len(copies) == CPU_REPLICAS and np.isfinite(copies[0]).all()
+        for copy in copies[1:]:
+            np.testing.assert_array_equal(copies[0], copy)
 
 
 def _pin_loss_scales(*gans):
@@ -98,6 +108,7 @@ def test_two_replicas_match_one_device(policy, mirrored, set_policy):
     _pin_loss_scales(single, distributed)
 
     batch = _global_batch()
+    g_start = [v.numpy() for v in distributed.g_variables]
     expected = single.train_step(*batch)
     got = distributed.train_step(*_distributed(distributed, batch))
     # Under a mixed policy the two paths round differently (synchronized BN, the all-reduce). Measured,
@@ -130,6 +141,10 @@ def test_two_replicas_match_one_device(policy, mirrored, set_policy):
             assert cosine > MIN_COSINE_TO_ONE_DEVICE[policy], (name, cosine)
             assert 0.8 < np.linalg.norm(two) / np.linalg.norm(one) < 1.25, name
 
+    # G's average, updated once in cross-replica context: 0.1 of G's start (the warm-up's first decay) and 0.9
+    # of G's new weights.
+    expected = [0.1 * start + 0.9 * v.numpy() for start, v in zip(g_start, distributed.g_variables)]
+    assert max(np.abs(a - e).max() for a, e in zip(distributed.ema_values(), expected)) < 1e-6
     for step in (1, 2):  # a few more steps: the replicas stay identical
         distributed.train_step(*_distributed(distributed, _global_batch(step)))
     _assert_replicas_equal_and_finite(distributed)
