@@ -28,6 +28,8 @@ def test_train_returns_the_run_with_its_report_config_and_grid(run):
     assert run.status in ("completed", None) and report["status"] == "completed" and report["steps"] == 2 and report["policy"] == "mixed_float16" and report["backend"] == "tensorflow"
     assert report["command"].startswith("acgan.train(policy='mixed_float16', jit=True, output_dir=")
     assert run.config["policy"] == "mixed_float16" and run.config["arch"] == "reference"
+    assert run.config["ema_decay"] == report["ema_decay"] == 0.9  # api_runs.TINY's
+    assert "grids and evaluations from a moving average of G's weights (decay 0.9)" in (run.folder / "report.md").read_text()
     grid = run.grid()  # what a notebook shows: ten rows of 28-pixel doodles at 2x
     assert grid.height == 2 * (10 * 30 + 2) and grid.width > grid.height
     assert run.grid(step=2).size == grid.size

@@ -227,6 +227,8 @@ def _model(report):
     if report.get("learning_rate_decay"):
         text += (f", learning rates falling linearly to zero over the last {report['learning_rate_decay']:.0%} "
                  f"of the run (x{report.get('final_learning_rate_scale', 1.0):g} at its end)")
+    if report.get("ema_decay"):
+        text += f", grids and evaluations from a moving average of G's weights (decay {report['ema_decay']:g})"
     return text
 
 

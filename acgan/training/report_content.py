@@ -35,6 +35,7 @@ def assemble_report(setup, outcome, config, command, started):
         "final_learning_rate_scale": s.gan.learning_rate_scale,
         "adam_beta_1": s.gan.beta_1,
         "diff_augment": list(s.gan.augment) if s.gan.augment else None,  # what D's inputs are augmented with
+        "ema_decay": s.gan.ema_decay,  # G's moving average that grids and evaluations sample from (0: none)
         "distribution": s.layout,
         "steps": outcome.step,
         "session_steps": outcome.step - s.start_step,
