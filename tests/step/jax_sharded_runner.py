@@ -10,6 +10,7 @@ mixed_float16 ("overflow/", the mesh only): loss scales pinned at 256, one step 
 of the rows on device 2 only (rows 8-11 of 16) are multiplied by inf; OUT holds the state before and
 after, the step's metrics, and whether every device holds the same copy of the state.
 """
+import dataclasses
 import sys
 
 sys.modules["tensorflow"] = None  # `import tensorflow` now raises ImportError
@@ -19,11 +20,13 @@ import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+from acgan import presets  # noqa: E402
 from acgan.model import networks, precision  # noqa: E402
 from acgan.step import jax_step, losses  # noqa: E402
 
 WIDTH, BATCH, DEVICES, VICTIM = 0.125, 16, 4, 2
 NAMES = ("d", "g", "q")
+PRESET = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)  # with G's average: replicated like the weights
 
 
 def main(out_path):
@@ -39,9 +42,9 @@ def run(mode, policy):
     keras.utils.set_random_seed(0)
     models = networks.build_models((28, 28, 1), 10, width=WIDTH, arch="reference")
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
-    gans = {"mesh": jax_step.JaxStep(models, 10, policy, mesh=mesh)}
+    gans = {"mesh": jax_step.JaxStep(models, 10, policy, PRESET, mesh=mesh)}
     if mode == "steps":
-        gans["one"] = jax_step.JaxStep(models, 10, policy)
+        gans["one"] = jax_step.JaxStep(models, 10, policy, PRESET)
     rng = np.random.default_rng(0)
     batch = (rng.integers(0, 256, (BATCH, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, BATCH).astype(np.int32),
              rng.uniform(-1.0, 1.0, (BATCH, networks.NOISE_DIM)).astype(np.float32),

@@ -68,6 +68,10 @@ def test_the_sharded_step_equals_the_one_device_step(runs):
     weights = [k for k in one_state if k.startswith("models/") and k.endswith(("kernel", "gamma", "beta"))]
     assert len(weights) > 10
     assert _relative([mesh_state[k] for k in weights], [one_state[k] for k in weights]) < FLOAT32_MOMENTS
+    # G's moving average (in the state, replicated: copies_equal above covers it) follows the same weights.
+    averages = [k for k in one_state if k.startswith("ema/generator/") and k.endswith(("kernel", "gamma", "beta"))]
+    assert len(averages) > 3
+    assert _relative([mesh_state[k] for k in averages], [one_state[k] for k in averages]) < FLOAT32_MOMENTS
     integers = [k for k in one_state if one_state[k].dtype.kind != "f"]
     assert all(np.array_equal(mesh_state[k], one_state[k]) for k in integers)
 
