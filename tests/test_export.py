@@ -73,7 +73,7 @@ def exported(tmp_path_factory, request):
             samples = acgan.generate(run, per_class=2, seed=3)
             np.savez(root / "tf-generated.npz", images=samples.images, noise=samples.noise, labels=samples.labels)
     jax_dir, out = jax_run(tmp_path_factory)
-    assert f"wrote {jax_dir / 'generator.keras'}: the generator at step 2, float32; noise 100 (uniform in [-1, 1]), " \
+    assert f"wrote {jax_dir / 'generator.keras'}: G's moving average at step 2, float32; noise 100 (uniform in [-1, 1]), " \
            "10 classes, images 32x32x3 in [0, 1] (acgan.json inside)" in out
     return {
         "jax-acgan_cifar-float32": (jax_dir / "generator.keras", jax_dir / "generated.npz"),

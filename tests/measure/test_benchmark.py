@@ -480,7 +480,8 @@ def test_one_sweep_times_both_backends_side_by_side(both_backends):
     assert "TensorFlow runtime included" in rows["tensorflow"]["memory_counter"]
     assert {p.name for p in (out / "logs").iterdir()} == {
         "probe-tensorflow.log", "probe-jax.log", "tensorflow-float32-b16-xla_on.log", "jax-float32-b16-xla_on.log",
-        "overhead-trainer-tensorflow-float32-b16-xla_on.log", "overhead-trainer-jax-float32-b16-xla_on.log"}
+        "overhead-trainer-tensorflow-float32-b16-xla_on.log", "overhead-trainer-jax-float32-b16-xla_on.log",
+        "overhead-ema-tensorflow-float32-b16-xla_on.log", "overhead-ema-jax-float32-b16-xla_on.log"}
     device = tf_run["device"]
     md = (out / "benchmark.md").read_text()
     assert f"### {device}, TensorFlow, XLA on" in md and f"### {device}, JAX, matmul precision default, XLA on" in md
