@@ -19,10 +19,10 @@ $(STAMP): pyproject.toml constraints.txt
 train: $(STAMP)
 	$(BIN)/python -m acgan.train $(ARGS)
 
-# The suite on $(TEST_WORKERS) pytest-xdist workers, the tests sharing a run on one worker (tests/conftest.py);
-# ARGS goes to pytest (e.g. ARGS="-m 'not slow'").
+# The suite on $(TEST_WORKERS) pytest-xdist workers, a file's tests on one worker (so a module's shared run is
+# made once); ARGS goes to pytest (e.g. ARGS="-m 'not slow'").
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 benchmark: $(STAMP)
 	$(BIN)/python -m acgan.benchmark $(ARGS)

@@ -1,19 +1,15 @@
-"""Runs the API and export tests share, each made once per test run (under pytest-xdist, once for all
-workers: the first to need one makes it while the others wait on its lock):
+"""The runs the API and export tests share (conftest.py makes each once per test process, as session
+fixtures), and helpers for tests that start acgan's commands:
 
 - tf_run: the reference preset on doodles, mixed_float16 with XLA (the fastest mixed run on a CPU),
   trained by acgan.train in the test process (TensorFlow);
-- jax_run: acgan_cifar on swatches in float32 on JAX, in a child process of its own: trained by
-  acgan.train, sampled by acgan.generate and exported by the `acgan export` command. When the export
-  tests are collected it starts before tf_run trains, so the two share the machine's cores.
+- jax_run: acgan_cifar on swatches in float32 on JAX, in a child process of its own (one backend per
+  process): trained by acgan.train, sampled by acgan.generate and exported by the `acgan export` command.
 """
-import atexit
-import contextlib
 import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +20,6 @@ TINY = dict(steps=2, batch=8, width=0.125, max_per_class=10, sample_every=2, che
 # XLA's backend unoptimized, for the test process and every child (conftest.py sets it): a small step
 # compiles in about half the CPU time; what it computes is the same up to float rounding.
 FAST_XLA = "--xla_backend_optimization_level=0"
-_made = {}
 
 # The export command runs through its main in the same process: the only command whose flags it defines.
 JAX_RUN = """
@@ -43,85 +38,38 @@ except SystemExit as e:
 """
 
 
-def tf_run(tmp_path_factory, collected=()):
-    """The shared TensorFlow run: the acgan.Run that acgan.train returned where this process trained it,
-    else the run folder opened. The JAX run starts first if the `collected` tests include
-    tests/test_export.py."""
-    if any(item.path.name == "test_export.py" for item in collected):
-        _start_jax_run(tmp_path_factory)
-    if "tf" not in _made:
-        import acgan
+def train_tf_run(folder):
+    """The shared TensorFlow run (conftest.py's session fixture `tf_run`), trained by acgan.train in this
+    process into `folder`; the acgan.Run it returns."""
+    import acgan
 
-        folder = shared_folder(tmp_path_factory, "tf")
-        with locked(folder / ".lock"):
-            if not (folder / "run" / "report.json").exists():
-                _made["tf"] = acgan.train(policy="mixed_float16", jit=True, output_dir=str(folder / "run"),
-                                          data_dir=str(folder / "data"), **TINY)
-        _made.setdefault("tf", acgan.Run(folder / "run"))
-    return _made["tf"]
+    return acgan.train(policy="mixed_float16", jit=True, output_dir=str(folder / "run"), data_dir=str(folder / "data"),
+                       **TINY)
 
 
-def jax_run(tmp_path_factory, timeout=600):
-    """(folder holding run/, generated.npz and generator.keras; the child's stdout), once it is done:
-    the process that started the child waits for it, any other for its files."""
-    folder = shared_folder(tmp_path_factory, "jax")
-    proc = _start_jax_run(tmp_path_factory)
-    if proc is not None and "jax-done" not in _made:
-        out, err = proc.communicate(timeout=timeout)
-        (folder / ("stdout.txt" if proc.returncode == 0 else "failed.txt")).write_text(out if proc.returncode == 0
-                                                                                       else err[-3000:])
-        _made["jax-done"] = True
-    deadline = time.monotonic() + timeout
-    while not any((folder / name).exists() for name in ("stdout.txt", "failed.txt")):
-        assert time.monotonic() < deadline, "the JAX run did not finish"
-        time.sleep(0.5)
-    assert not (folder / "failed.txt").exists(), (folder / "failed.txt").read_text()
-    return folder, (folder / "stdout.txt").read_text()
+class JaxRun:
+    """The shared JAX run (conftest.py's session fixture `jax_run`): its child starts when made, so it trains
+    while this process does other work; `finished()` waits for it and returns (its folder, holding run/,
+    generated.npz and generator.keras; the child's stdout)."""
 
+    def __init__(self, folder):
+        self.folder = folder
+        self.proc = subprocess.Popen([sys.executable, "-c", JAX_RUN, str(folder), json.dumps(TINY)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=child_env(KERAS_BACKEND="jax"), cwd=folder)
+        self.out = None
 
-def _start_jax_run(tmp_path_factory):
-    """Starts the JAX run's child unless a process of this test run has (the one that creates the folder's
-    `started` does); returns it where this process started it, else None."""
-    if "jax" not in _made:
-        folder = shared_folder(tmp_path_factory, "jax")
-        try:
-            (folder / "started").mkdir()
-        except FileExistsError:
-            _made["jax"] = None
-            return None
-        proc = subprocess.Popen([sys.executable, "-c", JAX_RUN, str(folder), json.dumps(TINY)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=child_env(KERAS_BACKEND="jax"), cwd=folder)
-        atexit.register(lambda: proc.poll() is None and proc.kill())
-        _made["jax"] = proc
-    return _made["jax"]
+    def finished(self, timeout=600):
+        if self.out is None:
+            out, err = self.proc.communicate(timeout=timeout)
+            assert self.proc.returncode == 0, err[-3000:]
+            self.out = out
+        return self.folder, self.out
 
-
-def run_folder(tmp_path_factory):
-    """The folder of this test run that every xdist worker and their controller see (the run's temporary
-    folder without xdist)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
-def shared_folder(tmp_path_factory, name):
-    """A folder in run_folder, made if missing."""
-    folder = run_folder(tmp_path_factory) / f"api-runs-{name}"
-    folder.mkdir(exist_ok=True)
-    return folder
-
-
-@contextlib.contextmanager
-def locked(lock_path):
-    """Holds an exclusive lock on the file `lock_path` (made if missing), across processes."""
-    import fcntl
-
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
 
 
 def child_env(**extra):

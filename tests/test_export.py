@@ -9,7 +9,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from api_runs import ROOT, child_env, jax_run, locked, shared_folder, tf_run
+from api_runs import ROOT, child_env
 
 import acgan
 from acgan.config import Config
@@ -60,19 +60,16 @@ EXPORTS = {
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory, request):
-    """{name: (model file, acgan.generate's npz)}: the JAX run (api_runs.jax_run, exported by the `acgan
-    export` command) and the shared TensorFlow run, exported here in float32 and with its policy kept
-    (once for every xdist worker)."""
-    run = tf_run(tmp_path_factory, request.session.items)
-    root = shared_folder(tmp_path_factory, "export")
-    with locked(root / ".lock"):
-        if not (root / "tf-generated.npz").exists():
-            acgan.export(run, out=root / "tf-float32.keras")
-            acgan.export(run, out=root / "tf-kept.keras", keep_policy=True)
-            samples = acgan.generate(run, per_class=2, seed=3)
-            np.savez(root / "tf-generated.npz", images=samples.images, noise=samples.noise, labels=samples.labels)
-    jax_dir, out = jax_run(tmp_path_factory)
+def exported(jax_run, tf_run, tmp_path_factory):
+    """{name: (model file, acgan.generate's npz)}: the JAX run (exported by the `acgan export` command in its
+    child, which trains while this process trains and exports the TensorFlow run) and the shared TensorFlow
+    run, exported here in float32 and with its policy kept."""
+    root = tmp_path_factory.mktemp("export")
+    acgan.export(tf_run, out=root / "tf-float32.keras")
+    acgan.export(tf_run, out=root / "tf-kept.keras", keep_policy=True)
+    samples = acgan.generate(tf_run, per_class=2, seed=3)
+    np.savez(root / "tf-generated.npz", images=samples.images, noise=samples.noise, labels=samples.labels)
+    jax_dir, out = jax_run.finished()
     assert f"wrote {jax_dir / 'generator.keras'}: G's moving average at step 2, float32; noise 100 (uniform in [-1, 1]), " \
            "10 classes, images 32x32x3 in [0, 1] (acgan.json inside)" in out
     return {
@@ -92,27 +89,23 @@ def readme_snippet():
 
 @pytest.fixture(scope="module")
 def loaded(exported, tmp_path_factory):
-    """{backend: {name: what the loader sampled}}: both loaders at once (once for every xdist worker)."""
-    root = shared_folder(tmp_path_factory, "loaded")
-    with locked(root / ".lock"):
-        if not (root / "done").exists():
-            procs = {}
-            for backend in BACKENDS:
-                jobs = [(str(model), str(inputs), str(root / f"{backend}-{name}.npz"))
-                        for name, (model, inputs) in exported.items()]
-                env = child_env(KERAS_BACKEND=backend)
-                env.pop("PYTHONPATH")
-                command = [sys.executable, "-I", "-c", LOADER, backend, json.dumps(jobs), readme_snippet()]
-                procs[backend] = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                  text=True, env=env, cwd=root)
-            for backend, proc in procs.items():
-                out, err = proc.communicate(timeout=600)
-                assert proc.returncode == 0, err[-3000:]
-                # The backend, and which frameworks loaded (Keras on TensorFlow probes JAX too).
-                last = out.strip().splitlines()[-1]
-                assert last == "jax ['jax']" if backend == "jax" else (
-                    last.startswith("tensorflow [") and "'tensorflow'" in last), last
-            (root / "done").write_text("")
+    """{backend: {name: what the loader sampled}}: both loaders at once."""
+    root = tmp_path_factory.mktemp("loaded")
+    procs = {}
+    for backend in BACKENDS:
+        jobs = [(str(model), str(inputs), str(root / f"{backend}-{name}.npz")) for name, (model, inputs) in exported.items()]
+        env = child_env(KERAS_BACKEND=backend)
+        env.pop("PYTHONPATH")
+        command = [sys.executable, "-I", "-c", LOADER, backend, json.dumps(jobs), readme_snippet()]
+        procs[backend] = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                          cwd=root)
+    for backend, proc in procs.items():
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        # The backend, and which frameworks loaded (Keras on TensorFlow probes JAX too).
+        last = out.strip().splitlines()[-1]
+        assert last == "jax ['jax']" if backend == "jax" else (
+            last.startswith("tensorflow [") and "'tensorflow'" in last), last
     return {backend: {name: dict(np.load(root / f"{backend}-{name}.npz")) for name in exported} for backend in BACKENDS}
 
 
@@ -177,10 +170,10 @@ def test_portable_generator_computes_what_the_generator_does(arch, shape, set_po
     assert 0 < np.abs(as_float32 - images).mean() < 0.01  # only float16's rounding is gone
 
 
-def test_savedmodel_serves_the_same_images(tmp_path_factory):
+def test_savedmodel_serves_the_same_images(tf_run, tmp_path_factory):
     import tensorflow as tf
 
-    run = tf_run(tmp_path_factory)
+    run = tf_run
     out = tmp_path_factory.mktemp("savedmodel") / "generator"
     exported = acgan.export(run, out=out, format="savedmodel")
     assert exported.metadata == read_metadata(out) and exported.metadata["noise_dim"] == 62
