@@ -25,21 +25,22 @@ import inspect
 import json
 import os
 import sys
+import types
 from pathlib import Path
 from typing import Any, Optional
 
 from PIL import Image
 
-# None of these loads Keras, TensorFlow or JAX: the backend is chosen per call, before they load.
+# None of these loads Keras, TensorFlow or JAX: the backend is chosen per call, before they load
+# (_keras_side imports those that do).
 from acgan import backend as backend_lib
 from acgan import cli, data
 from acgan.bench import sweep, tables
 from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
 from acgan.config import POLICIES, Config
 from acgan.errors import UserError
-from acgan.quality import evaluation
 from acgan.quality import inception as inception_lib
-from acgan.quality.comparison import CompareSettings, run_compare
+from acgan.quality.comparison import CompareSettings, train_runs
 from acgan.training import grids
 from acgan.training.run_dir import config_to_resume, read_run
 from acgan.util import disk
@@ -169,14 +170,11 @@ def train_with(config, command=None):
     """Trains as a resolved Config says (resolve_config): what python -m acgan.train and acgan.train both
     do. command: what the report records as the command."""
     data.validate_dataset_name(config.dataset, classes=config.classes)
-    backend_lib.use(config.backend)  # before Keras loads; a resumed run keeps the backend it was trained on
-    from acgan.model import precision  # TensorFlow loads here, after the settings are known good.
-    from acgan.training import loop
-
+    side = _keras_side(config.backend)  # after the settings are known good; a resumed run keeps its backend
     disk.ignore_file_size_signal()  # past a file-size limit a write fails (EFBIG) instead of killing us
     with _policy_restored():
-        precision.set_policy(config.policy)
-        result = loop.run(config, command=command, make_evaluator=evaluation.TrainingEvaluator)
+        side.precision.set_policy(config.policy)
+        result = side.loop.run(config, command=command, make_evaluator=side.evaluation.TrainingEvaluator)
     return Run(result.run_dir, result.status, result.message, result.signal, result.chief,
                result.weights_fingerprint)
 
@@ -191,9 +189,7 @@ def generate(run=None, per_class=10, out=None, seed=0, labels=True, ema=True, ba
         raise UserError("--out must name a .png or .npz file")
     _check_int("per_class", per_class, 1, f"--per_class must be a positive integer, got {per_class}")
     _check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
-    _use_for_run(backend, run)
-    from acgan.training import sampling  # Keras loads here, on the run's backend
-
+    sampling = _use_for_run(backend, run).sampling
     with _policy_restored():
         _, info, gan = sampling.load_run(Path(run), ema=ema)
         class_names = tuple(info["class_names"])
@@ -225,7 +221,7 @@ def evaluate(run=None, num_samples=10_000, seed=0, judge_seed=0, judges=1, data_
     if inception is not None:
         inception_lib.graph_path(inception)  # a missing file: refused before anything loads
         backend = _inception_backend(backend, run)
-    _use_for_run(backend, run)
+    evaluation = _use_for_run(backend, run).evaluation
     graph = inception_lib.read_graph(inception) if inception is not None else None  # loads TensorFlow
     with _policy_restored():
         return evaluation.evaluate_run(Path(run), num_samples, seed, data_dir=data_dir,
@@ -260,8 +256,10 @@ def compare(**settings):
 
 
 def compare_with(settings, command=None):
-    """acgan.compare on a CompareSettings: what the command and the call both do."""
-    out = run_compare(settings.validate(), command=command)
+    """acgan.compare on a CompareSettings: what the command and the call both do. The runs train in their
+    own processes; this one loads Keras only then, so none of it runs beside a timed run."""
+    out, runs, states = train_runs(settings.validate())
+    _keras_side(settings.backend).compare_judging.judge_runs(settings, out, runs, states, command=command)
     return Report(out, _read_json(out / "compare.json"))
 
 
@@ -319,9 +317,7 @@ def export(run=None, out=None, keep_policy=False, format="keras", ema=True, back
         if importlib.util.find_spec("tensorflow") is None:
             raise UserError("--format savedmodel needs tensorflow, which is not installed: "
                             + backend_lib.INSTALL["tensorflow"])
-    _use_for_run(backend, run)
-    from acgan.training import export as exporting  # Keras loads here
-
+    exporting = _use_for_run(backend, run).export
     with _policy_restored():
         meta = exporting.export_run(Path(run), out, keep_policy=keep_policy, format=format, ema=ema)
     return Exported(out, meta)
@@ -395,10 +391,24 @@ def _choose_backend(name):
 
 
 def _use_for_run(name, run):
-    """As the run commands choose: the named backend, else the one Keras runs on, else KERAS_BACKEND, else
-    the run's own. A folder that holds no run is refused first, before Keras loads (seconds)."""
+    """_keras_side on the backend the run commands choose: the named one, else the one Keras runs on, else
+    KERAS_BACKEND, else the run's own. A folder that holds no run is refused first, before Keras loads
+    (seconds)."""
     config, _ = read_run(Path(run))
-    backend_lib.use(name or _running_backend() or os.environ.get("KERAS_BACKEND") or config.backend)
+    return _keras_side(name or _running_backend() or os.environ.get("KERAS_BACKEND") or config.backend)
+
+
+def _keras_side(name):
+    """Makes Keras run on `name` (backend_lib.use: UserError where it cannot), then returns the modules
+    the calls need that load Keras, by their names."""
+    backend_lib.use(name)
+    # The one place this module imports them: Keras reads its backend once, when it is first imported.
+    from acgan.model import precision
+    from acgan.quality import compare_judging, evaluation
+    from acgan.training import export, loop, sampling
+
+    return types.SimpleNamespace(precision=precision, compare_judging=compare_judging, evaluation=evaluation,
+                                 export=export, loop=loop, sampling=sampling)
 
 
 @contextlib.contextmanager

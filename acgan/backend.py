@@ -1,8 +1,9 @@
 """Which Keras backend runs the models: TensorFlow (the default) or JAX.
 
-Keras reads KERAS_BACKEND once, when it is first imported, so a command chooses before anything
-imports Keras: the commands import Keras inside main(), after `use(FLAGS.backend)`. The flag's default
-is KERAS_BACKEND when that names a backend acgan supports, so the environment variable is honoured.
+Keras reads KERAS_BACKEND once, when it is first imported, so the entry point chooses before anything
+imports Keras: each acgan.api call runs `use(backend)` and only then imports the modules that load
+Keras (a command passes its --backend flag to the call). The flag's default is KERAS_BACKEND when that
+names a backend acgan supports, so the environment variable is honoured.
 """
 import contextlib
 import importlib.util

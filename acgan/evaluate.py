@@ -9,8 +9,13 @@ from absl import flags
 
 from acgan import api, cli
 from acgan.quality import inception as inception_lib  # numpy only
-from acgan.quality.evaluation import RAW_GENERATOR_FILE, has_report  # no framework loads: the judging loads Keras
-from acgan.quality.report_section import across_judges_text, cas_text, inception_text, lowest_margin, prdc_text
+from acgan.quality.report_section import (
+    RAW_GENERATOR_FILE,
+    across_judges_text,
+    has_report,
+    inception_text,
+    summary_line,
+)
 
 
 @functools.cache
@@ -58,38 +63,6 @@ def main(argv):
         print(f"wrote {run_dir / 'quality.json'} and the \"Sample quality\" section of {run_dir / 'report.md'}")
     else:  # a run stopped before its report (killed, or still training): only quality.json to write into
         print(f"wrote {run_dir / 'quality.json'} (no report.md: the run has not written its report yet)")
-
-
-def summary_line(result):
-    reference = result.get("real_reference") or {}
-
-    def ref(key):
-        return f" (real vs real {reference[key]:.2f})" if reference.get(key) is not None else ""
-
-    class_mean = result.get("frechet_distance_class_mean")
-    return (f"step {result['step']}: conditional accuracy {result['conditional_accuracy']:.1%} "
-            f"(chance {result['chance']:.0%}), Fréchet distance {result['frechet_distance']:.2f}"
-            f"{ref('frechet_distance')} ({result['num_real']} real vs {result['num_generated']} generated), "
-            + (f"mean per-class Fréchet distance {class_mean:.2f}{ref('frechet_distance_class_mean')}, "
-               if class_mean is not None else "")
-            + _prdc_part(result, reference)
-            + f"classifier score "
-            f"{result['classifier_score']:.2f}, Q on real test images {result['q_accuracy_real']:.1%}, "
-            f"Q on the generated samples {result['q_accuracy_generated']:.1%}"
-            + (f", D's class margin {result['d_class_margin_mean']:+.2f} ({lowest_margin(result)})"
-               if result.get("d_class_margin_mean") is not None else "")
-            + (f", classification accuracy score {cas_text(result['classification_accuracy_score'])}"
-               if result.get("classification_accuracy_score") else ""))
-
-
-def _prdc_part(result, reference):
-    """'precision / recall / density / coverage 0.712 / ... (real vs real 0.745 / ...; k = 5), ' or ''."""
-    text = prdc_text(result)
-    if text is None:
-        return ""
-    ref = prdc_text(reference)
-    return (f"precision / recall / density / coverage {text} ("
-            + (f"real vs real {ref}; " if ref else "") + f"k = {result['prdc_nearest_k']}), ")
 
 
 cli.callable_as(__name__, api.evaluate)

@@ -9,8 +9,10 @@ says; at equal steps the samples do not depend on the run beside it. Then each r
 process with one shared judge (acgan.quality.evaluation.evaluate_run), and the page compare.md, the figure
 compare.png and compare.json are written to the output folder.
 
-The pieces: compare_runs (run folders, resume, the training processes), verdict (the statistics, pure),
-compare_page (compare.md and compare.png); this module holds the settings and runs them in order.
+The pieces: this module (the settings, and train_runs: the first half), compare_runs (run folders, resume,
+the training processes), compare_judging (the second half: judging, the page; it loads Keras, so
+acgan.api.compare_with chooses the backend between the halves, once every timed run has finished),
+verdict (the statistics, pure), compare_page (compare.md and compare.png).
 
 With seeds > 1 every policy trains once per training seed (seed, seed + 1, ...; the policies interleaved
 seed by seed, so a drift in the machine's load touches them alike); a policy's row holds the means over its
@@ -22,17 +24,12 @@ as they are, interrupted ones go on from their checkpoints, missing ones train; 
 comparison can be finished, or given more seeds.
 """
 import dataclasses
-import json
-import os
 from typing import Optional
 
-from acgan import backend, data
+from acgan import data
 from acgan.config import POLICIES, Config, validate_policy
 from acgan.errors import UserError
-from acgan.quality import compare_runs, evaluation  # numpy only: no framework loads
-from acgan.quality.compare_page import render_markdown, write_figure
-from acgan.quality.verdict import PRDC_KEYS, add_baseline, combine_seeds
-from acgan.util.files import write_atomically, write_json
+from acgan.quality import compare_runs  # no framework loads: the runs train in their own processes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,90 +106,13 @@ class CompareSettings:
                 for seed in self.training_seeds() for policy in self.policies]
 
 
-def run_compare(settings, command=None, echo=print):
-    """Trains, evaluates and compares every policy; returns the output folder."""
+def train_runs(settings, echo=print):
+    """acgan.compare's first half: every run trained, each in its own `python -m acgan.train` process
+    (with resume: resumed or kept as it is); this process loads no framework. Returns (the output
+    folder, settings.runs(out), their states before training: compare_runs.run_states)."""
     settings.validate()
     out = compare_runs.prepare_output_dir(settings)
     runs = settings.runs(out)
-    several = settings.seeds > 1
-    n = len(runs)
     states = compare_runs.run_states(settings, runs)
     compare_runs.train_all(settings, runs, out, echo, states)
-
-    backend.use(settings.backend)  # Keras loads here, after every timed run has finished
-    from acgan.quality import judge as judge_lib  # loads Keras: after the backend is chosen
-
-    judge = judge_lib.load_or_train(settings.dataset, data_dir=settings.data_dir, classes=settings.classes,
-                                    max_per_class=settings.max_per_class, echo=echo)
-    per_run = {}
-    for i, (policy, seed, run_dir) in enumerate(runs, 1):
-        echo(f"[{i}/{n}] judging {policy}{f' at seed {seed}' if several else ''}")
-        # The same generator inputs (settings.seed) for every run: only the training seed differs.
-        result = evaluation.evaluate_run(run_dir, settings.num_samples, settings.seed, data_dir=settings.data_dir,
-                                         judge=judge, command=command, echo=echo, judges=settings.judges,
-                                         cas=settings.cas, ema=settings.ema)
-        report = json.loads((run_dir / "report.json").read_text())
-        per_run.setdefault(policy, []).append(dict(make_row(policy, run_dir, report, result, out), seed=seed))
-    rows = [combine_seeds(per_run[policy]) for policy in settings.policies]
-    add_baseline(rows)
-    doc = {
-        "format": "acgan-compare/1",
-        "command": command or "acgan.quality.comparison.run_compare",
-        "settings": dataclasses.asdict(settings),
-        # With --resume: the runs judged as an earlier command left them (their times are that command's).
-        "reused_runs": [str(run_dir) for (_, _, run_dir), state in zip(runs, states) if state == "done"],
-        "device": rows[0]["device"],
-        "judge": rows[0]["judge"],
-        "rows": rows,
-    }
-    write_json(out / "compare.json", doc)
-    write_figure(rows, out / "compare.png", title=f"{settings.dataset}, batch {settings.batch}, "
-                                                  f"width {settings.width:g}, {settings.budget()} each"
-                                                  + (f"; means of {settings.seeds} seeds, grids of seed "
-                                                     f"{settings.seed}" if several else ""))
-    write_atomically(out / "compare.md", render_markdown(doc))
-    return out
-
-
-def make_row(policy, run_dir, report, result, out):
-    timing, cost = report.get("timing") or {}, report.get("cost") or {}
-    cas = result.get("classification_accuracy_score") or {}
-    metrics = report.get("final_metrics") or {}
-    return {
-        "policy": policy,
-        "status": report.get("status", "completed"),
-        "run_dir": str(run_dir),
-        "report_md": os.path.relpath(run_dir / "report.md", out),
-        "grid": str(run_dir / "samples" / "final.png"),
-        "device": report.get("device"),
-        "jit": report.get("jit"),
-        "steps": report.get("steps"),
-        "loop_seconds": report.get("loop_seconds"),
-        "compile_seconds": report.get("compile_seconds"),
-        "time_per_batch_ms": timing.get("time_per_batch_ms"),
-        "time_per_batch_median_ms": timing.get("time_per_batch_median_ms"),
-        "time_per_1000_samples_ms": timing.get("time_per_1000_samples_ms"),
-        "cost_per_million_batches": cost.get("cost_per_million_batches"),
-        "price_per_hour": cost.get("price_per_hour"),
-        "peak_memory_bytes": report.get("peak_memory_bytes"),
-        "skipped_steps": sum(metrics.get(f"{n}_skipped", 0) for n in ("d", "g", "q")),
-        "conditional_accuracy": result["conditional_accuracy"],
-        "frechet_distance": result["frechet_distance"],
-        "frechet_distance_class_mean": result.get("frechet_distance_class_mean"),
-        "frechet_distance_per_class": result.get("frechet_distance_per_class"),
-        "classifier_score": result["classifier_score"],
-        **{key: result.get(key) for key in PRDC_KEYS},
-        "q_accuracy_real": result.get("q_accuracy_real"),
-        "q_accuracy_generated": result.get("q_accuracy_generated"),
-        "inception_fid": result["inception"].get("fid"),
-        "inception_note": result["inception"].get("note"),
-        "num_real": result["num_real"],
-        "num_generated": result["num_generated"],
-        "generator": result.get("generator"),  # "ema": G's moving average judged; "raw": G's own weights
-        "ema_decay": result.get("ema_decay"),
-        "real_reference": result.get("real_reference"),
-        "judge": result["judge"],
-        "across_judges": result.get("across_judges"),
-        "classification_accuracy_score": cas.get("accuracy"),
-        "classification_accuracy_score_real": (cas.get("real_reference") or {}).get("accuracy"),
-    }
+    return out, runs, states

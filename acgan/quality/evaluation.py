@@ -1,6 +1,8 @@
 """Judging a GAN's samples: `evaluate_gan` scores a generator against real held-out images with the
 judge (no file I/O, cheap enough for --eval_every); `evaluate_run` scores a run folder's latest
 checkpoint and records the result in the run (quality.json, report.json, report.md, TensorBoard).
+
+Importing it loads Keras (the judge, the models, sampling): its callers choose the backend first.
 """
 import json
 import time
@@ -10,7 +12,11 @@ import numpy as np
 
 from acgan import data as data_lib
 from acgan.errors import UserError
+from acgan.measure import device
+from acgan.model.networks import build_classifier, takes_labels
+from acgan.quality import cas as cas_lib
 from acgan.quality import inception as inception_lib
+from acgan.quality import judge as judge_lib
 from acgan.quality import prdc
 from acgan.quality.metrics import (
     class_counts,
@@ -21,8 +27,11 @@ from acgan.quality.metrics import (
     per_class_subset,
     real_subset,
 )
-from acgan.quality.report_section import SECTION_TITLE, render_markdown
+from acgan.quality.report_section import RAW_GENERATOR_FILE, SECTION_TITLE, has_report, render_markdown
+from acgan.quality.verdict import ACROSS_JUDGES, spread
 from acgan.training import report as run_report
+from acgan.training import sampling
+from acgan.training.tensorboard import SummaryWriter
 from acgan.util.files import write_atomically, write_json
 
 
@@ -58,8 +67,6 @@ def d_class_margins(models, images, labels, num_classes, batch=500):
     consecutive images), in inference mode. Returns (margins [K], nearest [K]); NaN and -1 for a class
     with no image.
     """
-    from acgan.model.networks import takes_labels  # Keras loads: after acgan.backend has chosen
-
     if not takes_labels(models.d_head):
         return None
     order = np.argsort(labels, kind="stable")
@@ -94,12 +101,10 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fa
     already generated them (the same `sample_inputs`), to judge them again without generating again.
     Returns a JSON-ready dict.
     """
-    from acgan.training.sampling import generate_images  # Keras loads: after acgan.backend has chosen
-
     num_classes = test_set.num_classes
     z, labels = sample_inputs(num_classes, gan.noise_dim, num_samples, seed)
     if fake is None:
-        fake = generate_images(gan, z, labels)
+        fake = sampling.generate_images(gan, z, labels)
     fake_features, fake_probs = judge.predict(fake)
     real_features, real_probs, real_labels = judge.real_reference(test_set, num_samples, seed)
     overall, per_class = conditional_accuracy(fake_probs, labels, num_classes)
@@ -130,8 +135,6 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fa
         # The GAN's own Q on the real test images, and on the samples: does Q name the class G was asked
         # for? G is trained to make Q say yes, so Q far above the judge on the samples means G found
         # images Q accepts that the real class does not look like (AC-GAN's weak spot).
-        from acgan.model.networks import build_classifier  # Keras, as above
-
         classifier = build_classifier(gan.models)  # once, for both image sets
         images, q_labels = real_subset(test_set, num_samples, seed)
         result["q_accuracy_real"], q_real_per_class = q_accuracy(classifier, images, q_labels, num_classes)
@@ -192,14 +195,11 @@ class TrainingEvaluator:
     """Judges the generator every --eval_every steps of a training run against the real test split."""
 
     def __init__(self, config):
-        from acgan.measure import device  # both load Keras: after acgan.backend has chosen
-        from acgan.quality import judge
-
         self.samples = config.eval_samples
         self.test_set = data_lib.load_dataset(config.dataset, split="test", data_dir=config.data_dir,
                                               classes=config.classes, max_per_class=config.max_per_class)
-        self.judge = judge.load_or_train(config.dataset, config.data_dir, config.classes,
-                                         config.max_per_class, test_set=self.test_set)
+        self.judge = judge_lib.load_or_train(config.dataset, config.data_dir, config.classes,
+                                             config.max_per_class, test_set=self.test_set)
         # The real-vs-real references at this evaluation's sizes, once: every evaluation prints beside them.
         train_set = data_lib.load_dataset(config.dataset, split="train", data_dir=config.data_dir,
                                           classes=config.classes, max_per_class=config.max_per_class)
@@ -245,9 +245,6 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
     ema: judge the moving average of G's weights where the run kept one (result["generator"]: "ema");
     False: G's own ("raw"; on a run with an average, recorded in RAW_GENERATOR_FILE instead of quality.json).
     """
-    from acgan.quality import judge as judge_lib  # both load Keras: after acgan.backend has chosen
-    from acgan.training import sampling
-
     started = time.perf_counter()
     run_dir = Path(run_dir)
     config, info, gan = sampling.load_run(run_dir, ema=ema)
@@ -293,8 +290,6 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
                                                  "seed", "train_seconds", "feature_dim")},
     })
     if cas:
-        from acgan.quality import cas as cas_lib  # Keras, as above
-
         echo(f"classification accuracy score: training the judge's CNN on the {len(fake):,} samples, and on as "
              "many real train images for its reference (cached after the first time)")
         result["classification_accuracy_score"] = cas_lib.classification_accuracy_score(
@@ -317,14 +312,9 @@ def standard_scores(graph, gan, dataset, train_set, num_samples, seed=0, data_di
     against every train image, the real side cached beside the judges; without it, why there are none."""
     if graph is None or train_set.image_shape[-1] != 3:
         return inception_lib.unavailable(dataset, train_set.image_shape)
-    from acgan.training.sampling import generate_images  # Keras loads: after acgan.backend has chosen
-
     z, labels = sample_inputs(train_set.num_classes, gan.noise_dim, num_samples, seed)
-    return inception_lib.scores(graph, generate_images(gan, z, labels), train_set.images, dataset,
+    return inception_lib.scores(graph, sampling.generate_images(gan, z, labels), train_set.images, dataset,
                                 cache_dir=Path(data_dir) / "judges", echo=echo)
-
-
-ACROSS_JUDGES = ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean")
 
 
 def across_judges(results):
@@ -339,21 +329,6 @@ def across_judges(results):
     return {"judges": per_judge, **{key: s for key, s in spreads.items() if s}}
 
 
-def spread(values):
-    """min / max / mean of the values that are not None (None when none is)."""
-    values = [v for v in values if v is not None]
-    return {"min": min(values), "max": max(values), "mean": float(np.mean(values))} if values else None
-
-
-def has_report(run_dir):
-    """Whether the run has written its report (report.json), the one record() adds its section to; a run
-    killed before the end, or still training, has not."""
-    return (run_dir / "report.json").exists()
-
-
-RAW_GENERATOR_FILE = "quality_no_ema.json"  # --no-ema's result on a run that keeps G's average
-
-
 def record(run_dir, result):
     """Writes quality.json, merges "quality" into report.json and a section into report.md, logs scalars.
     G's own weights judged on a run that samples from their average (--no-ema): RAW_GENERATOR_FILE only, so
@@ -361,10 +336,6 @@ def record(run_dir, result):
     if result.get("generator") == "raw" and result.get("ema_decay"):
         write_json(run_dir / RAW_GENERATOR_FILE, result)
         return
-    # Here: the event-file protos stay out of the processes that import this module only for its
-    # statistics (acgan.compare's, while it trains).
-    from acgan.training.tensorboard import SummaryWriter
-
     write_json(run_dir / "quality.json", result)
     report_path = run_dir / "report.json"
     if has_report(run_dir):

@@ -1,8 +1,15 @@
-"""The "Sample quality" section an evaluation adds to a run's report.md, and the short texts
-acgan.evaluate prints and acgan.compare's page shows of an evaluation."""
+"""The "Sample quality" section an evaluation adds to a run's report.md, the short texts acgan.evaluate
+prints and acgan.compare's page shows of an evaluation, and where a run keeps its evaluations."""
 from acgan.util import markdown
 
 SECTION_TITLE = "## Sample quality"
+RAW_GENERATOR_FILE = "quality_no_ema.json"  # --no-ema's result on a run that keeps G's average
+
+
+def has_report(run_dir):
+    """Whether the run has written its report (report.json), the one an evaluation adds its section to; a
+    run killed before the end, or still training, has not."""
+    return (run_dir / "report.json").exists()
 
 
 def lowest_margin(result):
@@ -206,3 +213,36 @@ def per_class_table(result):
             + ([f"{_margin(margins.get(name))} ({nearest.get(name)})"] if margins else [])
             for name, acc in result["conditional_accuracy_per_class"].items()]
     return markdown.table(header, rows)
+
+
+def summary_line(result):
+    """The line acgan.evaluate prints of an evaluation."""
+    reference = result.get("real_reference") or {}
+
+    def ref(key):
+        return f" (real vs real {reference[key]:.2f})" if reference.get(key) is not None else ""
+
+    class_mean = result.get("frechet_distance_class_mean")
+    return (f"step {result['step']}: conditional accuracy {result['conditional_accuracy']:.1%} "
+            f"(chance {result['chance']:.0%}), Fréchet distance {result['frechet_distance']:.2f}"
+            f"{ref('frechet_distance')} ({result['num_real']} real vs {result['num_generated']} generated), "
+            + (f"mean per-class Fréchet distance {class_mean:.2f}{ref('frechet_distance_class_mean')}, "
+               if class_mean is not None else "")
+            + _prdc_part(result, reference)
+            + f"classifier score "
+            f"{result['classifier_score']:.2f}, Q on real test images {result['q_accuracy_real']:.1%}, "
+            f"Q on the generated samples {result['q_accuracy_generated']:.1%}"
+            + (f", D's class margin {result['d_class_margin_mean']:+.2f} ({lowest_margin(result)})"
+               if result.get("d_class_margin_mean") is not None else "")
+            + (f", classification accuracy score {cas_text(result['classification_accuracy_score'])}"
+               if result.get("classification_accuracy_score") else ""))
+
+
+def _prdc_part(result, reference):
+    """'precision / recall / density / coverage 0.712 / ... (real vs real 0.745 / ...; k = 5), ' or ''."""
+    text = prdc_text(result)
+    if text is None:
+        return ""
+    ref = prdc_text(reference)
+    return (f"precision / recall / density / coverage {text} ("
+            + (f"real vs real {ref}; " if ref else "") + f"k = {result['prdc_nearest_k']}), ")

@@ -3,7 +3,7 @@ the changes against the baseline (float32), the seeds' paired changes against ea
 verdict paragraph."""
 import math
 
-from acgan.quality.evaluation import ACROSS_JUDGES, spread
+import numpy as np
 
 QUALITY_TOLERANCE = 0.03  # conditional accuracy may trail the baseline by at most 3 points
 # The Fréchet distance (judge features) may exceed the baseline's by at most FD_RELATIVE_TOLERANCE of it,
@@ -30,6 +30,16 @@ MEAN_OVER_SEEDS = ("steps", "loop_seconds", "compile_seconds", "time_per_batch_m
                    "classification_accuracy_score_real", *PRDC_MEANS)
 PER_SEED = ("seed", "steps", "run_dir", "status", "time_per_batch_median_ms", "conditional_accuracy",
             "frechet_distance", "frechet_distance_class_mean")
+
+
+# What --judges N reports the spread of, over the judges (evaluation.across_judges) and over seeds here.
+ACROSS_JUDGES = ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean")
+
+
+def spread(values):
+    """min / max / mean of the values that are not None (None when none is)."""
+    values = [v for v in values if v is not None]
+    return {"min": min(values), "max": max(values), "mean": float(np.mean(values))} if values else None
 
 
 def _mean(values):

@@ -155,9 +155,8 @@ def test_the_report_section_shows_each_number_beside_its_reference_and_per_class
 
 
 def test_the_printed_summary_the_training_report_and_tensorboard_carry_them():
-    from acgan.evaluate import summary_line
     from acgan.quality.evaluation import scalars
-    from acgan.quality.report_section import prdc_text
+    from acgan.quality.report_section import prdc_text, summary_line
     from acgan.training.report import _quality_during_training
 
     result = dict(_result(), q_accuracy_real=0.9, q_accuracy_generated=0.8)
