@@ -8,8 +8,10 @@ makes the worker for batch 16 raise its backend's out-of-memory error (tf.errors
 on JAX a JaxRuntimeError saying RESOURCE_EXHAUSTED, as XLA does) once its models are built, and the one
 for batch 32 kill itself with SIGKILL (as the kernel's out-of-memory killer would).
 
-What loads Keras, TensorFlow or JAX (the models, the steps, the training loop) is imported inside the
-functions: worker_main chooses the backend before any of it loads.
+The parent chose the backend: it set KERAS_BACKEND in this process's environment, so Keras, the models,
+the steps' factory and the training loop load at the top, on that backend (worker_main checks that it is
+the job's). What only one backend runs (TensorFlow itself, JAX and its runtime) is imported in the
+function that runs on it: a JAX worker never imports TensorFlow, nor a TensorFlow worker JAX.
 """
 import json
 import os
@@ -19,12 +21,19 @@ import sys
 import time
 from pathlib import Path
 
+import keras
 import numpy as np
 
-from acgan import backend
-from acgan.config import Config
+from acgan import backend, presets
+from acgan.config import Config, validate_backend
+from acgan.data.batches import sample_noise
 from acgan.errors import UserError
-from acgan.measure import advice, flops, profile
+from acgan.measure import advice, device, flops, profile
+from acgan.model import precision
+from acgan.model.networks import build_models, check_image_shape, resolve_arch
+from acgan.step import distribute
+from acgan.step.factory import build_step
+from acgan.training import loop
 from acgan.training.tensorboard import SummaryWriter
 from acgan.util.files import write_json
 
@@ -38,10 +47,6 @@ def _injected(batch):
 
 def run_bare(job):
     """Times the bare compiled step on device-resident tensors; returns the measurement."""
-    import keras
-
-    from acgan.model import precision
-
     precision.set_policy(job["policy"])
     with np.load(job["inputs"]) as f:
         images, labels = f["images"][:job["batch"]], f["labels"][:job["batch"]]
@@ -60,15 +65,7 @@ def _inject(batch, out_of_memory):
 
 
 def _run_bare_tensorflow(job, images, labels):
-    import keras
-    import tensorflow as tf
-
-    from acgan import presets
-    from acgan.data.batches import sample_noise
-    from acgan.measure import device
-    from acgan.model.networks import build_models, resolve_arch
-    from acgan.step import distribute
-    from acgan.step.factory import build_step
+    import tensorflow as tf  # here: a JAX worker never imports TensorFlow
 
     batch = job["batch"]
     on_gpu = bool(tf.config.list_physical_devices("GPU"))
@@ -105,22 +102,15 @@ def _run_bare_jax(job, images, labels):
     """As on TensorFlow, with JaxStep on one device or, under --strategy mirrored/auto/--devices, over a
     mesh of them as the trainer runs it (the batch split, the state replicated): the inputs put there once,
     each timing ending on the same sync (StepMetrics.read()). TensorFlow is never imported."""
+    # JAX and its runtime (the JAX backend's own module), here: a TensorFlow worker loads neither.
     import jax
-    import numpy as np
 
-    from acgan import backend, presets
-    from acgan.config import validate_backend
-    from acgan.data.batches import sample_noise
-    from acgan.measure import device
-    from acgan.model.networks import build_models, resolve_arch
-    from acgan.step.distribute import check_global_batch
-    from acgan.step.factory import build_step
     from acgan.training.jax_runtime import pick_devices
 
     validate_backend("jax", job.get("strategy", "default"))
     batch = job["batch"]
     _, devices = pick_devices(job.get("strategy", "default"), job.get("devices"))
-    check_global_batch(batch, len(devices), what="batch")
+    distribute.check_global_batch(batch, len(devices), what="batch")
     target = devices[0]
     mesh = jax.sharding.Mesh(np.array(devices), ("data",)) if len(devices) > 1 else None
     baseline = device.peak_memory_bytes()   # JAX cannot reset its peak: a fresh process starts low
@@ -223,12 +213,6 @@ def _profile(job, gan, inputs):
 def run_probe(job):
     """What the parent needs before the sweep, without loading a backend itself: this backend's
     description of the machine, and per policy the low-precision layer widths of the models."""
-    import keras
-
-    from acgan.measure import device
-    from acgan.model import precision
-    from acgan.model.networks import build_models, check_image_shape
-
     check_image_shape(tuple(job["image_shape"]))
     machine = device.describe_device()
     widths = {}
@@ -264,9 +248,6 @@ def run_trainer(job):
     window without a read times the enqueueing alone. The loop reads once per window of `steps` steps
     (log_every = steps) unless the job sets log_every; then a window is `steps` rounded up to a multiple
     of it, so every window holds the same number of reads."""
-    from acgan.model import precision
-    from acgan.training import loop
-
     log_every = job.get("log_every") or job["steps"]
     window = -(-job["steps"] // log_every) * log_every
     # The compile step, the warm-up, the loop's own bare-step window (as long as the warm-up), the windows.
@@ -322,7 +303,7 @@ def worker_main(argv):
     job_path, result_path = argv[1:3]
     job = json.loads(Path(job_path).read_text())
     try:
-        # The parent set KERAS_BACKEND for this process; use() checks it before Keras loads.
+        # The parent set KERAS_BACKEND for this process, and Keras loaded on it: use() checks it is the job's.
         backend.use(job.get("backend", "tensorflow"))
         print(f"worker: {job['mode']} on Keras backend {backend.current()}", flush=True)
         result = MODES[job["mode"]](job)
