@@ -2,11 +2,10 @@
 
 From Python (docs/api.md): acgan.train(...), acgan.generate(...), acgan.evaluate(...), acgan.compare(...),
 acgan.benchmark(...) and acgan.export(...) take their command's flags as keyword arguments and raise
-acgan.UserError with its one-line messages. Each is its command module (acgan/train.py, ...), made
-callable as its acgan.api call; importing `acgan` loads none of them, nor Keras.
+acgan.UserError with its one-line messages. Each is its acgan.api call, looked up on first use: importing
+`acgan` loads neither acgan.api nor a command module, nor Keras. (The command modules, acgan/train.py and
+the others, run as python -m acgan.train; an explicit `import acgan.train` binds acgan.train to the module.)
 """
-import importlib
-
 from acgan.errors import DiskFull, UserError  # noqa: F401
 
 CALLS = ("train", "generate", "evaluate", "compare", "benchmark", "export")
@@ -14,10 +13,10 @@ RESULTS = ("Run", "Samples", "Exported", "Report")
 
 
 def __getattr__(name):
-    if name in CALLS:
-        return importlib.import_module(f"acgan.{name}")  # the command module; calling it is the API call
-    if name in RESULTS:
-        return getattr(importlib.import_module("acgan.api"), name)
+    if name in CALLS or name in RESULTS:
+        from acgan import api  # here: `import acgan` stays light; api loads no framework either
+
+        return getattr(api, name)
     raise AttributeError(f"module 'acgan' has no attribute {name!r}")
 
 

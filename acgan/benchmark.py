@@ -65,7 +65,5 @@ def main(argv):
     print(f"benchmark folder: {result.folder}  (report: {result.folder / 'benchmark.md'})")
 
 
-cli.callable_as(__name__, api.benchmark)
-
 if __name__ == "__main__":
     cli.run_main(main)

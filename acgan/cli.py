@@ -1,14 +1,13 @@
 """Shared CLI plumbing: absl flag parsing where every user error is one line and exit status 2.
 
 A command module (acgan/train.py, ...) defines its flags in define_flags(), which run_main calls, so
-importing one defines nothing and any number load side by side; callable_as() makes the module its
-Python call (acgan.train(steps=10) is python -m acgan.train --steps 10, through acgan.api). The shared
-flags (define_*) belong to the command that defines them: its --help (-h) lists every flag it takes."""
+importing one defines nothing and any number load side by side; its main() reads the flags and calls
+acgan.api (acgan.train(steps=10) is python -m acgan.train --steps 10). The shared flags (define_*)
+belong to the command that defines them: its --help (-h) lists every flag it takes."""
 import contextvars
 import dataclasses
 import os
 import sys
-import types
 
 from absl import app, flags, logging
 
@@ -59,7 +58,7 @@ def define_ema_flag():
 
 
 def define_backend_flag(of_run=False):
-    """--backend tensorflow|jax; main() calls backend.use() before Keras loads. Default: KERAS_BACKEND,
+    """--backend tensorflow|jax; the acgan.api call chooses it before Keras loads. Default: KERAS_BACKEND,
     else tensorflow, or (of_run: commands that read a run) None, meaning the run's own backend."""
     if of_run:
         flags.DEFINE_string("backend", os.environ.get("KERAS_BACKEND"), "Keras backend: tensorflow or jax "
@@ -204,21 +203,3 @@ def run_main(main, positional=False):
             _COMMAND_LINE.reset(token)
 
     app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, main, positional))
-
-
-class _CallableCommand(types.ModuleType):
-    """A command module that is also its Python call (callable_as)."""
-
-    def __call__(self, *args, **kwargs):
-        return self.__wrapped__(*args, **kwargs)
-
-
-def callable_as(module_name, function):
-    """Makes the command module `module_name` callable as `function`, its acgan.api call: acgan.train(...)
-    calls api.train, and inspect.signature(acgan.train) shows its settings. Nothing to do when the module
-    runs as __main__ (a command)."""
-    module = sys.modules.get(module_name)
-    if module_name == "__main__" or module is None:
-        return
-    module.__wrapped__ = function
-    module.__class__ = _CallableCommand

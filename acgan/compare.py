@@ -52,7 +52,5 @@ def main(argv):
     print(f"wrote {out / 'compare.md'} and {out / 'compare.png'}")
 
 
-cli.callable_as(__name__, api.compare)
-
 if __name__ == "__main__":
     cli.run_main(main)

@@ -65,7 +65,5 @@ def main(argv):
         print(f"wrote {run_dir / 'quality.json'} (no report.md: the run has not written its report yet)")
 
 
-cli.callable_as(__name__, api.evaluate)
-
 if __name__ == "__main__":
     cli.run_main(main)

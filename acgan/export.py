@@ -35,7 +35,5 @@ def main(argv):
           f"(uniform in [-1, 1]), {meta['num_classes']} classes, images {shape} in [0, 1] (acgan.json inside)")
 
 
-cli.callable_as(__name__, api.export)
-
 if __name__ == "__main__":
     cli.run_main(main)

@@ -31,7 +31,5 @@ def main(argv):
     print(f"wrote {samples.path}")
 
 
-cli.callable_as(__name__, api.generate)
-
 if __name__ == "__main__":
     cli.run_main(main)

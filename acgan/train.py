@@ -75,7 +75,5 @@ def main(argv):
         sys.exit(128 + result.signal)
 
 
-cli.callable_as(__name__, api.train)
-
 if __name__ == "__main__":
     cli.run_main(main)

@@ -196,9 +196,15 @@ BAD_INPUTS = {
 
 def _run_in_process(argv, monkeypatch, capsys):
     """The train CLI in this process (TensorFlow is loaded once): (exit status, stderr)."""
+    import importlib
+
     from absl import flags
 
-    from acgan import cli, train
+    import acgan
+    from acgan import cli
+
+    train = importlib.import_module("acgan.train")  # the command module (`from acgan import train`: the call)
+    vars(acgan).pop("train", None)  # importing it bound acgan.train to it: acgan.train(...) is api.train again
 
     flags.FLAGS.unparse_flags()
     monkeypatch.setattr(sys, "argv", ["acgan.train", *argv])
