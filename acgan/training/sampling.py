@@ -61,7 +61,9 @@ def _load_step(run_dir):
             gan.load_state(saved.read_state(latest))
         gan.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
         return config, info, gan
-    import tensorflow as tf  # here: a JAX process reads its runs above, without TensorFlow
+    # TensorFlow and its runtime (the TensorFlow backend's own module), here: a JAX process reads its runs
+    # above, without TensorFlow.
+    import tensorflow as tf
 
     from acgan.training.tf_runtime import restore_ema
 
