@@ -37,7 +37,7 @@ from acgan import backend as backend_lib
 from acgan import cli, data
 from acgan.bench import sweep, tables
 from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
-from acgan.config import POLICIES, Config
+from acgan.config import POLICIES, Config, start_from_file
 from acgan.errors import UserError
 from acgan.quality import inception as inception_lib
 from acgan.quality.comparison import CompareSettings, train_runs
@@ -147,14 +147,18 @@ class Report:
 
 # ---- The calls ----
 
-def train(**settings):
+def train(config=None, **settings):
     """Trains (or resumes) one AC-GAN, as python -m acgan.train does; the settings are its flags (every
-    field of acgan.config.Config). Returns a Run; a run that diverged or was interrupted (Ctrl-C: it saves
-    a checkpoint and its report) returns too, with its status and message."""
+    field of acgan.config.Config), `config` a settings file to start from (--config). Returns a Run; a
+    run that diverged or was interrupted (Ctrl-C: it saves a checkpoint and its report) returns too, with
+    its status and message."""
     values = _settings(Config, "train", settings)
     values["backend"] = _choose_backend(values.get("backend"))
-    config = resolve_config(Config(**values), given=settings)
-    return train_with(config, command=_command("train", settings))
+    start, given = Config(**values), set(settings)
+    if config is not None:
+        start, given = start_from_file(config, start, given)
+    command = _command("train", dict(settings, **({"config": str(config)} if config is not None else {})))
+    return train_with(resolve_config(start, given=given), command=command)
 
 
 def resolve_config(config, given=()):
@@ -357,7 +361,9 @@ def _signature(settings_class, **defaults):
         for f in dataclasses.fields(settings_class)])
 
 
-train.__signature__ = _signature(Config, backend=None)
+train.__signature__ = _signature(Config, backend=None).replace(parameters=[
+    *_signature(Config, backend=None).parameters.values(),
+    inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None)])
 compare.__signature__ = _signature(CompareSettings, backend=None)
 
 

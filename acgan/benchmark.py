@@ -11,6 +11,7 @@ from absl import flags
 
 from acgan import api, backend, cli
 from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
+from acgan.config import Config
 
 
 @functools.cache
@@ -25,13 +26,13 @@ def define_flags():
     cli.define_data_flags(classes=False)
     flags.DEFINE_boolean("synthetic", False, "Time on random in-memory tensors (28x28x1, 10 classes) instead of "
                          "--dataset.")
-    cli.define_model_flags(jit=False)  # --jit is a sweep dimension here
+    cli.define_setting_flags(Config, ["arch", "width"])  # --jit is a sweep dimension here
     flags.DEFINE_integer("steps", 20, "Steps per timing.")
     flags.DEFINE_integer("warmup", 3, "Steps after the compile step left out of the timing.")
     flags.DEFINE_integer("repeats", 3, "Timings per configuration (median, min and max reported).")
-    cli.define_seed_flag("Seed for the weights, the noise and the chosen images.")
+    cli.define_setting_flags(Config, ["seed"], helps={"seed": "Seed for the weights, the noise and the chosen images."})
     flags.DEFINE_string("device_name", None, "Name for this device in reports; also picks the price entry (e.g. T4).")
-    cli.define_price_flag()
+    cli.define_setting_flags(Config, ["price_per_hour"])
     flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/benchmark-<timestamp>/).")
     cli.define_strategy_flags(exclude=("multi_worker",))  # each configuration is one process
     flags.DEFINE_boolean("overhead", True, "Also time the full training loop at one configuration (--no-overhead to "

@@ -2,17 +2,19 @@
 
 A command module (acgan/train.py, ...) defines its flags in define_flags(), which run_main calls, so
 importing one defines nothing and any number load side by side; its main() reads the flags and calls
-acgan.api (acgan.train(steps=10) is python -m acgan.train --steps 10). The shared flags (define_*)
-belong to the command that defines them: its --help (-h) lists every flag it takes."""
+acgan.api (acgan.train(steps=10) is python -m acgan.train --steps 10). A command's flags are generated
+from its settings record's fields (define_setting_flags) and belong to the command that defines them:
+its --help (-h) lists every flag it takes."""
 import contextvars
 import dataclasses
 import os
 import sys
+import typing
 
 from absl import app, flags, logging
 
 from acgan import backend
-from acgan.config import STRATEGIES
+from acgan.config import STRATEGIES, Config
 from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, DiskFull, UserError
 
 # absl makes a flag a key flag (one --help lists) of the module that called DEFINE_*; the helpers below
@@ -20,35 +22,33 @@ from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, DiskFull, UserErro
 flags.disclaim_key_flags()
 
 
+def define_setting_flags(record, names=None, helps=None, choices=None, defaults=None):
+    """A flag for each field `names` of the settings record `record` (Config, CompareSettings; default:
+    every field with a help text), with the field's name, default and help (helps, choices, defaults: this
+    command's own) and a kind from its type: bool, int, float, str (an enum where the field has choices)
+    or tuple (a comma-separated list)."""
+    fields = record.__dataclass_fields__
+    for name in names or [n for n, f in fields.items() if "help" in f.metadata]:
+        field = fields[name]
+        default = (defaults or {}).get(name, field.default)
+        help_text = (helps or {}).get(name) or field.metadata["help"]
+        values = (choices or {}).get(name) or field.metadata.get("choices")
+        kind = next((t for t in typing.get_args(field.type) if t is not type(None)), field.type)
+        if values:
+            flags.DEFINE_enum(name, default, list(values), help_text)
+        elif kind is bool:
+            flags.DEFINE_boolean(name, default, help_text)
+        elif kind is tuple:
+            flags.DEFINE_list(name, None if default is None else list(default), help_text)
+        else:
+            define = {int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}[kind]
+            define(name, default, help_text)
+
+
 def define_data_flags(classes=True):
     """--dataset, --classes, --data_dir, --max_per_class: which images a command trains or times on."""
-    flags.DEFINE_string("dataset", "doodles", "doodles, swatches, quickdraw, cifar10, npz:PATH or folder:PATH.")
-    if classes:
-        flags.DEFINE_list("classes", None, "Quick-Draw classes (default: airplane,apple,bee,bird,book,clock,cow,dog,eye,fish).")
-    flags.DEFINE_string("data_dir", "data", "Folder for downloads, caches and the judge.")
-    flags.DEFINE_integer("max_per_class", None, "Use at most this many images per class.")
-
-
-def define_model_flags(jit=True):
-    """--arch, --width and (unless a command sweeps it) --jit: how the models are built and compiled."""
-    flags.DEFINE_string("arch", "auto", "Model preset: reference (the original experiment's design), acgan_cifar "
-                        "(the AC-GAN paper's CIFAR-10 networks) or auto: acgan_cifar for 32x32x3 images, else "
-                        "reference.")
-    flags.DEFINE_float("width", 1.0, "Channel multiplier (channels stay multiples of 8).")
-    if jit:
-        flags.DEFINE_boolean("jit", True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
-
-
-def define_loss_flag():
-    """--loss: D's and G's real/fake loss, for the commands that train (acgan.train, acgan.compare)."""
-    flags.DEFINE_string("loss", "auto", "D's and G's real/fake loss: nonsaturating (the AC-GAN paper's binary "
-                        "cross-entropy), hinge, or auto: the preset's (nonsaturating for both).")
-
-
-def define_ema_decay_flag():
-    """--ema_decay: the moving average of G's weights, for the commands that train (acgan.train, acgan.compare)."""
-    flags.DEFINE_float("ema_decay", None, "Decay of the moving average of G's weights that grids and evaluations "
-                       "sample from (G-EMA; 0: none; default: the preset's).")
+    names = ("dataset", "classes", "data_dir", "max_per_class")
+    define_setting_flags(Config, [n for n in names if classes or n != "classes"])
 
 
 def define_ema_flag():
@@ -64,37 +64,15 @@ def define_backend_flag(of_run=False):
         flags.DEFINE_string("backend", os.environ.get("KERAS_BACKEND"), "Keras backend: tensorflow or jax "
                             "(default: the KERAS_BACKEND environment variable, else the run's own).")
     else:
-        flags.DEFINE_string("backend", backend.default(), "Keras backend: tensorflow or jax (default: the "
-                            "KERAS_BACKEND environment variable, else tensorflow).")
-
-
-def define_seed_flag(help_text="Random seed for weights, noise, data order and grids."):
-    flags.DEFINE_integer("seed", 0, help_text)
-
-
-def define_labels_flag():
-    """--labels / --no-labels: each sample grid row named by its class in a left margin, or the bare grid."""
-    flags.DEFINE_boolean("labels", True, "Label each row of a sample grid with its class name (--no-labels: "
-                         "the bare grid).")
-
-
-def define_price_flag():
-    flags.DEFINE_float("price_per_hour", None, "USD per hour of this machine, for the cost of 10^6 batches "
-                       "(overrides the shipped price table).")
+        define_setting_flags(Config, ["backend"], defaults={"backend": backend.default()})
 
 
 def define_strategy_flags(exclude=()):
-    """--strategy and --devices, as acgan.train and acgan.benchmark both take them."""
-    flags.DEFINE_enum("strategy", "auto", [s for s in STRATEGIES if s not in exclude],
-                      "tf.distribute strategy, or on JAX a device mesh (auto: mirrored when more than one GPU "
-                      "is visible; on JAX, every local device when there are several).")
-    flags.DEFINE_list("devices", None, "Devices for --strategy mirrored, e.g. gpu:0,gpu:1 (cpu:0,cpu:1 splits the CPU).")
-    if "multi_worker" not in exclude:  # JAX's multi_worker (TensorFlow's reads TF_CONFIG)
-        flags.DEFINE_string("coordinator_address", None, "JAX multi_worker: process 0's host:port (default: "
-                            "JAX_COORDINATOR_ADDRESS, or JAX's cluster detection).")
-        flags.DEFINE_integer("num_processes", None, "JAX multi_worker: how many processes (default: JAX_NUM_PROCESSES).")
-        flags.DEFINE_integer("process_id", None, "JAX multi_worker: this process's id, 0 to num_processes - 1 "
-                             "(default: JAX_PROCESS_ID); process 0 writes the run's files.")
+    """--strategy and --devices, as acgan.train and acgan.benchmark both take them; and JAX's multi_worker
+    flags unless multi_worker is excluded."""
+    names = ["strategy", "devices"] + ([] if "multi_worker" in exclude else
+                                        ["coordinator_address", "num_processes", "process_id"])
+    define_setting_flags(Config, names, choices={"strategy": [s for s in STRATEGIES if s not in exclude]})
 
 
 def settings_from_flags(settings_class, flag_values=flags.FLAGS, **given):

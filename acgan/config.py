@@ -54,82 +54,83 @@ def validate_strategy(name, devices=None):
         raise UserError(f"--devices applies to --strategy mirrored, not {name}")
 
 
+def setting(default, help, choices=None):
+    """A field of a settings record (Config, CompareSettings, SweepSettings): its default and the help of
+    its flag, from which cli.define_setting_flags defines the flag (choices: an enum flag's values)."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+
+
+def same_setting(record, name, default=dataclasses.MISSING, help=None):
+    """The setting `name` of the settings record `record`, for another record that carries it too (its
+    default and help, unless given)."""
+    field = record.__dataclass_fields__[name]
+    return setting(field.default if default is dataclasses.MISSING else default, help or field.metadata["help"],
+                   field.metadata.get("choices"))
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
-    # Data: "doodles", "quickdraw", "cifar10", "npz:PATH" or "folder:PATH".
-    dataset: str = "doodles"
-    # Quick-Draw class names (None: the original experiment's ten).
-    classes: Optional[tuple] = None
-    # Where downloads and caches live.
-    data_dir: str = "data"
-    # Cap on images per class (None: all); bounds memory on Quick-Draw.
-    max_per_class: Optional[int] = None
-    # Keras backend: tensorflow or jax (on JAX the strategies are a jax.sharding mesh; no tpu strategy).
-    backend: str = "tensorflow"
-    # Keras dtype policy: float32, mixed_float16 or mixed_bfloat16.
-    policy: str = "float32"
-    # Global batch size (samples per D/G/Q update).
-    batch: int = 64
-    # Channel multiplier for every layer; channel counts are rounded to multiples of 8.
-    width: float = 1.0
-    # Model preset: reference, acgan_cifar, or auto (acgan_cifar for 32x32x3 images, else reference). A run
-    # saves the resolved preset; a saved config without the field is a run of the reference model.
-    arch: str = "auto"
-    # D's and G's real/fake loss: nonsaturating, hinge, or auto (the preset's). A run saves the resolved
-    # loss; a saved config without the field is a run of the nonsaturating loss, the only one before --loss.
-    loss: str = "auto"
-    # The decay of the moving average of G's weights that grids and evaluations sample from (G-EMA); 0: no
-    # average; None: the preset's. A run saves the resolved value; a saved config without it kept none.
-    ema_decay: Optional[float] = None
+    """Every training setting: acgan.train's flags and keyword arguments, and a run's config.json."""
+    dataset: str = setting("doodles", "doodles, swatches, quickdraw, cifar10, npz:PATH or folder:PATH.")
+    classes: Optional[tuple] = setting(None, "Quick-Draw classes (default: airplane,apple,bee,bird,book,clock,cow,"
+                                       "dog,eye,fish).")
+    data_dir: str = setting("data", "Folder for downloads, caches and the judge.")
+    max_per_class: Optional[int] = setting(None, "Use at most this many images per class.")
+    # On JAX the strategies are a jax.sharding mesh (no tpu strategy). The commands' flag defaults to
+    # KERAS_BACKEND (acgan.backend.default).
+    backend: str = setting("tensorflow", "Keras backend: tensorflow or jax (default: the KERAS_BACKEND "
+                           "environment variable, else tensorflow).")
+    policy: str = setting("float32", "Keras dtype policy.", choices=POLICIES)
+    batch: int = setting(64, "Global batch size.")
+    width: float = setting(1.0, "Channel multiplier (channels stay multiples of 8).")
+    # A run saves the resolved preset; a saved config without the field is a run of the reference model.
+    arch: str = setting("auto", "Model preset: reference (the original experiment's design), acgan_cifar (the "
+                        "AC-GAN paper's CIFAR-10 networks) or auto: acgan_cifar for 32x32x3 images, else reference.")
+    # A run saves the resolved loss; a saved config without the field is a run of the nonsaturating loss.
+    loss: str = setting("auto", "D's and G's real/fake loss: nonsaturating (the AC-GAN paper's binary "
+                        "cross-entropy), hinge, or auto: the preset's (nonsaturating for both).")
+    # A run saves the resolved value; a saved config without it kept no average.
+    ema_decay: Optional[float] = setting(None, "Decay of the moving average of G's weights that grids and "
+                                         "evaluations sample from (G-EMA; 0: none; default: the preset's).")
     # Length: exactly one of steps / epochs / minutes; none given means DEFAULT_STEPS steps.
-    steps: Optional[int] = None
-    epochs: Optional[int] = None
-    minutes: Optional[float] = None
-    # Compile the train step with XLA (on several replicas: each replica's forward/backward pass).
-    jit: bool = True
-    # tf.distribute strategy: auto, default, mirrored, multi_worker or tpu (auto: mirrored on >1 GPU). On JAX
-    # auto is every local device when there are several, and multi_worker starts jax.distributed.
-    strategy: str = "auto"
-    # Devices for the mirrored strategy (None: every GPU); naming several CPUs splits the host CPU.
-    devices: Optional[tuple] = None
-    # With several replicas, batch-norm statistics over the global batch (as on one device); always so on JAX.
-    sync_bn: bool = True
-    # JAX's multi_worker: jax.distributed.initialize's coordinator host:port, process count and this
-    # process's id (None: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID, or JAX's cluster
-    # detection: SLURM, Open MPI, Kubernetes, Cloud TPU).
-    coordinator_address: Optional[str] = None
-    num_processes: Optional[int] = None
-    process_id: Optional[int] = None
-    # Seeds the weights, the noise, the data order and the grid noise.
-    seed: int = 0
-    # Save a sample grid every N steps (and always at the end); None: only at the end.
-    sample_every: Optional[int] = 250
-    # Label each row of a sample grid with its class name, in a left margin (PNGs and TensorBoard).
-    labels: bool = True
-    # Judge sample quality every N steps (None: never during training; see acgan.evaluate).
-    eval_every: Optional[int] = None
-    # Generated samples per evaluation during training.
-    eval_samples: int = 1000
-    # Save a checkpoint every N steps (and always at the end).
-    checkpoint_every: int = 500
-    # How many checkpoints to keep.
-    keep_checkpoints: int = 3
-    # Steps after the compiled first step that are left out of the loop's timing; as many more then run
-    # back to back on batches fetched beforehand, which times the bare device step (also left out).
-    warmup_steps: int = 5
-    # Read the step's metrics on the host (TensorBoard, progress bar, divergence check) every N steps;
-    # between reads the host only enqueues steps. Checkpoints always check the step they save.
-    log_every: int = 25
-    # The run's folder; None: a new folder under outputs/.
-    output_dir: Optional[str] = None
-    # USD per hour of the machine, for the cost of a million batches.
-    price_per_hour: Optional[float] = None
-    # Continue the run in output_dir (re-running with an existing run's output_dir does it too).
-    resume: bool = False
-    # Under mixed_float16: stop when an optimizer skips more steps than this in a row.
-    max_skipped_in_a_row: int = 20
-    # "A:B": a profiler trace of steps A to B, with a table of where the device time went, in profile/.
-    profile_steps: Optional[str] = None
+    steps: Optional[int] = setting(None, f"Train this many steps (default {DEFAULT_STEPS} when no length is given).")
+    epochs: Optional[int] = setting(None, "Train this many passes over the data.")
+    minutes: Optional[float] = setting(None, "Train for this much wall-clock time.")
+    # On several replicas XLA compiles each replica's forward/backward pass.
+    jit: bool = setting(True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
+    strategy: str = setting("auto", "tf.distribute strategy, or on JAX a device mesh (auto: mirrored when more than "
+                            "one GPU is visible; on JAX, every local device when there are several).",
+                            choices=STRATEGIES)
+    devices: Optional[tuple] = setting(None, "Devices for --strategy mirrored, e.g. gpu:0,gpu:1 (cpu:0,cpu:1 splits "
+                                       "the CPU).")
+    sync_bn: bool = setting(True, "With several replicas, batch-norm statistics over the global batch.")
+    # JAX's multi_worker (jax.distributed.initialize); None: the JAX_* variables, or JAX's cluster detection
+    # (SLURM, Open MPI, Kubernetes, Cloud TPU). TensorFlow's multi_worker reads TF_CONFIG.
+    coordinator_address: Optional[str] = setting(None, "JAX multi_worker: process 0's host:port (default: "
+                                                 "JAX_COORDINATOR_ADDRESS, or JAX's cluster detection).")
+    num_processes: Optional[int] = setting(None, "JAX multi_worker: how many processes (default: JAX_NUM_PROCESSES).")
+    process_id: Optional[int] = setting(None, "JAX multi_worker: this process's id, 0 to num_processes - 1 (default: "
+                                        "JAX_PROCESS_ID); process 0 writes the run's files.")
+    seed: int = setting(0, "Random seed for weights, noise, data order and grids.")
+    sample_every: Optional[int] = setting(250, "Save a sample grid every N steps (and at the end).")
+    labels: bool = setting(True, "Label each row of a sample grid with its class name (--no-labels: the bare grid).")
+    eval_every: Optional[int] = setting(None, "Judge sample quality every N steps (conditional accuracy, FID).")
+    eval_samples: int = setting(1000, "Generated samples per evaluation during training.")
+    checkpoint_every: int = setting(500, "Save a checkpoint every N steps.")
+    keep_checkpoints: int = setting(3, "How many checkpoints to keep.")
+    # The bare-step window runs on batches fetched beforehand (training/observers.py).
+    warmup_steps: int = setting(5, "Steps after compilation left out of the timing; as many more, run back to back, "
+                                "time the bare step.")
+    # Between reads the host only enqueues steps; checkpoints always check the step they save.
+    log_every: int = setting(25, "Read the metrics (TensorBoard, progress, divergence check) every N steps.")
+    output_dir: Optional[str] = setting(None, "The run's folder (default: a new folder under outputs/).")
+    price_per_hour: Optional[float] = setting(None, "USD per hour of this machine, for the cost of 10^6 batches "
+                                              "(overrides the shipped price table).")
+    # Re-running with an existing run's output_dir resumes it too.
+    resume: bool = setting(False, "Continue the run in --output_dir (default: the newest run under outputs/).")
+    max_skipped_in_a_row: int = setting(20, "mixed_float16: stop when an optimizer skips more steps in a row.")
+    profile_steps: Optional[str] = setting(None, "A:B (e.g. 20:24): record a profiler trace of steps A to B in the "
+                                           "run's profile/ folder, with profile.md: where the device time went.")
 
     def validate(self):
         """Raises UserError on the first bad setting; cheap (loads no data, builds nothing)."""
@@ -222,3 +223,26 @@ def saved_config(run_dir):
         return Config.from_json(path.read_text())
     except (ValueError, TypeError) as e:
         raise UserError(f"{path} is not a valid acgan config ({e.__class__.__name__}); cannot resume") from None
+
+
+# Where a run lives is not a setting a file hands on: --config takes every other one.
+RUN_PLACE = ("output_dir", "resume")
+
+
+def start_from_file(path, config, given):
+    """(`config` with every setting that `given` (the names of the flags typed, or of the arguments
+    passed) does not name taken from the settings file `path` (a Config as JSON: a run's config.json, or
+    what acgan.compare writes for its runs), except RUN_PLACE; the names given now, the file's included).
+    UserError (one line) for a missing or unreadable file."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"--config {path}: no such file")
+    try:
+        values = json.loads(path.read_text())
+        saved = Config.from_json(json.dumps(values))
+    except (ValueError, TypeError, AttributeError) as e:
+        raise UserError(f"--config {path} is not a valid acgan config ({e.__class__.__name__})") from None
+    fields = {f.name for f in dataclasses.fields(Config)}
+    taken = (set(values) & fields) - set(RUN_PLACE) - set(given)
+    config = dataclasses.replace(config, **{name: getattr(saved, name) for name in taken})
+    return config, set(given) | taken

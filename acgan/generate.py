@@ -7,6 +7,7 @@ import functools
 from absl import flags
 
 from acgan import api, cli
+from acgan.config import Config
 
 
 @functools.cache
@@ -16,7 +17,7 @@ def define_flags():
     flags.DEFINE_integer("per_class", 10, "Samples per class.")
     flags.DEFINE_string("out", None, "Output file: .png (a grid, one row per class) or .npz (images, labels).")
     flags.DEFINE_integer("seed", 0, "Seed for the noise.")
-    cli.define_labels_flag()
+    cli.define_setting_flags(Config, ["labels"])
     cli.define_ema_flag()
     cli.define_backend_flag(of_run=True)
 

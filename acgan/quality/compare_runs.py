@@ -21,6 +21,7 @@ from acgan.errors import UserError
 from acgan.presets import adversarial_loss  # no framework loads
 from acgan.training.run_dir import RESUME_FIXED, read_run  # no framework loads either
 from acgan.util.children import child_env, last_log_line
+from acgan.util.files import write_atomically
 
 
 def default_output_dir(settings, now=None):
@@ -88,24 +89,12 @@ def run_states(settings, runs):
 
 
 def train_command(settings, policy, run_dir, seed=None):
-    """The `python -m acgan.train` command line for one policy (at the training seed given, else --seed)."""
-    s = settings
-    args = [sys.executable, "-m", "acgan.train", "--policy", policy, "--output_dir", str(run_dir),
-            "--dataset", s.dataset, "--data_dir", s.data_dir, "--batch", str(s.batch), "--width", repr(s.width),
-            "--arch", s.arch, "--loss", s.loss, "--seed", str(s.seed if seed is None else seed), "--jit" if s.jit else "--nojit",
-            "--backend", s.backend]
-    args += ["--steps", str(s.steps)] if s.steps is not None else ["--minutes", repr(s.minutes)]
-    if s.ema_decay is not None:
-        args += ["--ema_decay", repr(s.ema_decay)]
-    if s.classes:
-        args += ["--classes", ",".join(s.classes)]
-    if s.max_per_class is not None:
-        args += ["--max_per_class", str(s.max_per_class)]
-    if s.price_per_hour is not None:
-        args += ["--price_per_hour", repr(s.price_per_hour)]
-    if not s.labels:
-        args += ["--nolabels"]
-    return args
+    """The `python -m acgan.train` command for one policy (at the training seed given, else --seed): its
+    Config written to run_dir/train-config.json, which the command reads (--config)."""
+    config = dataclasses.replace(settings.train_config(policy), seed=settings.seed if seed is None else seed)
+    path = run_dir / "train-config.json"
+    write_atomically(path, config.to_json())
+    return [sys.executable, "-m", "acgan.train", "--config", str(path), "--output_dir", str(run_dir)]
 
 
 def train_policy(settings, policy, run_dir, echo=print, seed=None, resume=False):

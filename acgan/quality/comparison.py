@@ -27,38 +27,50 @@ import dataclasses
 from typing import Optional
 
 from acgan import data
-from acgan.config import POLICIES, Config, validate_policy
+from acgan.config import POLICIES, RUN_PLACE, Config, same_setting, setting, validate_policy
 from acgan.errors import UserError
 from acgan.quality import compare_runs  # no framework loads: the runs train in their own processes
 
 
 @dataclasses.dataclass(frozen=True)
 class CompareSettings:
-    policies: tuple = ("float32", "mixed_float16")
-    steps: Optional[int] = None       # exactly one of steps / minutes
-    minutes: Optional[float] = None
-    batch: int = 64
-    dataset: str = "doodles"
-    classes: Optional[tuple] = None
-    max_per_class: Optional[int] = None
-    data_dir: str = "data"
-    width: float = 1.0
-    arch: str = "auto"                # model preset (acgan.model.networks), resolved by each run from the data
-    loss: str = "auto"                # D's and G's real/fake loss (acgan.step.losses); auto: the preset's
-    ema_decay: Optional[float] = None  # the decay of G's moving average (0: none); None: the preset's
-    ema: bool = True                  # judge G's moving average where a run keeps one (False: G's own weights)
-    jit: bool = True
-    seed: int = 0
-    backend: str = "tensorflow"       # every run trains, and is judged, on this Keras backend
-    price_per_hour: Optional[float] = None
-    num_samples: int = 10_000         # generated samples judged per run (real test images: as many, or all)
-    judges: int = 1                   # judges (seeds 0..judges-1) per run; the verdict stays judge 0's
-    seeds: int = 1                    # training seeds per policy (seed..seed+seeds-1); the verdict is on their means
-    cas: bool = False                 # also each run's classification accuracy score (shown; not in the verdict)
-    parallel: int = 1                 # runs trained at once (1: one after another, each alone on the machine)
-    labels: bool = True               # class names beside the grids' rows (acgan.train --no-labels otherwise)
-    output_dir: Optional[str] = None
-    resume: bool = False              # go on with the comparison in output_dir (see run_states)
+    """acgan.compare's settings: its flags and keyword arguments. The fields it shares with Config (the same
+    names, defaults and help unless given here) are every run's training settings (train_config)."""
+    policies: tuple = setting(("float32", "mixed_float16"), "Dtype policies to compare, comma-separated.")
+    steps: Optional[int] = same_setting(Config, "steps", help="Train every policy this many steps (equal steps).")
+    minutes: Optional[float] = same_setting(Config, "minutes", help="Train every policy this long (equal wall-clock "
+                                            "time).")
+    batch: int = same_setting(Config, "batch")
+    dataset: str = same_setting(Config, "dataset")
+    classes: Optional[tuple] = same_setting(Config, "classes")
+    max_per_class: Optional[int] = same_setting(Config, "max_per_class")
+    data_dir: str = same_setting(Config, "data_dir")
+    width: float = same_setting(Config, "width")
+    arch: str = same_setting(Config, "arch")  # resolved by each run from the data
+    loss: str = same_setting(Config, "loss")
+    ema_decay: Optional[float] = same_setting(Config, "ema_decay")
+    ema: bool = setting(True, "Sample from the moving average of G's weights where the run kept one (--no-ema: "
+                        "from G's own weights).")
+    jit: bool = same_setting(Config, "jit")
+    seed: int = same_setting(Config, "seed", help="Seed shared by every policy's run and by the evaluation.")
+    backend: str = same_setting(Config, "backend")  # every run trains, and is judged, on this Keras backend
+    price_per_hour: Optional[float] = same_setting(Config, "price_per_hour")
+    num_samples: int = setting(10_000, "Generated samples judged per run (real test images: as many, or all).")
+    judges: int = setting(1, "Judge every run with this many judges (seeds 0, 1, ...) and show how the accuracy and "
+                          "its change move with the judge; the verdict stays judge 0's.")
+    seeds: int = setting(1, "Train every policy at this many training seeds (--seed, --seed + 1, ...) and rule on "
+                         "the means; each seed's numbers stay on the page.")
+    cas: bool = setting(False, "Also each run's classification accuracy score (acgan.evaluate --cas): shown on the "
+                        "page, not part of the verdict.")
+    parallel: int = setting(1, "Train this many runs at once (default: one after another, each alone on the "
+                            "machine). Quality at equal --steps does not depend on the run beside it; times do.")
+    labels: bool = same_setting(Config, "labels")
+    # Not a training setting (Config's RUN_PLACE): the comparison's own folder.
+    output_dir: Optional[str] = setting(None, "Folder for the runs and the page (default: a new folder under "
+                                        "outputs/).")
+    resume: bool = setting(False, "Go on with the comparison in --output_dir: runs finished there are judged as they "
+                           "are, interrupted ones resume (at --steps), missing ones train (e.g. after Ctrl-C, or with "
+                           "more --seeds); each must have been trained with this command's settings.")
 
     def validate(self):
         """UserError on the first bad setting; loads no data and starts nothing."""
@@ -86,11 +98,9 @@ class CompareSettings:
         return self
 
     def train_config(self, policy, output_dir=None):
-        return Config(dataset=self.dataset, classes=self.classes, data_dir=self.data_dir,
-                      max_per_class=self.max_per_class, policy=policy, batch=self.batch, width=self.width,
-                      arch=self.arch, loss=self.loss, ema_decay=self.ema_decay, steps=self.steps, minutes=self.minutes,
-                      jit=self.jit, seed=self.seed, backend=self.backend, price_per_hour=self.price_per_hour,
-                      output_dir=output_dir, labels=self.labels)
+        """The Config of one policy's run: every setting compare shares with Config, the policy, the folder."""
+        shared = {name: getattr(self, name) for name in TRAINING_SETTINGS}
+        return Config(**shared, policy=policy, output_dir=output_dir)
 
     def budget(self):
         return f"{self.steps:,} steps" if self.steps is not None else f"{self.minutes:g} minutes"
@@ -104,6 +114,11 @@ class CompareSettings:
         first = self.seed
         return [(policy, seed, out / (policy if seed == first else f"{policy}-seed{seed}"))
                 for seed in self.training_seeds() for policy in self.policies]
+
+
+# The settings every run trains with as the comparison says (train_config): the fields shared with Config.
+TRAINING_SETTINGS = tuple(f.name for f in dataclasses.fields(CompareSettings)
+                          if f.name in Config.__dataclass_fields__ and f.name not in RUN_PLACE)
 
 
 def train_runs(settings, echo=print):

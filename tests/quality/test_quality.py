@@ -464,13 +464,18 @@ def test_compare_trains_at_most_parallel_runs_at_once_and_starts_none_after_a_fa
     assert "the steps each reached" not in compare_page._alone_text({"parallel": 2, "minutes": None}, 1)
 
 
-def test_compare_trains_every_run_with_its_loss_and_refuses_an_unknown_one():
+def test_compare_trains_every_run_with_its_loss_and_refuses_an_unknown_one(tmp_path):
+    """Each run's child reads its Config from the file compare wrote (acgan.train --config)."""
+    from acgan.config import Config
     from acgan.errors import UserError
     from acgan.quality import compare_runs, comparison
 
     settings = comparison.CompareSettings(steps=5, loss="hinge")
-    args = compare_runs.train_command(settings.validate(), "float32", Path("run"), seed=3)
-    assert args[args.index("--loss") + 1] == "hinge" and args[args.index("--seed") + 1] == "3"
+    args = compare_runs.train_command(settings.validate(), "float32", tmp_path, seed=3)
+    assert args[args.index("--output_dir") + 1] == str(tmp_path)
+    config = Config.from_json(Path(args[args.index("--config") + 1]).read_text())
+    assert config == dataclasses.replace(settings.train_config("float32"), seed=3)
+    assert (config.loss, config.seed, config.policy, config.steps) == ("hinge", 3, "float32", 5)
     with pytest.raises(UserError, match="unknown loss 'wgan': choose auto, nonsaturating, hinge"):
         comparison.CompareSettings(steps=5, loss="wgan").validate()
 

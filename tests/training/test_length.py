@@ -4,7 +4,7 @@ import pytest
 from acgan.config import Config
 from acgan.presets import learning_rate_decay
 from acgan.step.common import learning_rate_scale
-from acgan.training.loop import DEFAULT_STEPS, total_steps
+from acgan.training.setup import DEFAULT_STEPS, total_steps
 
 
 @pytest.mark.parametrize("epochs, n, batch, steps", [

@@ -103,11 +103,11 @@ class _Grids:
 def test_the_loop_runs_compile_warm_up_bare_window_then_timed_steps(tmp_path, monkeypatch):
     """12 steps, --warmup_steps 2, --log_every 3, --checkpoint_every 8: the compile step (read at once), two
     warm-up steps, a window of two steps back to back on batches fetched first, then seven timed steps;
-    metrics are read a step late except before a checkpoint and at the end."""
+    metrics are read a step late except before a checkpoint, after the window and at the end."""
     import types
 
     from acgan.config import Config
-    from acgan.training import loop
+    from acgan.training import loop, setup
 
     monkeypatch.setattr(loop, "TrainingGrids", _Grids)
     events = []
@@ -115,17 +115,18 @@ def test_the_loop_runs_compile_warm_up_bare_window_then_timed_steps(tmp_path, mo
     data = types.SimpleNamespace(num_classes=2, class_names=["a", "b"])
     machine = {"name": "cpu", "kind": "CPU"}
     layout = {"strategy": "default", "replicas": 1, "workers": 1, "xla": "off"}
-    setup = loop.Setup(_Runtime(events), data, tmp_path, tmp_path, False, _Step(events), machine, layout, [], [],
-                       _Checkpoints(events), None, 0, 12, None, None)
-    outcome = loop.train_loop(setup, config, started=0.0)
+    ready = setup.Setup(_Runtime(events), data, tmp_path, tmp_path, False, _Step(events), machine, layout, [], [],
+                        _Checkpoints(events), None, 0, 12, None, None)
+    outcome = loop.train_loop(ready, config, started=0.0)
     assert outcome.status == "completed" and outcome.step == 12
     # Step 3 (logged) and 5 (the window's last) are each read twice: once as the sync a window starts or
-    # ends on, once to log them.
-    assert [e[1] for e in events if e[0] == "read"] == [1, 3, 3, 5, 5, 6, 8, 9, 12]
-    # The window: step 3 logged, the window's two batches fetched, the sync on step 3, its steps back to back.
+    # ends on, once to log them, in step order, after the window.
+    assert [e[1] for e in events if e[0] == "read"] == [1, 3, 5, 3, 5, 6, 8, 9, 12]
+    # The window: its two batches fetched, the sync on step 3, its steps back to back, the sync on step 5,
+    # then the reads that log steps 3 and 5.
     window = events.index(("step", 4))
-    assert events[window - 4:window + 3] == [("read", 3), ("batch",), ("batch",), ("read", 3), ("step", 4),
-                                             ("step", 5), ("read", 5)]
+    assert events[window - 3:window + 5] == [("batch",), ("batch",), ("read", 3), ("step", 4), ("step", 5),
+                                             ("read", 5), ("read", 3), ("read", 5)]
     # Timed: steps 6 to 12 (the checkpoint at step 8 saw steps 6 and 7; the one at the end, all seven).
     assert [e for e in events if e[0] == "checkpoint"] == [("checkpoint", 8, 2), ("checkpoint", 12, 7)]
     assert len(outcome.clock.intervals) == 7 and outcome.clock.bare_step_seconds is not None

@@ -1,0 +1,123 @@
+"""The set-up of a run, once before its first step: the backend's runtime, the data, the models and the
+step, the restored checkpoint, the run files, the hardware advice (`set_up`, giving the `Setup` that the
+loop and the report read)."""
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import keras
+
+from acgan import backend
+from acgan import data as data_lib
+from acgan.config import DEFAULT_STEPS
+from acgan.errors import UserError
+from acgan.measure import advice, device
+from acgan.model.networks import build_models, check_image_shape
+from acgan.presets import learning_rate_decay
+from acgan.training.run_dir import write_run_files
+
+
+def make_runtime(config):
+    """The backend's runtime for this run: Keras must already run on config.backend."""
+    running = keras.backend.backend()
+    if running != config.backend:
+        raise RuntimeError(f"Keras runs on {running}, the run asks for {config.backend} (acgan.backend.use first)")
+    # Here, not at the top: each runtime loads its framework, and a run loads only its own.
+    if config.backend == "jax":
+        from acgan.training.jax_runtime import JaxRuntime
+
+        return JaxRuntime(config)
+    from acgan.training.tf_runtime import TensorFlowRuntime
+
+    return TensorFlowRuntime(config)
+
+
+def load_data(config):
+    data = data_lib.load_dataset(
+        config.dataset,
+        split="train",
+        data_dir=config.data_dir,
+        classes=config.classes,
+        max_per_class=config.max_per_class,
+    )  # the data's own seed stays fixed: runs with other --seed values train on the same doodles
+    check_image_shape(data.image_shape)
+    if config.batch > len(data.images):
+        raise UserError(f"--batch {config.batch} is larger than the dataset ({len(data.images)} images)")
+    return data
+
+
+def total_steps(config, num_images):
+    """The step to stop at, or None when the run is bounded by --minutes."""
+    if config.minutes is not None:
+        return None
+    if config.epochs is not None:
+        # Batches straddle epochs (data.pipeline), so E passes over n images take ceil(E*n/b) steps.
+        return -(-config.epochs * num_images // config.batch)
+    return config.steps or DEFAULT_STEPS
+
+
+@dataclasses.dataclass
+class Setup:
+    """Everything the loop and the report need, built once before the first step."""
+    runtime: object               # tf_runtime.TensorFlowRuntime or jax_runtime.JaxRuntime
+    data: object
+    run_dir: Path
+    files_dir: Path               # run_dir on the chief; a scratch folder on other workers
+    chief: bool
+    gan: object                   # the backend's step (tf_step.TensorFlowStep or jax_step.JaxStep)
+    machine: dict                 # device.describe_device()
+    layout: dict                  # run_report.distribution_summary()
+    notes: list                   # hardware advice, printed and reported
+    earlier_sessions: list        # session_record dicts of the sessions before this one
+    checkpoints: object           # the runtime's: restore(), save(step, sessions), latest_checkpoint
+    resumed_from: Optional[dict]  # step, checkpoint and loss scales of a resumed run
+    start_step: int
+    steps: Optional[int]          # the step to stop at; None under --minutes
+    evaluator: object             # make_evaluator's (evaluate(gan, step, writer), last), or None
+    learning_rate_decay: Optional[float]  # the last fraction of the run the rates fall over; None: constant
+
+
+def set_up(config, runtime, data, run_dir, files_dir, resume, make_evaluator=None):
+    replicas = runtime.replicas
+    chief = files_dir == run_dir
+    evaluator = None
+    if config.eval_every:  # may train the judge: before seeding
+        evaluator = make_evaluator(config)
+    backend.set_random_seed(config.seed)
+    with runtime.scope():
+        models = build_models(data.image_shape, data.num_classes, width=config.width, arch=config.arch)
+    gan = runtime.make_step(models, data.num_classes, config)
+    machine = device.describe_device()
+    layout = runtime.layout(gan)
+    notes = runtime.notes + advice.hardware_advice(config.policy, machine, advice.layer_widths(list(models)),
+                                                   config.batch, xla=gan.compile_mode != "off")
+    if gan.compile_mode == "off" and config.jit:
+        notes.append(f"XLA is off: {gan.compile_reason}")
+    decay = learning_rate_decay(config.arch)
+    if decay and config.minutes is not None and layout["workers"] > 1:
+        # Each worker would read its own clock, and the replicas' rates could differ for a step.
+        notes.append("with several workers the preset's learning-rate decay needs --steps or --epochs; "
+                     "with --minutes the rates stay constant")
+        decay = None
+    for line in notes:
+        print(f"note: {line}")
+    if replicas > 1 or layout["workers"] > 1:
+        print(f"strategy {layout['strategy']}: {replicas} replicas on {layout['workers']} worker(s), "
+              f"{config.batch // replicas} samples each; XLA: {gan.compile_mode}")
+    checkpoints = runtime.checkpoints(gan, files_dir / "checkpoints", config.keep_checkpoints)
+    resumed_from, earlier = None, []
+    if resume:
+        # Non-chief workers restore from the chief's folder (it must be on a file system they share).
+        # The newest intact checkpoint; damaged newer ones are moved aside (by the chief).
+        latest, earlier = checkpoints.restore(run_dir / "checkpoints", move_damaged=chief)
+        if latest:
+            resumed_from = {"step": int(gan.step.numpy()), "checkpoint": latest, "loss_scales": gan.loss_scales()}
+    start_step = int(gan.step.numpy())
+    steps = total_steps(config, len(data.images))
+    if steps is not None and start_step >= steps:
+        raise UserError(f"{run_dir} already reached step {start_step}; pass a larger --steps/--epochs to go on")
+    write_run_files(files_dir, config, data)
+    if resumed_from:
+        print(f"resuming {run_dir} from step {start_step}")
+    return Setup(runtime, data, run_dir, files_dir, chief, gan, machine, layout, notes, earlier, checkpoints,
+                 resumed_from, start_step, steps, evaluator, decay)
