@@ -55,6 +55,12 @@ def run_bare(job):
     return _run_bare_tensorflow(job, images, labels)
 
 
+def _preset(job, image_shape):
+    """The preset the job times, resolved once ("auto" from the image shape; the job's G-EMA decay, which
+    the overhead section's G-EMA cost sets, else the preset's)."""
+    return presets.get(resolve_arch(job.get("arch", "auto"), image_shape)).with_ema_decay(job.get("ema_decay"))
+
+
 def _inject(batch, out_of_memory):
     """The test hook (ACGAN_SWEEP_INJECT): raise the backend's own out-of-memory error, or die by SIGKILL."""
     injected = _injected(batch)
@@ -74,12 +80,10 @@ def _run_bare_tensorflow(job, images, labels):
     strategy = distribute.make_strategy(job.get("strategy", "default"), job.get("devices"))
     distribute.check_global_batch(batch, strategy.num_replicas_in_sync, what="batch")
     keras.utils.set_random_seed(job["seed"])
-    arch = resolve_arch(job.get("arch", "auto"), images.shape[1:])
+    preset = _preset(job, images.shape[1:])
     with strategy.scope():
-        models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=arch)
-    gan = build_step(presets.get(arch), "tensorflow", models, job["num_classes"], job["policy"],
-                     ema_decay=job.get("ema_decay"), jit=job["jit"],
-                     strategy=strategy)
+        models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=preset)
+    gan = build_step(preset, "tensorflow", models, job["num_classes"], job["policy"], jit=job["jit"], strategy=strategy)
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
     if strategy.num_replicas_in_sync > 1:  # each replica's slice, once, on its device
@@ -115,10 +119,9 @@ def _run_bare_jax(job, images, labels):
     mesh = jax.sharding.Mesh(np.array(devices), ("data",)) if len(devices) > 1 else None
     baseline = device.peak_memory_bytes()   # JAX cannot reset its peak: a fresh process starts low
     backend.set_random_seed(job["seed"])
-    arch = resolve_arch(job.get("arch", "auto"), images.shape[1:])
-    models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=arch)
-    gan = build_step(presets.get(arch), "jax", models, job["num_classes"], job["policy"],
-                     ema_decay=job.get("ema_decay"), jit=job["jit"], mesh=mesh)
+    preset = _preset(job, images.shape[1:])
+    models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=preset)
+    gan = build_step(preset, "jax", models, job["num_classes"], job["policy"], jit=job["jit"], mesh=mesh)
     z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
     if mesh is None:
         inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]

@@ -39,6 +39,13 @@ def resolve_arch(arch, image_shape):
     return arch
 
 
+def run_preset(config, image_shape):
+    """The acgan.presets.Preset a run of `config` trains on images of `image_shape`, resolved once: its
+    --arch ("auto" from the shape), --loss and --ema_decay applied. UserError as resolve_arch."""
+    preset = presets.get(resolve_arch(config.arch, image_shape))
+    return preset.with_loss(config.loss).with_ema_decay(config.ema_decay)
+
+
 def check_image_shape(image_shape, arch="reference"):
     """UserError unless preset `arch` (a resolved name, or an acgan.presets.Preset) builds images of
     `image_shape`."""

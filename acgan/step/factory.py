@@ -2,19 +2,16 @@
 the benchmark. A step built for a preset's weights anywhere is the step training built for them."""
 
 
-def build_step(preset, backend, models, num_classes, policy, *, loss="auto", ema_decay=None, jit=True,
-               strategy=None, sync_bn=True, mesh=None):
+def build_step(preset, backend, models, num_classes, policy, *, jit=True, strategy=None, sync_bn=True, mesh=None):
     """The train step (base.py's contract) of `backend` for `models`, built from `preset`.
 
-    preset: an acgan.presets.Preset; loss: D's and G's real/fake loss, "auto" for the preset's (--loss);
-    ema_decay: the decay of G's average, None for the preset's (--ema_decay; 0: none);
-    backend: "tensorflow" (tf_step.TensorFlowStep) or "jax" (jax_step.JaxStep), the backend Keras runs on;
+    preset: the acgan.presets.Preset it trains, its loss and G-EMA decay as the run has them
+    (networks.run_preset); backend: "tensorflow" (tf_step.TensorFlowStep) or "jax" (jax_step.JaxStep), the backend Keras runs on;
     policy: the Keras dtype policy the models were built under; jit: compile the step with XLA.
     TensorFlow only: strategy, the tf.distribute strategy (None: the current one), and sync_bn, batch-norm
     statistics over the global batch with several replicas. JAX only: mesh, a jax.sharding.Mesh with a
     "data" axis (None: one device); the step always sees the global batch.
     """
-    preset = preset.with_loss(loss).with_ema_decay(ema_decay)
     if backend == "tensorflow":
         if mesh is not None:
             raise ValueError("a mesh is JAX's; TensorFlow's step takes a tf.distribute strategy")

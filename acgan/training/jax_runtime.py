@@ -15,7 +15,6 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from acgan import presets
 from acgan.data.batches import BatchPlan, prefetched
 from acgan.errors import UserError
 from acgan.step.distribute import check_global_batch, short_device_name
@@ -104,9 +103,8 @@ class JaxRuntime:
     def scope(self):
         return contextlib.nullcontext()
 
-    def make_step(self, models, num_classes, config):
-        self.gan = build_step(presets.get(config.arch), self.name, models, num_classes, config.policy,
-                              loss=config.loss, ema_decay=config.ema_decay, jit=config.jit, mesh=self.mesh)
+    def make_step(self, preset, models, num_classes, config):
+        self.gan = build_step(preset, self.name, models, num_classes, config.policy, jit=config.jit, mesh=self.mesh)
         return self.gan
 
     def layout(self, gan):

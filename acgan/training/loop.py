@@ -20,9 +20,8 @@ from typing import NamedTuple, Optional
 
 import keras
 
-from acgan.model.networks import resolve_arch
+from acgan.model.networks import run_preset
 from acgan.model.precision import needs_loss_scaling
-from acgan.presets import adversarial_loss, ema_decay
 from acgan.step.common import learning_rate_scale
 from acgan.training import report as run_report
 from acgan.training import run_lock
@@ -63,11 +62,10 @@ def run(config, command=None, make_evaluator=None):
     runtime = make_runtime(config)  # before anything touches a device
     chief = runtime.chief
     data = load_data(config)
-    # "auto" becomes the preset it picks for this data (and the loss that preset trains with), saved as such,
-    # so every reader rebuilds that one.
-    arch = resolve_arch(config.arch, data.image_shape)
-    config = dataclasses.replace(config, arch=arch, loss=adversarial_loss(arch, config.loss),
-                                 ema_decay=ema_decay(arch, config.ema_decay))
+    # The preset it trains, resolved once ("auto" from the data's shape; --loss and --ema_decay applied) and
+    # saved as such, so every reader rebuilds that one.
+    preset = run_preset(config, data.image_shape)
+    config = dataclasses.replace(config, arch=preset.name, loss=preset.loss, ema_decay=preset.ema_decay)
     run_dir, resume = prepare_run_dir(config, chief)
     lock = run_lock.take(run_dir, chief)  # one writer per run folder (the chief); the kernel frees it if we die
     # Every worker does the same work (reads of replicated state may be collective); only the chief's
@@ -75,7 +73,7 @@ def run(config, command=None, make_evaluator=None):
     files_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="acgan-worker-"))
     try:
         with disk.full_disk_stops_clearly(files_dir):  # a full disk: DiskFull, one line, exit status 4
-            setup = set_up(config, runtime, data, run_dir, files_dir, resume, make_evaluator)
+            setup = set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evaluator)
             outcome = train_loop(setup, config, started)
             report = assemble_report(setup, outcome, config, command, started)
             run_report.write_report(files_dir, report)

@@ -7,10 +7,9 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from acgan import presets
 from acgan.errors import UserError
 from acgan.model import precision
-from acgan.model.networks import build_models, resolve_arch
+from acgan.model.networks import build_models, run_preset
 from acgan.step.factory import build_step
 from acgan.training import checkpoints, grids, jax_checkpoints
 from acgan.training.checkpoints import first_line
@@ -49,14 +48,13 @@ def _load_step(run_dir):
     if latest is None:
         raise UserError(f"{run_dir} has no checkpoint yet")
     precision.set_policy(config.policy)
-    preset = presets.get(resolve_arch(config.arch, info["image_shape"]))  # UserError for an unknown one
+    preset = run_preset(config, info["image_shape"])  # UserError for an unknown one
     models = build_models(info["image_shape"], len(info["class_names"]), width=config.width, arch=preset)
     num_classes = len(info["class_names"])
     # The preset's step, so the saved optimizers' state fits.
     if running == "jax":  # then a JAX run: the step takes its whole saved state
         # jit: generate() compiles once
-        gan = build_step(preset, running, models, num_classes, config.policy, loss=config.loss,
-                         ema_decay=config.ema_decay, jit=True)
+        gan = build_step(preset, running, models, num_classes, config.policy, jit=True)
         with _mismatch_as_user_error(run_dir, latest, config):
             gan.load_state(saved.read_state(latest))
         gan.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
@@ -67,8 +65,7 @@ def _load_step(run_dir):
 
     from acgan.training.tf_runtime import restore_ema
 
-    gan = build_step(preset, running, models, num_classes, config.policy, loss=config.loss,
-                     ema_decay=config.ema_decay, jit=False)
+    gan = build_step(preset, running, models, num_classes, config.policy, jit=False)
     with _mismatch_as_user_error(run_dir, latest, config):
         if config.backend == "jax":  # a JAX run on TensorFlow: its model weights by variable path, and its step
             arrays = saved.read_state(latest)

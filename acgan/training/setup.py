@@ -13,7 +13,6 @@ from acgan.config import DEFAULT_STEPS
 from acgan.errors import UserError
 from acgan.measure import advice, device
 from acgan.model.networks import build_models, check_image_shape
-from acgan.presets import learning_rate_decay
 from acgan.training.run_dir import write_run_files
 
 
@@ -60,6 +59,7 @@ def total_steps(config, num_images):
 class Setup:
     """Everything the loop and the report need, built once before the first step."""
     runtime: object               # tf_runtime.TensorFlowRuntime or jax_runtime.JaxRuntime
+    preset: object                # the acgan.presets.Preset the run trains (networks.run_preset)
     data: object
     run_dir: Path
     files_dir: Path               # run_dir on the chief; a scratch folder on other workers
@@ -77,7 +77,7 @@ class Setup:
     learning_rate_decay: Optional[float]  # the last fraction of the run the rates fall over; None: constant
 
 
-def set_up(config, runtime, data, run_dir, files_dir, resume, make_evaluator=None):
+def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evaluator=None):
     replicas = runtime.replicas
     chief = files_dir == run_dir
     evaluator = None
@@ -85,15 +85,15 @@ def set_up(config, runtime, data, run_dir, files_dir, resume, make_evaluator=Non
         evaluator = make_evaluator(config)
     backend.set_random_seed(config.seed)
     with runtime.scope():
-        models = build_models(data.image_shape, data.num_classes, width=config.width, arch=config.arch)
-    gan = runtime.make_step(models, data.num_classes, config)
+        models = build_models(data.image_shape, data.num_classes, width=config.width, arch=preset)
+    gan = runtime.make_step(preset, models, data.num_classes, config)
     machine = device.describe_device()
     layout = runtime.layout(gan)
     notes = runtime.notes + advice.hardware_advice(config.policy, machine, advice.layer_widths(list(models)),
                                                    config.batch, xla=gan.compile_mode != "off")
     if gan.compile_mode == "off" and config.jit:
         notes.append(f"XLA is off: {gan.compile_reason}")
-    decay = learning_rate_decay(config.arch)
+    decay = preset.learning_rate_decay
     if decay and config.minutes is not None and layout["workers"] > 1:
         # Each worker would read its own clock, and the replicas' rates could differ for a step.
         notes.append("with several workers the preset's learning-rate decay needs --steps or --epochs; "
@@ -119,5 +119,7 @@ def set_up(config, runtime, data, run_dir, files_dir, resume, make_evaluator=Non
     write_run_files(files_dir, config, data)
     if resumed_from:
         print(f"resuming {run_dir} from step {start_step}")
-    return Setup(runtime, data, run_dir, files_dir, chief, gan, machine, layout, notes, earlier, checkpoints,
-                 resumed_from, start_step, steps, evaluator, decay)
+    return Setup(runtime=runtime, preset=preset, data=data, run_dir=run_dir, files_dir=files_dir, chief=chief,
+                 gan=gan, machine=machine, layout=layout, notes=notes, earlier_sessions=earlier,
+                 checkpoints=checkpoints, resumed_from=resumed_from, start_step=start_step, steps=steps,
+                 evaluator=evaluator, learning_rate_decay=decay)

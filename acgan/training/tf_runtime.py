@@ -5,7 +5,6 @@ import json
 
 import tensorflow as tf
 
-from acgan import presets
 from acgan.data.pipeline import training_batches
 from acgan.step import distribute
 from acgan.step.factory import build_step
@@ -86,9 +85,9 @@ class TensorFlowRuntime:
     def scope(self):
         return self.strategy.scope()
 
-    def make_step(self, models, num_classes, config):
-        return build_step(presets.get(config.arch), self.name, models, num_classes, config.policy, loss=config.loss,
-                          ema_decay=config.ema_decay, jit=config.jit, strategy=self.strategy, sync_bn=config.sync_bn)
+    def make_step(self, preset, models, num_classes, config):
+        return build_step(preset, self.name, models, num_classes, config.policy, jit=config.jit, strategy=self.strategy,
+                          sync_bn=config.sync_bn)
 
     def layout(self, gan):
         return run_report.distribution_summary(self.strategy, gan)
