@@ -14,7 +14,7 @@ import typing
 from absl import app, flags, logging
 
 from acgan import backend
-from acgan.config import STRATEGIES, Config
+from acgan.config import Config
 from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, DiskFull, UserError
 
 # absl makes a flag a key flag (one --help lists) of the module that called DEFINE_*; the helpers below
@@ -45,12 +45,6 @@ def define_setting_flags(record, names=None, helps=None, choices=None, defaults=
             define(name, default, help_text)
 
 
-def define_data_flags(classes=True):
-    """--dataset, --classes, --data_dir, --max_per_class: which images a command trains or times on."""
-    names = ("dataset", "classes", "data_dir", "max_per_class")
-    define_setting_flags(Config, [n for n in names if classes or n != "classes"])
-
-
 def define_ema_flag():
     """--ema / --no-ema: sample from G's average or from G's own weights, for the commands that read a run."""
     flags.DEFINE_boolean("ema", True, "Sample from the moving average of G's weights where the run kept one "
@@ -65,14 +59,6 @@ def define_backend_flag(of_run=False):
                             "(default: the KERAS_BACKEND environment variable, else the run's own).")
     else:
         define_setting_flags(Config, ["backend"], defaults={"backend": backend.default()})
-
-
-def define_strategy_flags(exclude=()):
-    """--strategy and --devices, as acgan.train and acgan.benchmark both take them; and JAX's multi_worker
-    flags unless multi_worker is excluded."""
-    names = ["strategy", "devices"] + ([] if "multi_worker" in exclude else
-                                        ["coordinator_address", "num_processes", "process_id"])
-    define_setting_flags(Config, names, choices={"strategy": [s for s in STRATEGIES if s not in exclude]})
 
 
 def settings_from_flags(settings_class, flag_values=flags.FLAGS, **given):

@@ -34,9 +34,13 @@ from acgan.bench.tables import describe_machine
 from acgan.config import (
     BACKENDS,
     POLICIES,
+    STRATEGIES,
+    Config,
     non_negative_int,
     positive_int,
     positive_number,
+    same_setting,
+    setting,
     validate_backend,
     validate_arch,
     validate_policy,
@@ -53,30 +57,38 @@ SYNTHETIC_CLASSES = 10
 
 @dataclasses.dataclass(frozen=True)
 class SweepSettings:
+    """acgan.benchmark's settings: its flags and keyword arguments (the four sweep dimensions' flags are
+    lists the command parses; the fields shared with Config take its default and help unless given)."""
     backends: tuple = ("tensorflow",)  # Keras backends, each configuration's worker runs on one
     policies: tuple = POLICIES
     batches: tuple = (64, 256, 1024, 2048)
     jits: tuple = (True,)
-    dataset: str = "doodles"
-    synthetic: bool = False         # random uint8 tensors instead of --dataset
-    data_dir: str = "data"
-    max_per_class: Optional[int] = None
-    width: float = 1.0
-    arch: str = "auto"           # model preset; auto: acgan_cifar for 32x32x3 images, else reference
-    steps: int = 20                 # steps per timing
-    warmup: int = 3                 # steps after the compiled first step, left out
-    repeats: int = 3                # timings per configuration (median, min, max reported)
-    seed: int = 0
-    device_name: Optional[str] = None     # labels the device and picks the price entry
-    price_per_hour: Optional[float] = None
-    overhead: bool = True           # also time the full training loop at one configuration
-    overhead_batch: int = 256
-    log_every: Optional[int] = None  # the trainer-overhead run's --log_every (None: steps, a read per window)
-    strategy: str = "auto"          # as acgan.train's --strategy; multi_worker is not swept
-    devices: Optional[tuple] = None  # as acgan.train's --devices
-    max_seconds: Optional[float] = None  # a configuration's worker is stopped after this long (status too_slow)
-    profile: Optional[str] = None   # a folder: each configuration's profiler trace and profile.md in a subfolder
-    profile_length: int = 5         # steps in each profiler trace
+    dataset: str = same_setting(Config, "dataset")
+    synthetic: bool = setting(False, "Time on random in-memory tensors (28x28x1, 10 classes) instead of --dataset.")
+    data_dir: str = same_setting(Config, "data_dir")
+    max_per_class: Optional[int] = same_setting(Config, "max_per_class")
+    width: float = same_setting(Config, "width")
+    arch: str = same_setting(Config, "arch")
+    steps: int = setting(20, "Steps per timing.")
+    warmup: int = setting(3, "Steps after the compile step left out of the timing.")
+    repeats: int = setting(3, "Timings per configuration (median, min and max reported).")
+    seed: int = same_setting(Config, "seed", help="Seed for the weights, the noise and the chosen images.")
+    device_name: Optional[str] = setting(None, "Name for this device in reports; also picks the price entry (e.g. T4).")
+    price_per_hour: Optional[float] = same_setting(Config, "price_per_hour")
+    overhead: bool = setting(True, "Also time the full training loop at one configuration (--no-overhead to skip).")
+    overhead_batch: int = setting(256, "Batch size of the trainer-overhead measurement.")
+    log_every: Optional[int] = setting(None, "--log_every of the trainer-overhead run (default: --steps, one metrics "
+                                       "read, a device sync, per timed window; otherwise windows are --steps rounded "
+                                       "up to a multiple).")
+    strategy: str = same_setting(Config, "strategy")  # multi_worker is not swept (validate)
+    devices: Optional[tuple] = same_setting(Config, "devices")
+    max_seconds: Optional[float] = setting(None, "Stop a configuration whose worker (start-up, compilation and timing) "
+                                           "runs longer than this, and report it as too_slow (default: no limit).")
+    profile: Optional[str] = setting(None, "A folder: also record a profiler trace of --profile_length more steps of "
+                                     "every configuration in a subfolder, with profile.md: where the device time "
+                                     "went (summarized in benchmark.md).")
+    profile_length: int = setting(5, "Steps in each --profile trace (fewer for a quick look: an XLA-off step on JAX "
+                                  "runs thousands of traced ops).")
 
     def validate(self):
         """Raises UserError on the first bad setting; imports nothing heavy."""
