@@ -2,6 +2,7 @@
 on its configuration's Keras backend (KERAS_BACKEND set), so that a crash, an out-of-memory kill or a
 hang (--max_seconds) becomes that configuration's status, never a stopped sweep. The probe (the machine
 as a backend sees it), each configuration's timing, and the trainer-overhead run."""
+import dataclasses
 import json
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 from acgan.bench.results import make_row
+from acgan.config import Config
 from acgan.errors import UserError
 from acgan.util.children import child_env, last_log_line
 
@@ -120,6 +122,28 @@ def measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_
             "ratio": with_ms / without_ms}
 
 
+def trainer_config(settings, backend, policy, batch, jit, inputs, output_dir, price_per_hour):
+    """(the Config of the trainer-overhead run, the steps in each of its timed windows): timed like the bare
+    step, the median over `repeats` windows of consecutive steps of the loop's wall time per step.
+
+    Every window must hold a device sync: on JAX, and on TensorFlow on a GPU, a step only enqueues work,
+    and the loop waits for the device only when it reads the metrics (every --log_every steps), so a
+    window without a read times the enqueueing alone. The loop reads once per window of `steps` steps
+    (log_every = steps) unless the settings give log_every; then a window is `steps` rounded up to a
+    multiple of it, so every window holds the same number of reads."""
+    log_every = settings.log_every or settings.steps
+    window = -(-settings.steps // log_every) * log_every
+    # The compile step, the warm-up, the loop's own bare-step window (as long as the warm-up), the windows.
+    steps = 1 + 2 * settings.warmup + settings.repeats * window
+    config = Config(
+        dataset=f"npz:{inputs}" if settings.synthetic else settings.dataset, data_dir=settings.data_dir,
+        max_per_class=settings.max_per_class, policy=policy, batch=batch, width=settings.width, arch=settings.arch,
+        steps=steps, jit=jit, seed=settings.seed, sample_every=None, checkpoint_every=steps, keep_checkpoints=1,
+        warmup_steps=settings.warmup, log_every=log_every, output_dir=str(output_dir), price_per_hour=price_per_hour,
+        backend=backend, strategy=settings.strategy, devices=settings.devices)
+    return config.validate(), window
+
+
 def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_dir, echo=print):
     """The full training loop (loop.run: real input pipeline, metric reads, TensorBoard, progress bar)
     against the bare step at one configuration: the median of `repeats` windows of `steps` steps each,
@@ -134,15 +158,12 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
     if bare is None:
         job = worker_job(settings, backend, policy, batch, jit, inputs, num_classes)
         bare = make_row(run, policy, batch, jit, run_worker(job, work_dir, output_dir / "logs" / f"overhead-bare-{name}.log"))
-    job = worker_job(settings, backend, policy, batch, jit, inputs, num_classes, mode="trainer")
     # One trainer run folder per backend (overhead-trainer-jax, ...) when the sweep has several.
     trainer_dir = OVERHEAD_DIR if len(settings.backends) == 1 else f"{OVERHEAD_DIR}-{backend}"
-    job.update(
-        dataset=f"npz:{inputs}" if settings.synthetic else settings.dataset,
-        data_dir=settings.data_dir, max_per_class=settings.max_per_class,
-        output_dir=str(output_dir / trainer_dir), price_per_hour=bare["price_per_hour"],
-        command=run["command"], log_every=settings.log_every,
-    )
+    config, window = trainer_config(settings, backend, policy, batch, jit, inputs, output_dir / trainer_dir,
+                                    bare["price_per_hour"])
+    job = {"mode": "trainer", "backend": backend, "policy": policy, "batch": batch, "jit": jit,
+           "config": dataclasses.asdict(config), "window": window, "command": run["command"]}
     loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{name}.log")
     ema = measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_dir, name)
     out = {

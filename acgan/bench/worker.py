@@ -243,30 +243,10 @@ LOG_DELAY_VARIABLE = "ACGAN_INJECT_LOG_DELAY"
 
 
 def run_trainer(job):
-    """The full training loop through acgan.training.loop.run, timed like the bare step: the median
-    over `repeats` windows of consecutive steps of the loop's wall time per step.
-
-    Every window must hold a device sync: on JAX, and on TensorFlow on a GPU, a step only enqueues work,
-    and the loop waits for the device only when it reads the metrics (every --log_every steps), so a
-    window without a read times the enqueueing alone. The loop reads once per window of `steps` steps
-    (log_every = steps) unless the job sets log_every; then a window is `steps` rounded up to a multiple
-    of it, so every window holds the same number of reads."""
-    log_every = job.get("log_every") or job["steps"]
-    window = -(-job["steps"] // log_every) * log_every
-    # The compile step, the warm-up, the loop's own bare-step window (as long as the warm-up), the windows.
-    steps = 1 + 2 * job["warmup"] + job["repeats"] * window
-    config = Config(
-        dataset=job["dataset"], data_dir=job["data_dir"], max_per_class=job["max_per_class"],
-        policy=job["policy"], batch=job["batch"], width=job["width"], arch=job.get("arch", "auto"),
-        steps=steps, jit=job["jit"],
-        seed=job["seed"], sample_every=None, checkpoint_every=steps, keep_checkpoints=1,
-        warmup_steps=job["warmup"], log_every=log_every,
-        output_dir=job["output_dir"], price_per_hour=job["price_per_hour"],
-        backend=job.get("backend", "tensorflow"),
-        strategy=job.get("strategy", "default"),
-        devices=tuple(job["devices"]) if job.get("devices") else None,
-    )
-    config.validate()
+    """The full training loop through acgan.training.loop.run on the job's Config (sweep_runs.trainer_config
+    says how its windows time it): the median over its windows of the loop's wall time per step."""
+    config = Config.from_json(json.dumps(job["config"]))
+    window = job["window"]
     delay = float(os.environ.get(LOG_DELAY_VARIABLE) or 0)
     if delay:  # every metrics read of the loop ends in SummaryWriter.scalars
         honest = SummaryWriter.scalars
@@ -276,7 +256,7 @@ def run_trainer(job):
             honest(self, values, step)
 
         SummaryWriter.scalars = slow_scalars
-    precision.set_policy(job["policy"])
+    precision.set_policy(config.policy)
     outcome = loop.run(config, command=job.get("command"))
     if outcome.status != "completed":
         return {"status": "failed", "run_dir": str(outcome.run_dir),
