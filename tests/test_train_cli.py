@@ -1,6 +1,8 @@
 """The CLIs end to end on doodles: train per policy, then generate from the run."""
+import functools
 import json
 import os
+import runpy
 import subprocess
 import sys
 
@@ -194,22 +196,23 @@ BAD_INPUTS = {
 }
 
 
+@functools.cache
+def _train_command():
+    """The train command module's namespace, run once: runpy, as `python -m acgan.train` runs it, so
+    `acgan.train` stays the Python call (importing the module would bind that name to it)."""
+    return runpy.run_module("acgan.train")
+
+
 def _run_in_process(argv, monkeypatch, capsys):
     """The train CLI in this process (TensorFlow is loaded once): (exit status, stderr)."""
-    import importlib
-
     from absl import flags
 
-    import acgan
     from acgan import cli
-
-    train = importlib.import_module("acgan.train")  # the command module (`from acgan import train`: the call)
-    vars(acgan).pop("train", None)  # importing it bound acgan.train to it: acgan.train(...) is api.train again
 
     flags.FLAGS.unparse_flags()
     monkeypatch.setattr(sys, "argv", ["acgan.train", *argv])
     with pytest.raises(SystemExit) as exit_info:
-        cli.run_main(train.main)
+        cli.run_main(_train_command()["main"])
     flags.FLAGS.unparse_flags()
     return exit_info.value.code, capsys.readouterr().err
 
