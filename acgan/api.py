@@ -361,9 +361,9 @@ def _signature(settings_class, **defaults):
         for f in dataclasses.fields(settings_class)])
 
 
-train.__signature__ = _signature(Config, backend=None).replace(parameters=[
-    *_signature(Config, backend=None).parameters.values(),
-    inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None)])
+_train_settings = _signature(Config, backend=None).parameters.values()
+train.__signature__ = inspect.Signature([*_train_settings, inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY,
+                                                                            default=None)])
 compare.__signature__ = _signature(CompareSettings, backend=None)
 
 

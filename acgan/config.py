@@ -238,8 +238,8 @@ def start_from_file(path, config, given):
     if not path.is_file():
         raise UserError(f"--config {path}: no such file")
     try:
-        values = json.loads(path.read_text())
-        saved = Config.from_json(json.dumps(values))
+        text = path.read_text()
+        values, saved = json.loads(text), Config.from_json(text)
     except (ValueError, TypeError, AttributeError) as e:
         raise UserError(f"--config {path} is not a valid acgan config ({e.__class__.__name__})") from None
     fields = {f.name for f in dataclasses.fields(Config)}
