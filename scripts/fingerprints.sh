@@ -2,7 +2,7 @@
 # The weights fingerprints of 30-step runs, both presets x float32/mixed_float16 x TensorFlow/JAX: what a
 # change that must not alter training (a restructuring) is checked with. Run it at the old and the new
 # commit, each from its own checkout, and compare the two files line by line (diff).
-# Usage: scripts/fingerprints.sh OUT.txt [OUTPUT_ROOT]   (from the repository root)
+# Usage: [BACKENDS=jax] scripts/fingerprints.sh OUT.txt [OUTPUT_ROOT]   (from the repository root)
 set -euo pipefail
 out=$1
 root=${2:-outputs/fingerprint-runs}
@@ -11,7 +11,7 @@ common=(--steps 30 --batch 16 --width 0.25 --max_per_class 50 --warmup_steps 5 -
         --checkpoint_every 30 --data_dir data)
 mkdir -p "$root"
 : > "$out"
-for backend in tensorflow jax; do
+for backend in ${BACKENDS:-tensorflow jax}; do
   for arch in reference acgan_cifar; do
     dataset=doodles; [ "$arch" = acgan_cifar ] && dataset=swatches
     for policy in float32 mixed_float16; do

@@ -1,12 +1,13 @@
 """The layout stays readable: no import cycles between acgan modules, nor between its subsystems (the
-folders under acgan/), function-level imports counted; commands on top, and no source file pointing
-outside the repository."""
+folders under acgan/), function-level imports counted; commands on top; short modules and functions;
+and no source file pointing outside the repository."""
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "acgan"
 COMMANDS = {"train", "generate", "evaluate", "compare", "benchmark", "benchmark_merge", "export", "__main__"}
 SHARED = {"backend", "__init__", "api", "cli", "config", "errors", "presets"}
+MODULE_LINES, FUNCTION_LINES = 450, 80  # a module read in one sitting, a function on one screen
 
 
 def module_name(path):
@@ -103,3 +104,17 @@ def test_the_top_level_holds_the_commands_and_a_few_shared_modules():
 def test_no_source_file_points_outside_the_repository():
     offenders = [str(p) for p in PACKAGE.rglob("*.py") if "../shared" in p.read_text() or "DESIGN.md" in p.read_text()]
     assert not offenders
+
+
+def test_modules_and_functions_stay_short():
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > MODULE_LINES:
+            offenders.append(f"{path.relative_to(PACKAGE)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > FUNCTION_LINES:
+                    offenders.append(f"{path.relative_to(PACKAGE)}: {node.name}, {length} lines")
+    assert not offenders, offenders

@@ -19,8 +19,8 @@
 StepBase holds the shared part: the preset's settings, the three optimizers and the variable groups
 they train, the host-side reads (skipped steps, loss scales, the weights fingerprint), and the
 learning-rate scale; next_skip_streak and metric_vector are the step's shared bookkeeping in Keras ops.
-A backend's step adds its update (`_step`), its state and the hooks named below (`_host_*`,
-`_set_learning_rates`).
+A backend's step adds its state, runs algorithm.iteration (the update itself) in its train_step, and
+supplies the hooks named below (`_host_*`, `_set_learning_rates`).
 """
 import abc
 import hashlib
@@ -67,12 +67,14 @@ class StepBase(abc.ABC):
 
     def _build_optimizers(self):
         """The variables each optimizer trains, and the optimizers built for them."""
-        m = self.models
-        self.d_variables = m.trunk.trainable_variables + m.d_head.trainable_variables
-        self.g_variables = m.generator.trainable_variables
-        # Q trains the shared trunk, its head and (with g_learns_from_q) G: the mutual-information term.
-        self.q_variables = m.trunk.trainable_variables + m.q_head.trainable_variables + (
-            m.generator.trainable_variables if self.g_learns_from_q else [])
+        # {optimizer name: the models (MODEL_NAMES) whose trainable weights it trains, in this order}. Q
+        # trains the shared trunk, its head and (with g_learns_from_q) G: the mutual-information term.
+        self.trained_models = {"d": ("trunk", "d_head"), "g": ("generator",),
+                               "q": ("trunk", "q_head") + (("generator",) if self.g_learns_from_q else ())}
+        models = dict(zip(MODEL_NAMES, self.models))
+        self.d_variables, self.g_variables, self.q_variables = (
+            [v for model in self.trained_models[name] for v in models[model].trainable_variables]
+            for name in OPTIMIZER_NAMES)
         for optimizer, variables in self._optimizers_and_variables():
             optimizer.build(variables)
 
@@ -87,6 +89,10 @@ class StepBase(abc.ABC):
     def _named_optimizers(self):
         """{optimizer name: optimizer}, in OPTIMIZER_NAMES' order."""
         return dict(zip(OPTIMIZER_NAMES, (self.d_optimizer, self.g_optimizer, self.q_optimizer)))
+
+    def optimizer(self, name):
+        """The optimizer called `name` ("d", "g" or "q")."""
+        return self._named_optimizers()[name]
 
     def set_learning_rate_scale(self, scale):
         """Sets each optimizer's learning rate to its preset rate times `scale`; the step reads the rates

@@ -1,4 +1,4 @@
-"""The AC-GAN train step on Keras's JAX backend: tf_step.TensorFlowStep's interface and semantics on one device.
+"""JaxStep: the train step's contract (base.py) on Keras's JAX backend, on one device or a mesh.
 
 Run with KERAS_BACKEND=jax, and build the models under the policy first (networks.build_models). This
 module never imports TensorFlow.
@@ -10,12 +10,10 @@ counter and the skip streak. The Keras variables of the models and optimizers ke
 when the step was made: they serve only as the structure that stateless_call / stateless_apply map
 values onto. `sync_variables()` writes the state back into them.
 
-As on TensorFlow, G runs once per iteration: D trains on its output with the gradient stopped, and G's
-and Q's gradients reach G's weights through the same forward pass (jax.vjp of G, pulled back with the
-cotangents of G's and Q's losses with respect to the fake images). The trunk's batch-norm statistics
-move only in D's pass (real, then fake); the G/Q pass uses the batch statistics and drops the updates.
-Under mixed_float16 each loss is scaled by its own LossScaleOptimizer's scale as it is in the state
-handed to the step (read in a StatelessScope mapping the optimizer's variables to that state: outside
+Each step runs algorithm.iteration over the state's arrays (jax_iteration.JaxIteration: jax.vjp for
+G's one forward, jax.grad, stateless calls and stateless_apply), then moves G's average and counts. Under
+mixed_float16 each loss is scaled by its own LossScaleOptimizer's scale as it is in the state handed to
+the step (`scaled`: read in a StatelessScope mapping the optimizer's variables to that state; outside
 one, scale_loss inside jax.jit would read the Keras variable, a constant frozen at trace time, while
 stateless_apply unscales by the live scale; keras-team/keras#19244).
 
@@ -27,8 +25,6 @@ gradients, and the batch-norm statistics (what --sync_bn means on TensorFlow). A
 any device's shard is therefore in the one gradient every LossScaleOptimizer checks: all skip together.
 With processes on several hosts the state is a global array; reads take this process's own copy.
 """
-import functools
-
 import jax
 import jax.numpy as jnp
 import keras
@@ -36,15 +32,10 @@ import numpy as np
 
 from acgan import presets
 from acgan.model import precision
-from acgan.model.networks import d_head_inputs
-from acgan.step import augment as augment_lib
-from acgan.step import losses
+from acgan.step import algorithm
 from acgan.step.base import StepBase, ema_decay_at, metric_vector, moved_ema, next_skip_streak
 from acgan.step.common import MODEL_NAMES, OPTIMIZER_NAMES, StepMetrics
-
-
-def _accuracy(labels, logits):
-    return jnp.mean((jnp.argmax(logits, axis=-1).astype(jnp.int32) == labels).astype(jnp.float32))
+from acgan.step.jax_iteration import JaxIteration
 
 
 def _copy(value):
@@ -54,15 +45,15 @@ def _copy(value):
 
 
 class _Counter:
-    """The step counter as the TF step's tf.Variable is read: int(gan.step), gan.step.numpy().
+    """The step counter as the TF step's tf.Variable is read: int(trainer.step), trainer.step.numpy().
 
     It reads the live state each time, so it never refers to a donated (deleted) buffer."""
 
-    def __init__(self, gan):
-        self._gan = gan
+    def __init__(self, trainer):
+        self._trainer = trainer
 
     def numpy(self):
-        return np.asarray(self._gan._local(self._gan._state["step"]))
+        return np.asarray(self._trainer._local(self._trainer._state["step"]))
 
     def __int__(self):
         return int(self.numpy())
@@ -271,146 +262,37 @@ class JaxStep(StepBase):
             return None
         return self.lowered_step(*self._signature).compile().as_text()
 
-    def _scaled(self, name, optimizer_values, loss):
+    def scaled(self, name, optimizer_values, loss):
         """`loss` scaled by optimizer `name`'s loss scale as `optimizer_values` (its state) holds it."""
         optimizer = self._optimizers[name]
         with keras.StatelessScope(state_mapping=list(zip(optimizer.variables, optimizer_values))):
             return precision.scale_loss(optimizer, loss)
 
     def _step(self, state, images, labels, z, fake_labels):
-        """The step as a pure function: (state, batch) -> (new state, metric vector).
-
-        `weights` ({model name: {"trainable": [...], "non_trainable": [...]}}) and `optimizers` ({name:
-        [values]}) start as the state's and take each update's new values as the step goes."""
-        weights = {name: dict(state["models"][name]) for name in MODEL_NAMES}
-        optimizers = dict(state["optimizers"])
+        """The step as a pure function: (state, batch) -> (new state, metric vector); the iteration itself
+        is algorithm.iteration over the state's arrays (jax_iteration.JaxIteration)."""
         real = jnp.asarray(images).astype(jnp.float32) / 255.0
         labels = jnp.asarray(labels).astype(jnp.int32)
         fake_labels = jnp.asarray(fake_labels).astype(jnp.int32)
-        iterations_before = self._iterations(optimizers)
-        if self.augment:  # the same draws as the TF step's (a hash of the step counter)
-            draws = augment_lib.draws(state["step"], real.shape[0], augment_lib.REAL)
-            real = augment_lib.augment(real, draws, self.augment)
-
-        # The iteration's one G forward (G's batch-norm statistics move here, once), kept for G's backward.
-        g = weights["generator"]
-        g_forward = functools.partial(self._g_forward, non_trainable=g["non_trainable"], z=z, labels=fake_labels,
-                                      step=state["step"])
-        fake, g_pullback, g["non_trainable"] = jax.vjp(g_forward, g["trainable"], has_aux=True)
-        fake = jax.lax.stop_gradient(fake)
-
-        # D on the real and the fake batch.
-        d_loss = self._d_update(weights, optimizers, real, labels, fake, fake_labels)
-
-        # G and Q through the freshly updated D, from the same fake batch.
-        g_loss, q_loss, q_accuracy_real, q_accuracy_fake = self._gq_update(
-            weights, optimizers, real, labels, fake, fake_labels, g_pullback)
+        iterations_before = self._iterations(state["optimizers"])
+        run = JaxIteration(self, state)
+        loss_values = algorithm.iteration(run, real, labels, z, fake_labels, state["step"])
 
         step = state["step"] + 1
-        iterations = self._iterations(optimizers)
+        iterations = self._iterations(run.optimizers)
         streak = next_skip_streak(state["skip_streak"], iterations_before, iterations)
+        g_trainable = run.weights["generator"]["trainable"]
         new_state = {
-            "models": {name: {kind: list(values) for kind, values in weights[name].items()} for name in MODEL_NAMES},
-            "optimizers": {name: list(values) for name, values in optimizers.items()},
+            "models": {name: {kind: list(values) for kind, values in run.weights[name].items()}
+                       for name in MODEL_NAMES},
+            "optimizers": {name: list(values) for name, values in run.optimizers.items()},
             "step": step,
             "skip_streak": streak,
             # G's average moves toward G's weights after both of their updates.
-            "g_ema": moved_ema(state["g_ema"], g["trainable"], ema_decay_at(self.ema_decay, state["step"])),
+            "g_ema": moved_ema(state["g_ema"], g_trainable, ema_decay_at(self.ema_decay, state["step"])),
         }
-        loss_values = jnp.stack([jnp.asarray(x, jnp.float32)
-                                 for x in (d_loss, g_loss, q_loss, q_accuracy_real, q_accuracy_fake)])
-        return new_state, metric_vector(loss_values, self._scales(optimizers), step, iterations, streak)
-
-    def _g_forward(self, trainable, non_trainable, z, labels, step):
-        """G's images (augmented as D sees them, so G's gradients pass back through the augmentation) and
-        G's new batch statistics."""
-        images, non_trainable = self.models.generator.stateless_call(trainable, non_trainable, [z, labels],
-                                                                     training=True)
-        if self.augment:
-            images = augment_lib.augment(images, augment_lib.draws(step, images.shape[0], augment_lib.FAKE),
-                                         self.augment)
-        return images, non_trainable
-
-    def _d_update(self, weights, optimizers, real, labels, fake, fake_labels):
-        """D's update (the trunk and D head) on the real and the fake batch, written into `weights` and
-        `optimizers`; returns D's loss. The trunk sees the real batch, then the fake one; its statistics
-        move in this pass only."""
-        m = self.models
-        trunk, head = weights["trunk"], weights["d_head"]
-        n_trunk = len(trunk["trainable"])
-
-        def loss_fn(d_trainable):
-            trunk_trainable, head_trainable = d_trainable[:n_trunk], d_trainable[n_trunk:]
-            trunk_state, head_state = trunk["non_trainable"], head["non_trainable"]
-            features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, real, training=True)
-            d_real, head_state = m.d_head.stateless_call(head_trainable, head_state,
-                                                         d_head_inputs(m.d_head, features, labels), training=True)
-            features, trunk_state = m.trunk.stateless_call(trunk_trainable, trunk_state, fake, training=True)
-            d_fake, head_state = m.d_head.stateless_call(head_trainable, head_state,
-                                                         d_head_inputs(m.d_head, features, fake_labels), training=True)
-            d_loss = losses.d_adversarial(self.loss, d_real, d_fake)
-            return self._scaled("d", optimizers["d"], d_loss), (d_loss, trunk_state, head_state)
-
-        d_trainable = trunk["trainable"] + head["trainable"]
-        grads, (d_loss, trunk["non_trainable"], head["non_trainable"]) = jax.grad(loss_fn, has_aux=True)(d_trainable)
-        d_trainable, optimizers["d"] = self.d_optimizer.stateless_apply(optimizers["d"], grads, d_trainable)
-        trunk["trainable"], head["trainable"] = d_trainable[:n_trunk], d_trainable[n_trunk:]
-        return d_loss
-
-    def _gq_update(self, weights, optimizers, real, labels, fake, fake_labels, g_pullback):
-        """G's and Q's updates through D as it is now, G's gradients pulled back through its one forward
-        (`g_pullback`), written into `weights` and `optimizers`; returns G's and Q's losses and Q's
-        accuracies on the real and the fake batch.
-
-        The trunk's statistics updates are dropped here; Q's head moves its own (real, then fake), as on
-        TensorFlow. Two separate backward passes, as the TF step's two tape.gradient calls: pulled back
-        through one vjp of both losses, an overflow in one (inf * a zero cotangent = NaN) would reach the
-        other's gradients. The trunk's forward on the fake batch is then written twice; under jit XLA
-        computes it once."""
-        m = self.models
-        g, trunk, d_head, q_head = (weights[name] for name in MODEL_NAMES)
-
-        def g_loss_fn(fake_images):
-            features, _ = m.trunk.stateless_call(trunk["trainable"], trunk["non_trainable"], fake_images,
-                                                 training=True)
-            d_fake, _ = m.d_head.stateless_call(d_head["trainable"], d_head["non_trainable"],
-                                                d_head_inputs(m.d_head, features, fake_labels), training=True)
-            g_loss = losses.g_adversarial(self.loss, d_fake)
-            return self._scaled("g", optimizers["g"], g_loss), g_loss
-
-        def q_loss_fn(trunk_trainable, q_head_trainable, fake_images):
-            # The weights the fake batch's class loss sees: frozen when Q learns from real images only,
-            # so that loss then moves G alone.
-            fake_trunk, fake_head = trunk_trainable, q_head_trainable
-            if not self.q_learns_from_fakes:
-                fake_trunk, fake_head = ([jax.lax.stop_gradient(v) for v in vs] for vs in (fake_trunk, fake_head))
-            fake_features, _ = m.trunk.stateless_call(fake_trunk, trunk["non_trainable"], fake_images, training=True)
-            real_features, _ = m.trunk.stateless_call(trunk_trainable, trunk["non_trainable"], real, training=True)
-            q_state = q_head["non_trainable"]
-            q_real, q_state = m.q_head.stateless_call(q_head_trainable, q_state, real_features, training=True)
-            q_fake, q_state = m.q_head.stateless_call(fake_head, q_state, fake_features, training=True)
-            q_loss = losses.ce(labels, q_real) + losses.ce(fake_labels, q_fake)
-            return (self._scaled("q", optimizers["q"], q_loss),
-                    (q_loss, _accuracy(labels, q_real), _accuracy(fake_labels, q_fake), q_state))
-
-        # The still-scaled cotangents of G's and Q's losses w.r.t. the fake images, and Q's gradients.
-        g_cotangent, g_loss = jax.grad(g_loss_fn, has_aux=True)(fake)
-        # Without g_learns_from_q the fake batch's class loss reaches no weight of G: no cotangent.
-        q_argnums = (0, 1, 2) if self.g_learns_from_q else (0, 1)
-        q_grads, (q_loss, q_accuracy_real, q_accuracy_fake, q_head["non_trainable"]) = jax.grad(
-            q_loss_fn, argnums=q_argnums, has_aux=True)(trunk["trainable"], q_head["trainable"], fake)
-        (g_grads,) = g_pullback(g_cotangent)
-        q_g_grads = list(g_pullback(q_grads[2])[0]) if self.g_learns_from_q else []
-        g["trainable"], optimizers["g"] = self.g_optimizer.stateless_apply(optimizers["g"], g_grads, g["trainable"])
-        q_trainable, optimizers["q"] = self.q_optimizer.stateless_apply(
-            optimizers["q"], list(q_grads[0]) + list(q_grads[1]) + q_g_grads,
-            trunk["trainable"] + q_head["trainable"] + (g["trainable"] if self.g_learns_from_q else []))
-        n_trunk, n_q_head = len(trunk["trainable"]), len(q_head["trainable"])
-        trunk["trainable"] = q_trainable[:n_trunk]
-        q_head["trainable"] = q_trainable[n_trunk:n_trunk + n_q_head]
-        if self.g_learns_from_q:
-            g["trainable"] = q_trainable[n_trunk + n_q_head:]
-        return g_loss, q_loss, q_accuracy_real, q_accuracy_fake
+        loss_values = jnp.stack([jnp.asarray(x, jnp.float32) for x in loss_values])
+        return new_state, metric_vector(loss_values, self._scales(run.optimizers), step, iterations, streak)
 
     def _iterations(self, optimizer_values):
         return jnp.stack([jnp.asarray(optimizer_values[n][self._iterations_index[n]], jnp.int32)

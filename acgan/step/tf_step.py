@@ -1,12 +1,14 @@
-"""The AC-GAN train step: a D update, then G and Q updates, each by its own (loss-scaled) optimizer.
+"""TensorFlowStep: the AC-GAN iteration (algorithm.py) on a tf.distribute strategy's variables (one device
+by default), and the train step's contract (base.py) around it.
 
-The step runs on a tf.distribute strategy (one device by default); G's noise comes with each batch.
-G runs once per iteration: D trains on its output with the gradient stopped, and G's and Q's
-gradients reach G's weights through the same forward pass (cotangents with respect to the fake images).
-It returns its metrics as one float32 vector (StepMetrics), so the host reads them with one copy.
+Each replica runs the iteration on its share of the global batch (`strategy.run`); the losses are each
+replica's share, so the summed gradients are the global batch's. What TensorFlow supplies to the
+iteration (algorithm.Backend): G's one forward on a persistent tape that G's backward reads, D's and
+G/Q's gradients from tapes (one persistent tape for G and Q), optimizers applying in place, and the
+loss-scale guard across replicas. XLA compiles the whole step with one replica, each replica's forward
+and backward passes with several (distribute.compile_plan). The metrics come back as one float32 vector
+(StepMetrics), so the host reads them with one copy.
 """
-from typing import NamedTuple, Optional
-
 import keras
 import tensorflow as tf
 
@@ -14,7 +16,7 @@ from acgan import presets
 from acgan.model import precision
 from acgan.model.networks import d_head_inputs
 from acgan.step import augment as augment_lib
-from acgan.step import distribute, losses
+from acgan.step import algorithm, distribute
 from acgan.step.base import StepBase, ema_decay_at, metric_vector, moved_ema, next_skip_streak
 # The backend-neutral names live in common.py; re-exported so `from acgan.step.tf_step import ...` keeps working.
 from acgan.step.common import LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, StepMetrics  # noqa: F401
@@ -24,27 +26,28 @@ class _Untracked:
     """Holds state that the checkpoint must not contain (tf.Module tracks only trackable attributes)."""
 
 
-class GQPass(NamedTuple):
-    """What the G/Q pass gives (this replica's shares; gradients and cotangents still loss-scaled)."""
+class _KerasNetworks:
+    """algorithm.Networks on the Keras models' own variables; a call moves batch-norm statistics unless it
+    runs in a keras.StatelessScope."""
 
-    g_loss: tf.Tensor
-    q_loss: tf.Tensor
-    q_accuracy_real: tf.Tensor
-    q_accuracy_fake: tf.Tensor
-    q_grads: list  # Q's gradients for the trunk and its head
-    g_cotangent: tf.Tensor  # of G's loss w.r.t. the fake images
-    q_cotangent: Optional[tf.Tensor]  # of Q's loss w.r.t. the fake images; None when G does not learn from Q
+    def __init__(self, models):
+        self.models = models
+
+    def trunk(self, images):
+        return self.models.trunk(images, training=True)
+
+    def d_head(self, features, labels):
+        d_head = self.models.d_head
+        return d_head(d_head_inputs(d_head, features, labels), training=True)
+
+    def q_head(self, features):
+        return self.models.q_head(features, training=True)
 
 
-def _accuracy(labels, logits):
-    predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    return tf.reduce_mean(tf.cast(tf.equal(predicted, labels), tf.float32))
-
-
-class TensorFlowStep(tf.Module, StepBase):
+class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
     """Holds the models, the three optimizers and the step counter, and runs the step on a strategy.
 
-    A tf.Module, so `tf.train.Checkpoint(gan=gan)` saves all of it, loss-scale state included. Build
+    A tf.Module, so `tf.train.Checkpoint(gan=trainer)` saves all of it, loss-scale state included. Build
     the models inside `strategy.scope()`; the optimizers and the step are made in it here. `preset`: the
     acgan.presets.Preset whose settings it trains with (its loss resolved; factory.build_step gives it).
     """
@@ -67,7 +70,7 @@ class TensorFlowStep(tf.Module, StepBase):
             self._scratch = _Untracked()
             self._scratch.skip_streak = tf.Variable(tf.zeros(len(OPTIMIZER_NAMES), tf.int64), trainable=False,
                                                     name="skip_streak")
-            # G's average (G-EMA): outside `gan`, so checkpoints from before it still restore `gan` whole;
+            # G's average (G-EMA): outside the checkpoint's `gan`, so older checkpoints still restore it whole;
             # checkpoints hold it as `g_ema` (ema_checkpointable).
             self._scratch.ema = tf.Module(name="g_ema")
             self._scratch.ema.weights = [tf.Variable(tf.cast(v.value, tf.float32), trainable=False, name="g_ema")
@@ -117,37 +120,42 @@ class TensorFlowStep(tf.Module, StepBase):
         return metric_vector(loss_values, scales, self.step, iterations, streak)
 
     def _replica_step(self, images, labels, z, fake_labels, step):
-        """One replica's share of the step: D's update, then G's and Q's, from one G forward."""
+        """One replica's share of the iteration (algorithm.iteration), its losses stacked."""
         real = tf.cast(images, tf.float32) / 255.0
         labels = tf.cast(labels, tf.int32)
-        # The iteration's one G forward, recorded for G's backward pass at the end.
-        with tf.GradientTape(persistent=True) as g_tape:
-            fake = self._g_pass(z, fake_labels)
-            if self.augment:  # inside the tape: G's gradients pass back through the augmentation
-                fake = self._augmented(fake, step, augment_lib.FAKE)
-        if self.augment:
-            real = self._augmented(real, step, augment_lib.REAL)
+        return tf.stack(algorithm.iteration(self, real, labels, z, fake_labels, step))
 
-        # D on the real and the fake batch, G's output a constant.
-        d_loss, d_grads = self._d_pass(real, tf.stop_gradient(fake), labels, fake_labels)
-        self._apply(self.d_optimizer, d_grads, self.d_variables)
+    # -- algorithm.Backend: the iteration on this replica's variables ---------------------------------
+    # Each loss is this replica's share (its mean over the replica's batch / replicas), so the gradients'
+    # sum over the replicas is the global batch's.
 
-        # G and Q through the freshly updated D: Q's gradients for the trunk and its head, and the
-        # cotangents of G's and Q's losses w.r.t. the fake images, pulled back through G's one forward.
-        gq = self._gq_pass(real, labels, tf.stop_gradient(fake), fake_labels)
-        g_grads = g_tape.gradient(fake, self.g_variables, output_gradients=gq.g_cotangent)
-        q_g_grads = (g_tape.gradient(fake, self.g_variables, output_gradients=gq.q_cotangent)
-                     if self.g_learns_from_q else [])
-        del g_tape
-        self._apply(self.g_optimizer, g_grads, self.g_variables)
-        self._apply(self.q_optimizer, list(gq.q_grads) + list(q_g_grads), self.q_variables)
-        return tf.stack([d_loss, gq.g_loss, gq.q_loss, gq.q_accuracy_real, gq.q_accuracy_fake])
-
-    def _augmented(self, images, step, salt):
+    def augmented(self, images, step, salt):
         """`images` augmented with this step's draws for this replica's share of the global batch."""
         batch = tf.shape(images)[0]
         offset = tf.distribute.get_replica_context().replica_id_in_sync_group * batch
         return augment_lib.augment(images, augment_lib.draws(step, batch, salt, offset), self.augment)
+
+    def generator_forward(self, z, labels, step):
+        """G's one forward, recorded on a tape that G's backward pass (called once or twice) reads."""
+        with tf.GradientTape(persistent=True) as tape:
+            fake = self._g_pass(z, labels)
+            if self.augment:  # inside the tape: G's gradients pass back through the augmentation
+                fake = self.augmented(fake, step, augment_lib.FAKE)
+
+        def backward(cotangent):
+            return tape.gradient(fake, self.g_variables, output_gradients=cotangent)
+
+        return tf.stop_gradient(fake), backward
+
+    def d_loss_and_gradients(self, real, labels, fake, fake_labels):
+        return self._d_pass(real, labels, fake, fake_labels)
+
+    def g_and_q_gradients(self, real, labels, fake, fake_labels):
+        return self._gq_pass(real, labels, fake, fake_labels)
+
+    def apply(self, name, grads):
+        optimizer, variables = self._optimizers_and_variables()[OPTIMIZER_NAMES.index(name)]
+        self._apply(optimizer, grads, variables)
 
     def _apply(self, optimizer, grads, variables):
         # Sparse gradients (acgan_cifar's class embedding: tf.IndexedSlices, one slice per image) made
@@ -162,41 +170,37 @@ class TensorFlowStep(tf.Module, StepBase):
     def _g_forward(self, z, fake_labels):
         return self.models.generator([z, fake_labels], training=True)
 
-    def _d_forward_backward(self, real, fake, labels, fake_labels):
-        """D's loss (this replica's share) and its still-scaled gradients; `fake` is a constant here. D's
-        head gets each image's label (the real one; the one G was asked for) when it is class-conditional."""
-        m = self.models
+    def _d_forward_backward(self, real, labels, fake, fake_labels):
+        """L_D (this replica's share) and its still-scaled gradients; `fake` is a constant here."""
         with tf.GradientTape() as tape:
-            d_real = m.d_head(d_head_inputs(m.d_head, m.trunk(real, training=True), labels), training=True)
-            d_fake = m.d_head(d_head_inputs(m.d_head, m.trunk(fake, training=True), fake_labels), training=True)
-            d_loss = losses.d_adversarial(self.loss, d_real, d_fake) / self.replicas
+            d_loss = algorithm.d_loss(_KerasNetworks(self.models), self.loss, real, labels, fake,
+                                      fake_labels) / self.replicas
             scaled = precision.scale_loss(self.d_optimizer, d_loss)
         return tf.cast(d_loss, tf.float32), tape.gradient(scaled, self.d_variables)
 
     def _gq_forward_backward(self, real, labels, fake, fake_labels):
-        """G's and Q's losses and accuracies, Q's gradients for the trunk and its head, and the cotangents
-        of G's and Q's losses w.r.t. `fake` (a GQPass).
+        """Step 2's algorithm.GQGradients from one persistent tape: one trunk forward on each batch feeds
+        L_G and L_Q, and with q_learns_from_fakes and g_learns_from_q one backward pass gives Q's weight
+        gradients and its cotangent.
 
         The trunk already saw these real and fake batches in D's pass, so here its batch-norm layers use
         the batch statistics without moving their averages again (a StatelessScope drops the updates).
         """
-        m = self.models
-        q_trunk_and_head = m.trunk.trainable_variables + m.q_head.trainable_variables
+        nets = _KerasNetworks(self.models)
+        q_trunk_and_head = self.models.trunk.trainable_variables + self.models.q_head.trainable_variables
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(fake)
             # One scope per call: inside a scope a state update is visible to the next read, so with one
             # scope the real batch would see the spectral norms' u as the fake batch's call left it (a
             # further power-iteration step), where the JAX step gives both calls D's state.
             with keras.StatelessScope():
-                fake_features = m.trunk(fake, training=True)
+                fake_features = nets.trunk(fake)
             with keras.StatelessScope():
-                real_features = m.trunk(real, training=True)
-            d_fake = m.d_head(d_head_inputs(m.d_head, fake_features, fake_labels), training=True)
-            g_loss = losses.g_adversarial(self.loss, d_fake) / self.replicas
-            q_real = m.q_head(real_features, training=True)
-            q_fake = m.q_head(fake_features, training=True)
-            q_real_loss = losses.ce(labels, q_real) / self.replicas
-            q_loss = q_real_loss + losses.ce(fake_labels, q_fake) / self.replicas
+                real_features = nets.trunk(real)
+            g_loss = algorithm.g_loss(nets, self.loss, fake_features, fake_labels) / self.replicas
+            q = algorithm.q_losses(nets, labels, real_features, fake_labels, fake_features)
+            q_real_loss = q.real / self.replicas
+            q_loss = q_real_loss + q.fake / self.replicas
             g_scaled = precision.scale_loss(self.g_optimizer, g_loss)
             q_scaled = precision.scale_loss(self.q_optimizer, q_loss)
             if not self.q_learns_from_fakes:  # the trunk and Q head then learn from the real batch alone
@@ -210,10 +214,10 @@ class TensorFlowStep(tf.Module, StepBase):
             if self.g_learns_from_q:
                 q_cotangent = tape.gradient(q_scaled, fake)
         del tape
-        return GQPass(g_loss=tf.cast(g_loss, tf.float32), q_loss=tf.cast(q_loss, tf.float32),
-                      q_accuracy_real=_accuracy(labels, q_real) / self.replicas,
-                      q_accuracy_fake=_accuracy(fake_labels, q_fake) / self.replicas,
-                      q_grads=q_grads, g_cotangent=g_cotangent, q_cotangent=q_cotangent)
+        return algorithm.GQGradients(
+            g_loss=tf.cast(g_loss, tf.float32), q_loss=tf.cast(q_loss, tf.float32),
+            q_accuracy_real=q.accuracy_real / self.replicas, q_accuracy_fake=q.accuracy_fake / self.replicas,
+            q_grads=q_grads, g_cotangent=g_cotangent, q_cotangent=q_cotangent)
 
     @property
     def ema_checkpointable(self):

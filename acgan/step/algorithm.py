@@ -1,0 +1,147 @@
+"""The AC-GAN iteration in the order the paper states it (Odena et al. 2017; keras-io's GAN train_steps
+read the same way), with no backend in it: the one place that says what a step does. tf_step.py and
+jax_step.py supply only what truly differs between TensorFlow and JAX (a `Backend`: where the weights
+live, how a gradient is taken and applied, jit and sharding); both run `iteration`.
+
+One iteration, on real images x with classes c, and noise z with the classes c' G is asked for:
+
+    fake = augment(G(z, c'))                     G's one forward, kept for G's backward pass
+    1. D:  L_D = adv_D(D(x, c), D(fake, c'))     fake a constant; D's optimizer: the trunk and the D head
+    2. G:  L_G = adv_G(D(fake, c'))              through the freshly updated D
+       Q:  L_Q = ce(c, Q(x)) + ce(c', Q(fake))   Q's optimizer: the trunk, the Q head (and G)
+       G's gradients: dL_G/dfake and dL_Q/dfake, pulled back through G's one forward
+
+D(images, classes) is the trunk and then the D head (class-conditional with acgan_cifar's projection
+head); Q(images) the trunk and then the Q head. adv_D and adv_G are losses.py's (nonsaturating or
+hinge), ce the cross-entropy. Each loss is scaled by its own optimizer's loss scale before its gradients
+are taken (mixed_float16; a scale of 1 otherwise), and each optimizer unscales, skips a non-finite step
+and moves its scale. The preset's switches: q_learns_from_fakes (False: ce(c', Q(fake)) moves no weight
+of the trunk or Q head), g_learns_from_q (False: it reaches no weight of G, and Q's optimizer trains
+the trunk and Q head only), augment (DiffAugment of every image D's trunk sees, x and fake alike).
+
+The fusions, kept because they pay on a GPU, each in one place:
+- G runs once per iteration (`Backend.generator_forward`): D trains on its output with the gradient
+  stopped, and G's and Q's losses reach G's weights as cotangents w.r.t. the fake images, pulled back
+  through that forward. It saves a second G forward pass per step.
+- G's and Q's gradients come from one pass through the trunk on each batch (`Backend.g_and_q_gradients`):
+  with q_learns_from_fakes and g_learns_from_q, Q's weight gradients and its cotangent come from one
+  backward pass. On TensorFlow that is one persistent tape; on JAX, under jit, XLA merges the two
+  traced trunk forwards on the fake batch into one.
+"""
+import abc
+from typing import Any, NamedTuple, Optional, Protocol
+
+from keras import ops
+
+from acgan.step import augment as augment_lib
+from acgan.step import losses
+
+
+class Networks(Protocol):
+    """The models as the losses call them, in training mode; each backend says where their weights come
+    from and which batch-norm statistics a call moves."""
+
+    def trunk(self, images): ...
+
+    def d_head(self, features, labels): ...  # D's real/fake logits (labels: acgan_cifar's projection)
+
+    def q_head(self, features): ...  # Q's class logits
+
+
+def d_loss(nets, loss, real, labels, fake, fake_labels):
+    """L_D: D's loss on the real batch and on the fake one (the trunk sees the real batch first)."""
+    d_real = nets.d_head(nets.trunk(real), labels)
+    d_fake = nets.d_head(nets.trunk(fake), fake_labels)
+    return losses.d_adversarial(loss, d_real, d_fake)
+
+
+def g_loss(nets, loss, fake_features, fake_labels):
+    """L_G, from the trunk's features of the fake batch."""
+    return losses.g_adversarial(loss, nets.d_head(fake_features, fake_labels))
+
+
+class QLosses(NamedTuple):
+    """Q's class losses and accuracies on the real and the fake batch; L_Q = real + fake."""
+
+    real: Any
+    fake: Any
+    accuracy_real: Any
+    accuracy_fake: Any
+
+
+def q_losses(nets, labels, real_features, fake_labels, fake_features):
+    """Q's losses from the trunk's features of both batches (its head sees the real batch first)."""
+    q_real = nets.q_head(real_features)
+    q_fake = nets.q_head(fake_features)
+    return QLosses(losses.ce(labels, q_real), losses.ce(fake_labels, q_fake),
+                   accuracy(labels, q_real), accuracy(fake_labels, q_fake))
+
+
+def accuracy(labels, logits):
+    """The share of images whose largest logit is their label's."""
+    predicted = ops.cast(ops.argmax(logits, axis=-1), "int32")
+    return ops.mean(ops.cast(ops.equal(predicted, ops.cast(labels, "int32")), "float32"))
+
+
+class GQGradients(NamedTuple):
+    """Step 2's losses and accuracies, Q's weight gradients (the trunk's, then the Q head's) and the
+    cotangents of L_G and L_Q w.r.t. the fake images; gradients and cotangents still loss-scaled."""
+
+    g_loss: Any
+    q_loss: Any
+    q_accuracy_real: Any
+    q_accuracy_fake: Any
+    q_grads: list
+    g_cotangent: Any
+    q_cotangent: Optional[Any]  # None when G does not learn from Q
+
+
+class Backend(abc.ABC):
+    """What a backend supplies to `iteration`. `augment` and `g_learns_from_q` are the preset's (StepBase
+    sets them); the losses come from this module, each backend calling them on its own Networks."""
+
+    augment: Optional[tuple]
+    g_learns_from_q: bool
+
+    @abc.abstractmethod
+    def augmented(self, images, step, salt):
+        """`images` augmented with step `step`'s draws for `salt` (augment.REAL or augment.FAKE)."""
+
+    @abc.abstractmethod
+    def generator_forward(self, z, labels, step):
+        """G's images as D sees them (augmented; the gradient stopped) and G's backward: a function from a
+        cotangent w.r.t. those images to the gradients of G's trainable weights."""
+
+    @abc.abstractmethod
+    def d_loss_and_gradients(self, real, labels, fake, fake_labels):
+        """(L_D, its loss-scaled gradients for the trunk and the D head); the trunk's statistics move here."""
+
+    @abc.abstractmethod
+    def g_and_q_gradients(self, real, labels, fake, fake_labels):
+        """Step 2's GQGradients through D as it is now; the trunk's statistics do not move again."""
+
+    @abc.abstractmethod
+    def apply(self, name, grads):
+        """Optimizer `name` ("d", "g" or "q") applies `grads` to the variables it trains."""
+
+
+def iteration(backend, real, labels, z, fake_labels, step):
+    """One AC-GAN iteration on `backend`: real images in [0, 1], their int labels, G's noise and the labels
+    G is asked for, and the step counter (the augmentation's draws). Returns (L_D, L_G, L_Q, Q's accuracy
+    on the real batch, on the fake batch)."""
+    fake, g_backward = backend.generator_forward(z, fake_labels, step)
+    if backend.augment:
+        real = backend.augmented(real, step, augment_lib.REAL)
+
+    # 1. D on the real and the fake batch, G's output a constant.
+    d, d_grads = backend.d_loss_and_gradients(real, labels, fake, fake_labels)
+    backend.apply("d", d_grads)
+
+    # 2. G and Q through the freshly updated D, from the same fake batch; G's gradients pulled back
+    #    through its one forward.
+    gq = backend.g_and_q_gradients(real, labels, fake, fake_labels)
+    g_grads = g_backward(gq.g_cotangent)
+    q_g_grads = g_backward(gq.q_cotangent) if backend.g_learns_from_q else []
+    backend.apply("g", g_grads)
+    backend.apply("q", list(gq.q_grads) + list(q_g_grads))
+    return d, gq.g_loss, gq.q_loss, gq.q_accuracy_real, gq.q_accuracy_fake
