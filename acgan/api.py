@@ -195,10 +195,10 @@ def generate(run=None, per_class=10, out=None, seed=0, labels=True, ema=True, ba
     _check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
     sampling = _use_for_run(backend, run).sampling
     with _policy_restored():
-        _, info, gan = sampling.load_run(Path(run), ema=ema)
+        _, info, trainer = sampling.load_run(Path(run), ema=ema)
         class_names = tuple(info["class_names"])
-        z, labels_of = sampling.generator_inputs(len(class_names), gan.noise_dim, per_class, seed)
-        images = sampling.generator_images(gan, z, labels_of)
+        z, labels_of = sampling.generator_inputs(len(class_names), trainer.noise_dim, per_class, seed)
+        images = sampling.generator_images(trainer, z, labels_of)
     if out is not None:
         sampling.write_samples(grids.to_uint8(images), labels_of, list(class_names), Path(out), row_names=labels)
     return Samples(images, labels_of, z, class_names, Path(out) if out is not None else None)

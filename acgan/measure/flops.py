@@ -127,11 +127,11 @@ def utilisation(flops_per_batch, time_per_batch_ms, peak_tflops):
     return {"tflops": achieved, "share_of_peak": share}
 
 
-def count_step_flops(gan, inputs, batch):
+def count_step_flops(trainer, inputs, batch):
     """(FLOPs of one step at global batch `batch`, "xla" or "layers"; see the module docstring). On JAX
     with the step compiled this compiles it (jit's cache keeps the executable: the first step reuses it)."""
-    layers = step_flops_from_layers(gan.models, batch, gan.q_learns_from_fakes, gan.g_learns_from_q)
-    lowered = gan.lowered_step(*inputs)
+    layers = step_flops_from_layers(trainer.models, batch, trainer.q_learns_from_fakes, trainer.g_learns_from_q)
+    lowered = trainer.lowered_step(*inputs)
     if lowered is not None:
         counted = xla_flops(lowered.compile())
         if counted and counted >= XLA_SHARE_NEEDED * layers:

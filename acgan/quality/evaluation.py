@@ -91,20 +91,20 @@ def d_class_margins(models, images, labels, num_classes, batch=500):
     return margins, nearest
 
 
-def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fake=None):
-    """Scores `gan` against real held-out images; pure of file I/O, cheap enough to call during training.
+def evaluate_gan(trainer, test_set, judge, num_samples=1000, seed=0, with_q=True, fake=None):
+    """Scores `trainer` against real held-out images; pure of file I/O, cheap enough to call during training.
 
-    gan: an acgan.step.tf_step.TensorFlowStep; test_set: the real TEST ImageSet; judge: an acgan.quality.judge.Judge for the same
-    dataset. Generates num_samples class-balanced samples from noise fixed by `seed`, and compares them
-    with min(num_samples, len(test_set)) real test images (a fixed subset; the judge memoises their
-    features, so repeated calls only pay for the generated side). `fake`: those samples, when the caller
-    already generated them (the same `sample_inputs`), to judge them again without generating again.
+    trainer: an acgan.step.tf_step.TensorFlowStep; test_set: the real TEST ImageSet; judge: an
+    acgan.quality.judge.Judge for the same dataset. Generates num_samples class-balanced samples from noise fixed by
+    `seed`, and compares them with min(num_samples, len(test_set)) real test images (a fixed subset; the judge
+    memoises their features, so repeated calls only pay for the generated side). `fake`: those samples, when the
+    caller already generated them (the same `sample_inputs`), to judge them again without generating again.
     Returns a JSON-ready dict.
     """
     num_classes = test_set.num_classes
-    z, labels = sample_inputs(num_classes, gan.noise_dim, num_samples, seed)
+    z, labels = sample_inputs(num_classes, trainer.noise_dim, num_samples, seed)
     if fake is None:
-        fake = sampling.generate_images(gan, z, labels)
+        fake = sampling.generate_images(trainer, z, labels)
     fake_features, fake_probs = judge.predict(fake)
     real_features, real_probs, real_labels = judge.real_reference(test_set, num_samples, seed)
     overall, per_class = conditional_accuracy(fake_probs, labels, num_classes)
@@ -135,13 +135,13 @@ def evaluate_gan(gan, test_set, judge, num_samples=1000, seed=0, with_q=True, fa
         # The GAN's own Q on the real test images, and on the samples: does Q name the class G was asked
         # for? G is trained to make Q say yes, so Q far above the judge on the samples means G found
         # images Q accepts that the real class does not look like (AC-GAN's weak spot).
-        classifier = build_classifier(gan.models)  # once, for both image sets
+        classifier = build_classifier(trainer.models)  # once, for both image sets
         images, q_labels = real_subset(test_set, num_samples, seed)
         result["q_accuracy_real"], q_real_per_class = q_accuracy(classifier, images, q_labels, num_classes)
         result["q_accuracy_generated"], q_generated_per_class = q_accuracy(classifier, fake, labels, num_classes)
         result["q_accuracy_real_per_class"] = dict(zip(test_set.class_names, q_real_per_class))
         result["q_accuracy_generated_per_class"] = dict(zip(test_set.class_names, q_generated_per_class))
-        result.update(d_class_margin_entries(gan.models, images, q_labels, test_set.class_names))
+        result.update(d_class_margin_entries(trainer.models, images, q_labels, test_set.class_names))
     return result
 
 
@@ -208,20 +208,20 @@ class TrainingEvaluator:
         self.last = None
         device.reset_peak_memory()  # the judge may just have trained on this device: its peak is not the run's
 
-    def evaluate(self, gan, step, writer):
-        """Scores `gan`, logs the scalars to `writer` (a tensorboard.SummaryWriter); the result is kept in `last`.
+    def evaluate(self, trainer, step, writer):
+        """Scores `trainer`, logs the scalars to `writer` (a tensorboard.SummaryWriter); the result is kept in `last`.
         A step that samples from G's moving average is scored on it, and on G's own weights too (in
         last["no_ema"], the scalars under quality_no_ema/): what the average buys, as the run goes."""
-        gan.sync_variables()  # Q is called as a Keras model here; on JAX the step's state is elsewhere
-        self.last = dict(evaluate_gan(gan, self.test_set, self.judge, self.samples), step=step,
+        trainer.sync_variables()  # Q is called as a Keras model here; on JAX the step's state is elsewhere
+        self.last = dict(evaluate_gan(trainer, self.test_set, self.judge, self.samples), step=step,
                          real_reference=self.reference)
         writer.scalars(scalars(self.last), step)
-        if gan.samples_from_ema:
-            gan.samples_from_ema = False
+        if trainer.samples_from_ema:
+            trainer.samples_from_ema = False
             try:
-                raw = evaluate_gan(gan, self.test_set, self.judge, self.samples, with_q=False)
+                raw = evaluate_gan(trainer, self.test_set, self.judge, self.samples, with_q=False)
             finally:
-                gan.samples_from_ema = True
+                trainer.samples_from_ema = True
             self.last["no_ema"] = raw
             writer.scalars({tag.replace("quality/", "quality_no_ema/", 1): value
                             for tag, value in scalars(raw).items()}, step)
@@ -247,7 +247,7 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    config, info, gan = sampling.load_run(run_dir, ema=ema)
+    config, info, trainer = sampling.load_run(run_dir, ema=ema)
     data_dir = data_dir or config.data_dir
     test_set = data_lib.load_dataset(config.dataset, split="test", data_dir=data_dir, classes=config.classes,
                                      max_per_class=config.max_per_class)
@@ -264,18 +264,18 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
     elif judge.info.get("class_names") != list(test_set.class_names):
         raise ValueError("the judge passed in was trained on other classes than this run's")
     # The samples, once: every judge (and Inception) scores these same images.
-    z, labels = sample_inputs(test_set.num_classes, gan.noise_dim, num_samples, seed)
-    fake = sampling.generate_images(gan, z, labels)
+    z, labels = sample_inputs(test_set.num_classes, trainer.noise_dim, num_samples, seed)
+    fake = sampling.generate_images(trainer, z, labels)
     train_set = data_lib.load_dataset(config.dataset, split="train", data_dir=data_dir, classes=config.classes,
                                       max_per_class=config.max_per_class)
 
     def judged_by(judge, with_q=True):
-        judged = evaluate_gan(gan, test_set, judge, num_samples, seed, with_q=with_q, fake=fake)
+        judged = evaluate_gan(trainer, test_set, judge, num_samples, seed, with_q=with_q, fake=fake)
         judged["real_reference"] = real_reference(judge, test_set, train_set, num_samples, seed)
         return judged
 
     result = judged_by(judge)
-    result["inception"] = standard_scores(inception, gan, config.dataset, train_set, inception_samples, seed,
+    result["inception"] = standard_scores(inception, trainer, config.dataset, train_set, inception_samples, seed,
                                           data_dir, echo)
     result.update({
         "format": "acgan-quality/1",
@@ -283,8 +283,8 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
         "command": command or "acgan.quality.evaluation.evaluate_run",
         "dataset": config.dataset,
         "policy": config.policy,
-        "step": int(gan.step.numpy()),
-        "generator": sampling.sampled_generator(gan),  # "ema": G's moving average; "raw": G's own weights
+        "step": int(trainer.step.numpy()),
+        "generator": sampling.sampled_generator(trainer),  # "ema": G's moving average; "raw": G's own weights
         "ema_decay": config.ema_decay,
         "judge": {k: judge.info.get(k) for k in ("path", "test_accuracy", "num_test", "num_train", "epochs",
                                                  "seed", "train_seconds", "feature_dim")},
@@ -306,14 +306,14 @@ def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None,
     return result
 
 
-def standard_scores(graph, gan, dataset, train_set, num_samples, seed=0, data_dir="data", echo=print):
+def standard_scores(graph, trainer, dataset, train_set, num_samples, seed=0, data_dir="data", echo=print):
     """A result's "inception" entry: with `graph` (an acgan.quality.inception.InceptionGraph), the standard FID
     and Inception score of num_samples class-balanced samples (sample_inputs' noise and labels for `seed`)
     against every train image, the real side cached beside the judges; without it, why there are none."""
     if graph is None or train_set.image_shape[-1] != 3:
         return inception_lib.unavailable(dataset, train_set.image_shape)
-    z, labels = sample_inputs(train_set.num_classes, gan.noise_dim, num_samples, seed)
-    return inception_lib.scores(graph, sampling.generate_images(gan, z, labels), train_set.images, dataset,
+    z, labels = sample_inputs(train_set.num_classes, trainer.noise_dim, num_samples, seed)
+    return inception_lib.scores(graph, sampling.generate_images(trainer, z, labels), train_set.images, dataset,
                                 cache_dir=Path(data_dir) / "judges", echo=echo)
 
 

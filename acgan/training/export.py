@@ -112,9 +112,10 @@ def export_run(run_dir, out, keep_policy=False, format="keras", ema=True):
     format="savedmodel" a new SavedModel folder); returns its metadata. Sets the run's dtype policy
     (as acgan.generate does). ema: G's moving average where the run kept one. Nothing is left half-written:
     the file or folder appears whole or not at all."""
-    config, info, gan = load_run(Path(run_dir), ema=ema)
-    generator = portable_generator(gan.models.generator, keep_policy)
-    meta = metadata(config, info, generator, int(gan.step.numpy()), keep_policy, run_dir, sampled_generator(gan))
+    config, info, trainer = load_run(Path(run_dir), ema=ema)
+    generator = portable_generator(trainer.models.generator, keep_policy)
+    meta = metadata(config, info, generator, int(trainer.step.numpy()), keep_policy, run_dir,
+                    sampled_generator(trainer))
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

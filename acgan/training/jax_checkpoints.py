@@ -84,23 +84,23 @@ def assign_models(arrays, models, model_names):
             variable.assign(arrays[f"models/{name}/{variable.path}"])
 
 
-def assign_ema(arrays, gan):
+def assign_ema(arrays, trainer):
     """G's average from a checkpoint's arrays into a TensorFlow step; from one without (saved before G-EMA
     or with --ema_decay 0), the average starts at G's weights."""
-    if not gan.ema_decay:
+    if not trainer.ema_decay:
         return
-    keys = [f"ema/generator/{variable.path}" for variable in gan.g_variables]
+    keys = [f"ema/generator/{variable.path}" for variable in trainer.g_variables]
     if all(key in arrays for key in keys):
-        gan.assign_ema([arrays[key] for key in keys])
+        trainer.assign_ema([arrays[key] for key in keys])
     else:
-        gan.reset_ema()
+        trainer.reset_ema()
 
 
 class JaxCheckpoints:
     """The run's checkpoints on the JAX backend: restore the newest intact one, save, keep the last few."""
 
-    def __init__(self, gan, directory, keep):
-        self.gan, self.directory, self.keep = gan, Path(directory), keep
+    def __init__(self, trainer, directory, keep):
+        self.trainer, self.directory, self.keep = trainer, Path(directory), keep
         self.latest_checkpoint = None
 
     def restore(self, resume_from, move_damaged=True):
@@ -109,7 +109,7 @@ class JaxCheckpoints:
         history = []
 
         def load(arrays):
-            self.gan.load_state({k: v for k, v in arrays.items() if k != HISTORY_KEY})
+            self.trainer.load_state({k: v for k, v in arrays.items() if k != HISTORY_KEY})
             if HISTORY_KEY in arrays:
                 history[:] = json.loads(str(arrays[HISTORY_KEY]))
 
@@ -122,7 +122,7 @@ class JaxCheckpoints:
         newest `keep`. A full disk raises DiskFull; the previous checkpoint stays whole."""
         path = self.directory / f"ckpt-{step}.npz"
         buffer = io.BytesIO()
-        np.savez(buffer, **self.gan.state(), **{HISTORY_KEY: np.array(json.dumps(sessions))})
+        np.savez(buffer, **self.trainer.state(), **{HISTORY_KEY: np.array(json.dumps(sessions))})
         try:
             write_atomically(path, buffer.getvalue())
         except DiskFull as e:

@@ -95,7 +95,7 @@ class JaxRuntime:
         self.chief = jax.process_index() == 0  # the one writer
         # One device: no mesh, the step exactly as it always ran. Several: one "data" axis over them.
         self.mesh = jax.sharding.Mesh(np.array(self.devices), ("data",)) if self.replicas > 1 else None
-        self.gan = None
+        self.trainer = None
         idle = len(jax.local_devices()) - len([d for d in self.devices if d.process_index == jax.process_index()])
         self.notes = [f"the JAX backend trains on {self.replicas} device(s) ({self.devices[0]}...); {idle} more are "
                       "idle (--strategy mirrored uses every local device)"] if idle else []
@@ -104,23 +104,23 @@ class JaxRuntime:
         return contextlib.nullcontext()
 
     def make_step(self, preset, models, num_classes, config):
-        self.gan = build_step(preset, self.name, models, num_classes, config.policy, jit=config.jit, mesh=self.mesh)
-        return self.gan
+        self.trainer = build_step(preset, self.name, models, num_classes, config.policy, jit=config.jit, mesh=self.mesh)
+        return self.trainer
 
-    def layout(self, gan):
+    def layout(self, trainer):
         return {
             "strategy": self.strategy,
             "replicas": self.replicas,
             "workers": self.processes,
             "replica_devices": [f"{d.platform}:{d.id}" for d in self.devices] if self.mesh else [str(self.devices[0])],
             "synchronized_batch_norm": self.replicas > 1,  # one global batch: the statistics are its own
-            "xla": gan.compile_mode,
-            "xla_reason": gan.compile_reason + (f", partitioned over a {self.replicas}-device mesh (the batch split, "
-                                                "the state replicated)" if self.mesh else ""),
+            "xla": trainer.compile_mode,
+            "xla_reason": trainer.compile_reason + (f", partitioned over a {self.replicas}-device mesh (the batch "
+                                                    "split, the state replicated)" if self.mesh else ""),
         }
 
-    def checkpoints(self, gan, directory, keep):
-        return JaxCheckpoints(gan, directory, keep)
+    def checkpoints(self, trainer, directory, keep):
+        return JaxCheckpoints(trainer, directory, keep)
 
     def batches(self, data, config, noise_dim, start_step):
         """Each step's global batch (data.batches), split over the mesh. With several processes each one
@@ -129,10 +129,11 @@ class JaxRuntime:
         if self.mesh is None:
             return prefetched(data, plan, start_step, lambda batch: jax.device_put(batch, self.devices[0]))
         if self.processes == 1:
-            return prefetched(data, plan, start_step, self.gan.shard_batch)
+            return prefetched(data, plan, start_step, self.trainer.shard_batch)
         share = config.batch // self.processes
         rows = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
-        return prefetched(data, plan, start_step, lambda batch: self.gan.shard_batch(batch, config.batch), rows=rows)
+        return prefetched(data, plan, start_step, lambda batch: self.trainer.shard_batch(batch, config.batch),
+                          rows=rows)
 
     def agree_on_stop(self, stop_signal, out_of_time):
         """Across processes: any process's reason to stop is every process's (a signal reaches one, each

@@ -119,7 +119,7 @@ def train_loop(setup, config, started):
             observers.before_block(session, block)
             batches = [next(session.batches) for _ in range(block.steps)]
             observers.before_updates(session, block)
-            results = [setup.gan.train_step(*batch) for batch in batches]
+            results = [setup.trainer.train_step(*batch) for batch in batches]
             observers.after_updates(session, block, results)
             going = session.after_block(results, block.read_now)
 
@@ -150,11 +150,11 @@ class Session:
     """
 
     def __init__(self, setup, config, started, observers):
-        s, gan = setup, setup.gan
-        self.setup, self.config, self.gan, self.started, self.observers = setup, config, gan, started, observers
-        self.batches = s.runtime.batches(s.data, config, gan.noise_dim, s.start_step)
+        s, trainer = setup, setup.trainer
+        self.setup, self.config, self.trainer, self.started, self.observers = setup, config, trainer, started, observers
+        self.batches = s.runtime.batches(s.data, config, trainer.noise_dim, s.start_step)
         self.writer = SummaryWriter(s.files_dir / "tensorboard")
-        self.grids = TrainingGrids(gan, s.files_dir, s.data.num_classes, config.seed, s.data.class_names,
+        self.grids = TrainingGrids(trainer, s.files_dir, s.data.num_classes, config.seed, s.data.class_names,
                                    config.labels, self.writer)
         self.progress = keras.utils.Progbar(s.steps, stateful_metrics=_STATEFUL, unit_name="step",
                                             verbose=1 if s.chief else 0)
@@ -188,7 +188,7 @@ class Session:
                 self.grids.save(step)
         if evaluate:
             with self.observers.maintenance("evaluation"):
-                self.setup.evaluator.evaluate(self.gan, step, self.writer)
+                self.setup.evaluator.evaluate(self.trainer, step, self.writer)
         if checkpoint:
             with self.observers.maintenance("checkpoints"):
                 self.save_checkpoint()
@@ -256,8 +256,8 @@ class Session:
         else:
             progress = (time.perf_counter() - self.started) / (self.config.minutes * 60.0) if self.deadline else None
         scale = learning_rate_scale(progress, decay)
-        if force or scale != self.gan.learning_rate_scale:
-            self.gan.set_learning_rate_scale(scale)
+        if force or scale != self.trainer.learning_rate_scale:
+            self.trainer.set_learning_rate_scale(scale)
             if decay:
                 self.writer.scalars({"learning_rate_scale": scale}, self.step)
 

@@ -150,7 +150,7 @@ class Observers(Observer):
         if config.profile_steps and setup.chief:
             window = StepWindow(config.profile_steps, setup.files_dir / "profile",
                                 title=f"{config.backend}, {config.policy}, batch {config.batch}",
-                                hlo_text=setup.gan.compiled_hlo)
+                                hlo_text=setup.trainer.compiled_hlo)
             self.all.append(Profiling(window, self.timing))
 
     def before_block(self, session, block):

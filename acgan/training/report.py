@@ -6,16 +6,16 @@ from acgan.util import markdown
 from acgan.util.files import write_atomically, write_json
 
 
-def distribution_summary(strategy, gan):
+def distribution_summary(strategy, trainer):
     """What the report says about the replicas: the strategy, their count and devices, how XLA is used."""
     return {
         "strategy": distribute.strategy_name(strategy),
         "replicas": strategy.num_replicas_in_sync,
         "workers": distribute.worker_count(strategy),
         "replica_devices": distribute.replica_devices(strategy),
-        "synchronized_batch_norm": gan.synchronized_batch_norm,
-        "xla": gan.compile_mode,
-        "xla_reason": gan.compile_reason,
+        "synchronized_batch_norm": trainer.synchronized_batch_norm,
+        "xla": trainer.compile_mode,
+        "xla_reason": trainer.compile_reason,
     }
 
 
@@ -27,10 +27,11 @@ def run_cost(time_per_batch_ms, price_per_hour, machine, layout):
                                basis=price["description"])
 
 
-def run_arithmetic(gan, config, times, machine, layout):
+def run_arithmetic(trainer, config, times, machine, layout):
     """The step's FLOPs per batch (counted from the layers), the TFLOP/s of the wall time per batch and of
     the bare step, and their shares of the peak of every replica's device."""
-    count = flops.step_flops_from_layers(gan.models, config.batch, gan.q_learns_from_fakes, gan.g_learns_from_q)
+    count = flops.step_flops_from_layers(trainer.models, config.batch, trainer.q_learns_from_fakes,
+                                         trainer.g_learns_from_q)
     replicas = layout["replicas"] if layout else 1
     wall = flops.arithmetic_summary(count, "layers", times.get("time_per_batch_ms"), machine, config.policy, replicas)
     bare = flops.utilisation(count, times.get("bare_step_ms"), wall["peak_tflops"])

@@ -28,14 +28,14 @@ def assemble_report(setup, outcome, config, command, started):
         "policy": config.policy,
         "jit": config.jit,
         "batch": config.batch,
-        "learning_rates": dict(zip(OPTIMIZER_NAMES, s.gan.learning_rates)),  # what the step's optimizers use
-        "q_learns_from_fakes": s.gan.q_learns_from_fakes,
-        "g_learns_from_q": s.gan.g_learns_from_q,
+        "learning_rates": dict(zip(OPTIMIZER_NAMES, s.trainer.learning_rates)),  # what the step's optimizers use
+        "q_learns_from_fakes": s.trainer.q_learns_from_fakes,
+        "g_learns_from_q": s.trainer.g_learns_from_q,
         "learning_rate_decay": s.learning_rate_decay,  # the last fraction of the run they fall over
-        "final_learning_rate_scale": s.gan.learning_rate_scale,
-        "adam_beta_1": s.gan.beta_1,
-        "diff_augment": list(s.gan.augment) if s.gan.augment else None,  # what D's inputs are augmented with
-        "ema_decay": s.gan.ema_decay,  # G's moving average that grids and evaluations sample from (0: none)
+        "final_learning_rate_scale": s.trainer.learning_rate_scale,
+        "adam_beta_1": s.trainer.beta_1,
+        "diff_augment": list(s.trainer.augment) if s.trainer.augment else None,  # what D's inputs are augmented with
+        "ema_decay": s.trainer.ema_decay,  # G's moving average that grids and evaluations sample from (0: none)
         "distribution": s.layout,
         "steps": outcome.step,
         "session_steps": outcome.step - s.start_step,
@@ -48,13 +48,13 @@ def assemble_report(setup, outcome, config, command, started):
         "maintenance_seconds": dict(clock.maintenance),
         "earlier_sessions": earlier,
         "cost": run_report.run_cost(times.get("time_per_batch_ms"), config.price_per_hour, s.machine, s.layout),
-        "arithmetic": run_report.run_arithmetic(s.gan, config, times, s.machine, s.layout),
+        "arithmetic": run_report.run_arithmetic(s.trainer, config, times, s.machine, s.layout),
         "peak_memory_bytes": device.peak_memory_bytes(),
         "loop_seconds": outcome.loop_seconds,
         "wall_seconds": time.perf_counter() - started,
         "final_metrics": outcome.final_metrics,
         "quality_during_training": s.evaluator.last if s.evaluator else None,
         "last_checkpoint": s.checkpoints.latest_checkpoint,
-        "weights_fingerprint": s.gan.weights_fingerprint(),
+        "weights_fingerprint": s.trainer.weights_fingerprint(),
     }
 

@@ -24,17 +24,17 @@ def load_run(run_dir, ema=True):
 
     A JAX run's checkpoints (.npz) read on either backend; a TensorFlow run's need TensorFlow.
     """
-    config, info, gan = _load_step(run_dir)
+    config, info, trainer = _load_step(run_dir)
     if ema:
-        gan.swap_in_ema()
+        trainer.swap_in_ema()
     else:
-        gan.samples_from_ema = False
-    return config, info, gan
+        trainer.samples_from_ema = False
+    return config, info, trainer
 
 
-def sampled_generator(gan):
+def sampled_generator(trainer):
     """What a step's generate() samples from, for reports: "ema" (G's average) or "raw" (G's own weights)."""
-    return "ema" if gan.samples_from_ema or gan.generator_holds_ema else "raw"
+    return "ema" if trainer.samples_from_ema or trainer.generator_holds_ema else "raw"
 
 
 def _load_step(run_dir):
@@ -54,28 +54,28 @@ def _load_step(run_dir):
     # The preset's step, so the saved optimizers' state fits.
     if running == "jax":  # then a JAX run: the step takes its whole saved state
         # jit: generate() compiles once
-        gan = build_step(preset, running, models, num_classes, config.policy, jit=True)
+        trainer = build_step(preset, running, models, num_classes, config.policy, jit=True)
         with _mismatch_as_user_error(run_dir, latest, config):
-            gan.load_state(saved.read_state(latest))
-        gan.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
-        return config, info, gan
+            trainer.load_state(saved.read_state(latest))
+        trainer.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
+        return config, info, trainer
     # TensorFlow and its runtime (the TensorFlow backend's own module), here: a JAX process reads its runs
     # above, without TensorFlow.
     import tensorflow as tf
 
     from acgan.training.tf_runtime import restore_ema
 
-    gan = build_step(preset, running, models, num_classes, config.policy, jit=False)
+    trainer = build_step(preset, running, models, num_classes, config.policy, jit=False)
     with _mismatch_as_user_error(run_dir, latest, config):
         if config.backend == "jax":  # a JAX run on TensorFlow: its model weights by variable path, and its step
             arrays = saved.read_state(latest)
             saved.assign_models(arrays, models, models._fields)  # common.MODEL_NAMES
-            gan.step.assign(int(arrays["step"]))
-            saved.assign_ema(arrays, gan)
+            trainer.step.assign(int(arrays["step"]))
+            saved.assign_ema(arrays, trainer)
         else:
-            tf.train.Checkpoint(gan=gan).restore(latest).expect_partial()
-            restore_ema(gan, latest)
-    return config, info, gan
+            tf.train.Checkpoint(gan=trainer).restore(latest).expect_partial()
+            restore_ema(trainer, latest)
+    return config, info, trainer
 
 
 @contextlib.contextmanager
@@ -98,22 +98,22 @@ def generator_inputs(num_classes, noise_dim, per_class, seed):
     return z, labels
 
 
-def generate(gan, num_classes, per_class, seed):
+def generate(trainer, num_classes, per_class, seed):
     """uint8 images [num_classes * per_class, H, W, C], class-major, and their labels."""
-    z, labels = generator_inputs(num_classes, gan.noise_dim, per_class, seed)
-    return generate_images(gan, z, labels), labels
+    z, labels = generator_inputs(num_classes, trainer.noise_dim, per_class, seed)
+    return generate_images(trainer, z, labels), labels
 
 
-def generator_images(gan, z, labels, batch=500):
+def generator_images(trainer, z, labels, batch=500):
     """float32 images in [0, 1] for noise z [N, noise_dim] and int labels [N], in inference mode."""
-    parts = [np.asarray(gan.generate(z[i : i + batch], labels[i : i + batch]), np.float32)
+    parts = [np.asarray(trainer.generate(z[i : i + batch], labels[i : i + batch]), np.float32)
              for i in range(0, len(z), batch)]
     return np.concatenate(parts)
 
 
-def generate_images(gan, z, labels, batch=500):
+def generate_images(trainer, z, labels, batch=500):
     """uint8 images for noise z [N, noise_dim] and int labels [N], in inference mode."""
-    return grids.to_uint8(generator_images(gan, z, labels, batch))
+    return grids.to_uint8(generator_images(trainer, z, labels, batch))
 
 
 def write_samples(images, labels, class_names, out, row_names=True):
@@ -143,14 +143,14 @@ def grid_inputs(num_classes, noise_dim, seed):
 class TrainingGrids:
     """Saves grids at fixed noise to samples/ and to the run's TensorBoard writer."""
 
-    def __init__(self, gan, run_dir, num_classes, seed, class_names, labels, writer):
+    def __init__(self, trainer, run_dir, num_classes, seed, class_names, labels, writer):
         """labels: write the class names beside the rows (--labels); writer: a tensorboard.SummaryWriter."""
-        self.gan, self.dir, self.rows, self.writer = gan, run_dir / "samples", num_classes, writer
-        self.z, self.labels = grid_inputs(num_classes, gan.noise_dim, seed)
+        self.trainer, self.dir, self.rows, self.writer = trainer, run_dir / "samples", num_classes, writer
+        self.z, self.labels = grid_inputs(num_classes, trainer.noise_dim, seed)
         self.class_names = list(class_names) if labels else None
 
     def save(self, step, name=None):
-        samples = generate_images(self.gan, self.z, self.labels)
+        samples = generate_images(self.trainer, self.z, self.labels)
         grid = grids.save_grid(samples, self.rows, self.dir / f"{name or f'step_{step:07d}'}.png",
                                class_names=self.class_names)
         self.writer.image("samples", grid, step)

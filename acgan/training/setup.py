@@ -64,7 +64,7 @@ class Setup:
     run_dir: Path
     files_dir: Path               # run_dir on the chief; a scratch folder on other workers
     chief: bool
-    gan: object                   # the backend's step (tf_step.TensorFlowStep or jax_step.JaxStep)
+    trainer: object               # the backend's step (tf_step.TensorFlowStep or jax_step.JaxStep)
     machine: dict                 # device.describe_device()
     layout: dict                  # run_report.distribution_summary()
     notes: list                   # hardware advice, printed and reported
@@ -73,7 +73,7 @@ class Setup:
     resumed_from: Optional[dict]  # step, checkpoint and loss scales of a resumed run
     start_step: int
     steps: Optional[int]          # the step to stop at; None under --minutes
-    evaluator: object             # make_evaluator's (evaluate(gan, step, writer), last), or None
+    evaluator: object             # make_evaluator's (evaluate(trainer, step, writer), last), or None
     learning_rate_decay: Optional[float]  # the last fraction of the run the rates fall over; None: constant
 
 
@@ -86,13 +86,13 @@ def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evalu
     backend.set_random_seed(config.seed)
     with runtime.scope():
         models = build_models(data.image_shape, data.num_classes, width=config.width, arch=preset)
-    gan = runtime.make_step(preset, models, data.num_classes, config)
+    trainer = runtime.make_step(preset, models, data.num_classes, config)
     machine = device.describe_device()
-    layout = runtime.layout(gan)
+    layout = runtime.layout(trainer)
     notes = runtime.notes + advice.hardware_advice(config.policy, machine, advice.layer_widths(list(models)),
-                                                   config.batch, xla=gan.compile_mode != "off")
-    if gan.compile_mode == "off" and config.jit:
-        notes.append(f"XLA is off: {gan.compile_reason}")
+                                                   config.batch, xla=trainer.compile_mode != "off")
+    if trainer.compile_mode == "off" and config.jit:
+        notes.append(f"XLA is off: {trainer.compile_reason}")
     decay = preset.learning_rate_decay
     if decay and config.minutes is not None and layout["workers"] > 1:
         # Each worker would read its own clock, and the replicas' rates could differ for a step.
@@ -103,16 +103,17 @@ def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evalu
         print(f"note: {line}")
     if replicas > 1 or layout["workers"] > 1:
         print(f"strategy {layout['strategy']}: {replicas} replicas on {layout['workers']} worker(s), "
-              f"{config.batch // replicas} samples each; XLA: {gan.compile_mode}")
-    checkpoints = runtime.checkpoints(gan, files_dir / "checkpoints", config.keep_checkpoints)
+              f"{config.batch // replicas} samples each; XLA: {trainer.compile_mode}")
+    checkpoints = runtime.checkpoints(trainer, files_dir / "checkpoints", config.keep_checkpoints)
     resumed_from, earlier = None, []
     if resume:
         # Non-chief workers restore from the chief's folder (it must be on a file system they share).
         # The newest intact checkpoint; damaged newer ones are moved aside (by the chief).
         latest, earlier = checkpoints.restore(run_dir / "checkpoints", move_damaged=chief)
         if latest:
-            resumed_from = {"step": int(gan.step.numpy()), "checkpoint": latest, "loss_scales": gan.loss_scales()}
-    start_step = int(gan.step.numpy())
+            resumed_from = {"step": int(trainer.step.numpy()), "checkpoint": latest,
+                            "loss_scales": trainer.loss_scales()}
+    start_step = int(trainer.step.numpy())
     steps = total_steps(config, len(data.images))
     if steps is not None and start_step >= steps:
         raise UserError(f"{run_dir} already reached step {start_step}; pass a larger --steps/--epochs to go on")
@@ -120,6 +121,6 @@ def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evalu
     if resumed_from:
         print(f"resuming {run_dir} from step {start_step}")
     return Setup(runtime=runtime, preset=preset, data=data, run_dir=run_dir, files_dir=files_dir, chief=chief,
-                 gan=gan, machine=machine, layout=layout, notes=notes, earlier_sessions=earlier,
+                 trainer=trainer, machine=machine, layout=layout, notes=notes, earlier_sessions=earlier,
                  checkpoints=checkpoints, resumed_from=resumed_from, start_step=start_step, steps=steps,
                  evaluator=evaluator, learning_rate_decay=decay)

@@ -26,22 +26,23 @@ class TimingHistory(tf.Module):
         self.sessions_json.assign(json.dumps(sessions))
 
 
-def restore_ema(gan, prefix):
-    """G's average from checkpoint `prefix` into `gan`; from a checkpoint without one (saved before G-EMA or
+def restore_ema(trainer, prefix):
+    """G's average from checkpoint `prefix` into `trainer`; from a checkpoint without one (saved before G-EMA or
     with --ema_decay 0) the average starts at G's restored weights."""
-    if not gan.ema_decay:
+    if not trainer.ema_decay:
         return
     if any(name.startswith("g_ema/") for name, _ in tf.train.list_variables(prefix)):
-        tf.train.Checkpoint(g_ema=gan.ema_checkpointable).restore(prefix).assert_existing_objects_matched().expect_partial()
+        checkpoint = tf.train.Checkpoint(g_ema=trainer.ema_checkpointable)
+        checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
     else:
-        gan.reset_ema()
+        trainer.reset_ema()
 
 
 class TensorFlowCheckpoints:
     """ckpt-N.index/.data files through a tf.train.CheckpointManager, the timing history with them."""
 
-    def __init__(self, gan, directory, keep):
-        self.gan, self.directory, self.keep = gan, directory, keep
+    def __init__(self, trainer, directory, keep):
+        self.trainer, self.directory, self.keep = trainer, directory, keep
         self.history = TimingHistory()
         self._manager = None
 
@@ -49,7 +50,8 @@ class TensorFlowCheckpoints:
     def manager(self):
         # Made after restore(): it reads the state file, which a restore may rewrite (damaged ones moved).
         if self._manager is None:
-            checkpoint = tf.train.Checkpoint(gan=self.gan, history=self.history, g_ema=self.gan.ema_checkpointable)
+            checkpoint = tf.train.Checkpoint(gan=self.trainer, history=self.history,
+                                             g_ema=self.trainer.ema_checkpointable)
             self._manager = tf.train.CheckpointManager(checkpoint, self.directory, max_to_keep=self.keep)
         return self._manager
 
@@ -60,11 +62,12 @@ class TensorFlowCheckpoints:
     def restore(self, resume_from, move_damaged=True):
         """Restores the newest intact checkpoint in `resume_from` (checkpoints.restore_newest_intact);
         returns (its prefix or None, the timing history saved with it)."""
-        latest = checkpoint_files.restore_newest_intact(tf.train.Checkpoint(gan=self.gan), resume_from, move_damaged)
+        latest = checkpoint_files.restore_newest_intact(tf.train.Checkpoint(gan=self.trainer), resume_from,
+                                                        move_damaged)
         if latest:
             # Leniently: checkpoints from before per-session timing hold another layout (then no history).
             tf.train.Checkpoint(history=self.history).restore(latest).expect_partial()
-            restore_ema(self.gan, latest)
+            restore_ema(self.trainer, latest)
         return latest, self.history.sessions()
 
     def save(self, step, sessions):
@@ -89,11 +92,11 @@ class TensorFlowRuntime:
         return build_step(preset, self.name, models, num_classes, config.policy, jit=config.jit, strategy=self.strategy,
                           sync_bn=config.sync_bn)
 
-    def layout(self, gan):
-        return run_report.distribution_summary(self.strategy, gan)
+    def layout(self, trainer):
+        return run_report.distribution_summary(self.strategy, trainer)
 
-    def checkpoints(self, gan, directory, keep):
-        return TensorFlowCheckpoints(gan, directory, keep)
+    def checkpoints(self, trainer, directory, keep):
+        return TensorFlowCheckpoints(trainer, directory, keep)
 
     def batches(self, data, config, noise_dim, start_step):
         """The run's (images, labels, z, fake_labels) global batches, split across the replicas.

@@ -83,13 +83,13 @@ SCRIPT = textwrap.dedent("""
         precision.set_policy("float32")
         models = build_models(shape, 10, width=0.25, arch=arch)
         preset = presets.get(arch)
-        gan = build_step(preset, "jax", models, 10, "float32")
-        z, fake_labels = sample_noise(0, 0, batch, gan.noise_dim, 10)
+        trainer = build_step(preset, "jax", models, 10, "float32")
+        z, fake_labels = sample_noise(0, 0, batch, trainer.noise_dim, 10)
         images = np.random.RandomState(0).randint(0, 255, (batch,) + shape).astype(np.uint8)
         inputs = (images, np.arange(batch) % 10, z, fake_labels)
-        xla = flops.xla_flops(gan.lowered_step(*inputs).compile())
+        xla = flops.xla_flops(trainer.lowered_step(*inputs).compile())
         layers = flops.step_flops_from_layers(models, batch, preset.q_learns_from_fakes, preset.g_learns_from_q)
-        out[arch] = {"xla": xla, "layers": layers, "chosen": flops.count_step_flops(gan, inputs, batch)}
+        out[arch] = {"xla": xla, "layers": layers, "chosen": flops.count_step_flops(trainer, inputs, batch)}
     print(json.dumps(out))
 """)
 

@@ -164,10 +164,10 @@ def test_each_preset_trains_with_its_own_learning_rates(set_policy):
     assert reference.beta_1 == 0.5 and cifar.beta_1 == 0.0
     set_policy("mixed_float16")
     m = networks.build_models(SHAPE, 10, width=0.25, arch="acgan_cifar")
-    gan = build_step(cifar, "tensorflow", m, 10, "mixed_float16", jit=False)  # as training builds it
-    assert not gan.q_learns_from_fakes and not gan.g_learns_from_q
-    assert len(gan.q_variables) == len(m.trunk.trainable_variables) + len(m.q_head.trainable_variables)
-    optimizers = (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer)
+    trainer = build_step(cifar, "tensorflow", m, 10, "mixed_float16", jit=False)  # as training builds it
+    assert not trainer.q_learns_from_fakes and not trainer.g_learns_from_q
+    assert len(trainer.q_variables) == len(m.trunk.trainable_variables) + len(m.q_head.trainable_variables)
+    optimizers = (trainer.d_optimizer, trainer.g_optimizer, trainer.q_optimizer)
     rates = [float(o.learning_rate) for o in optimizers]
     np.testing.assert_allclose(rates, presets.ACGAN_CIFAR.learning_rates)
     assert [o.inner_optimizer.beta_1 for o in optimizers] == [0.0] * 3  # inside the loss-scale wrappers
@@ -264,19 +264,19 @@ for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
     precision.set_policy(policy)
     m = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
     preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, beta_1=0.0)  # the preset's
-    gan = jax_step.JaxStep(m, 10, policy, preset, jit=True)
-    adam = gan.g_optimizer.inner_optimizer if policy == "mixed_float16" else gan.g_optimizer
+    trainer = jax_step.JaxStep(m, 10, policy, preset, jit=True)
+    adam = trainer.g_optimizer.inner_optimizer if policy == "mixed_float16" else trainer.g_optimizer
     assert adam.beta_1 == 0.0
     u_before = [v.numpy().copy() for v in m.trunk.non_trainable_variables if "sn_u" in v.path]
     rng = np.random.default_rng(0)
     batch = (rng.integers(0, 256, (16, 32, 32, 3)).astype(np.uint8), rng.integers(0, 10, 16).astype(np.int32),
-             rng.uniform(-1, 1, (16, gan.noise_dim)).astype(np.float32), rng.integers(0, 10, 16).astype(np.int32))
+             rng.uniform(-1, 1, (16, trainer.noise_dim)).astype(np.float32), rng.integers(0, 10, 16).astype(np.int32))
     for _ in range(2):
-        values = gan.train_step(*batch).read()
-    images = np.asarray(gan.generate(batch[2][:4], batch[3][:4]))
+        values = trainer.train_step(*batch).read()
+    images = np.asarray(trainer.generate(batch[2][:4], batch[3][:4]))
     assert images.shape == (4, 32, 32, 3) and images.dtype == np.float32, images.shape
     assert 0.0 <= images.min() and images.max() <= 1.0 and all(np.isfinite(list(values.values())))
-    gan.sync_variables()
+    trainer.sync_variables()
     u_after = [v.numpy() for v in m.trunk.non_trainable_variables if "sn_u" in v.path]
     assert len(u_before) == 6 and all(not np.allclose(a, b) for a, b in zip(u_after, u_before))  # power iteration ran
     print("ok", policy)

@@ -52,17 +52,17 @@ def run(mode, policy):
     out = {"keys": np.array([key for key in gans["mesh"].state()])}
     split = gans["mesh"].shard_batch(batch)
     out["shard_rows"] = np.array([[s.data.shape[0] for s in x.addressable_shards] for x in split])
-    for name, gan in gans.items():
-        inputs = gan.shard_batch(batch)
+    for name, trainer in gans.items():
+        inputs = trainer.shard_batch(batch)
         if mode == "steps":
-            metrics = [np.asarray(gan.train_step(*inputs).vector)]
-            for j, m in enumerate(_first_moments(gan.state())):
+            metrics = [np.asarray(trainer.train_step(*inputs).vector)]
+            for j, m in enumerate(_first_moments(trainer.state())):
                 out[f"{name}/moments/{j}"] = m
-            metrics.append(np.asarray(gan.train_step(*inputs).vector))
+            metrics.append(np.asarray(trainer.train_step(*inputs).vector))
             out[f"{name}/metrics"] = np.stack(metrics)
         else:
-            out.update(_overflow(name, gan, inputs))
-        for i, value in enumerate(gan.state().values()):
+            out.update(_overflow(name, trainer, inputs))
+        for i, value in enumerate(trainer.state().values()):
             out[f"{name}/state/{i}"] = value
     mesh_gan = gans["mesh"]
     # Every device holds the same copy of every state array.
@@ -78,12 +78,12 @@ def _first_moments(state):
             if key.startswith(f"optimizers/{name}_optimizer") and key.endswith("_momentum")]
 
 
-def _overflow(name, gan, inputs):
-    state = gan.state()
+def _overflow(name, trainer, inputs):
+    state = trainer.state()
     for optimizer in NAMES:  # pinned, in the state only (as tests/step/jax_step_runner.py does)
         state[f"optimizers/{optimizer}_optimizer/dynamic_scale"] = np.float32(256.0)
-    gan.load_state(state)
-    before = gan.state()
+    trainer.load_state(state)
+    before = trainer.state()
     honest = losses.d_adversarial
     rows = np.arange(BATCH)[:, None]
     share = BATCH // DEVICES
@@ -93,12 +93,12 @@ def _overflow(name, gan, inputs):
         return honest(kind, d_real * jnp.asarray(poison, d_real.dtype), d_fake)
 
     losses.d_adversarial = poisoned
-    gan.retrace()
+    trainer.retrace()
     try:
-        metrics = np.asarray(gan.train_step(*inputs).vector)
+        metrics = np.asarray(trainer.train_step(*inputs).vector)
     finally:
         losses.d_adversarial = honest
-        gan.retrace()
+        trainer.retrace()
     out = {f"{name}/metrics": metrics[None]}
     out.update({f"{name}/before/{i}": value for i, value in enumerate(before.values())})
     return out

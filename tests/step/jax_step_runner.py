@@ -46,8 +46,8 @@ def main(in_path, out_path):
                                  g_learns_from_q=bool(job.get("g_learns_from_q", True)),
                                  augment=tuple(str(job["augment"]).split(",")) if "augment" in job else None,
                                  loss=str(job.get("loss", "nonsaturating")))
-    gan = jax_step.JaxStep(models, 10, policy, preset, jit=bool(job["jit"]))
-    state = gan.state()
+    trainer = jax_step.JaxStep(models, 10, policy, preset, jit=bool(job["jit"]))
+    state = trainer.state()
     if "d_learning_rate" in job:
         state["optimizers/d_optimizer_adam/learning_rate"] = np.float32(job["d_learning_rate"])
     for name in NAMES:
@@ -55,15 +55,15 @@ def main(in_path, out_path):
             # Through the state only: the Keras variables keep 2^15, so a scale read from them (the
             # keras#19244 trap) would show as gradients off by 2^15 / the pinned scale.
             state[f"optimizers/{name}_optimizer/dynamic_scale"] = np.float32(job[f"scale/{name}"])
-    gan.load_state(state)
+    trainer.load_state(state)
     if "learning_rate_scale" in job:
-        gan.set_learning_rate_scale(float(job["learning_rate_scale"]))
+        trainer.set_learning_rate_scale(float(job["learning_rate_scale"]))
     batch = tuple(job[k] for k in ("images", "labels", "z", "fake_labels"))
-    out = {"fingerprint": np.array(gan.weights_fingerprint()), "compile_mode": np.array(gan.compile_mode)}
+    out = {"fingerprint": np.array(trainer.weights_fingerprint()), "compile_mode": np.array(trainer.compile_mode)}
     if str(job["mode"]) == "steps":
-        out.update(_steps(gan, batch, int(job.get("steps", 1))))
+        out.update(_steps(trainer, batch, int(job.get("steps", 1))))
     else:
-        out.update(_overflow(gan, batch))
+        out.update(_overflow(trainer, batch))
     np.savez(out_path, **out)
 
 
@@ -73,48 +73,48 @@ def _first_moments(state, name):
     return [value for key, value in state.items() if key.startswith(prefix) and key.endswith("_momentum")]
 
 
-def _steps(gan, batch, steps):
+def _steps(trainer, batch, steps):
     metrics = []
     out = {}
     for i in range(steps):
-        metrics.append(np.asarray(gan.train_step(*batch).vector))
+        metrics.append(np.asarray(trainer.train_step(*batch).vector))
         if i == 0:
-            state = gan.state()
+            state = trainer.state()
             for name in NAMES:
                 for j, m in enumerate(_first_moments(state, name)):
                     out[f"moments/{name}/{j}"] = m
     out["metrics"] = np.stack(metrics)
-    out.update({f"state/{key}": value for key, value in gan.state().items()})
-    out["step"] = np.array(int(gan.step))
+    out.update({f"state/{key}": value for key, value in trainer.state().items()})
+    out["step"] = np.array(int(trainer.step))
     return out
 
 
-def _overflow(gan, batch):
+def _overflow(trainer, batch):
     """For each optimizer in turn, from one settled state: a step whose loss for that optimizer is
     scaled to inf. Saves the state before and after each injected step, and its metrics."""
     for _ in range(3):  # pinned scales of 256 leave no natural overflow; settle anyway
-        gan.train_step(*batch).read()
+        trainer.train_step(*batch).read()
     honest_scale_loss = precision.scale_loss
-    out = {"settled_metrics": np.asarray(gan.train_step(*batch).vector)}
-    settled = gan.state()
+    out = {"settled_metrics": np.asarray(trainer.train_step(*batch).vector)}
+    settled = trainer.state()
     for victim in NAMES:
-        victim_optimizer = getattr(gan, f"{victim}_optimizer")
+        victim_optimizer = getattr(trainer, f"{victim}_optimizer")
 
         def overflowing_scale_loss(optimizer, loss, victim_optimizer=victim_optimizer):
             scaled = honest_scale_loss(optimizer, loss)
             return scaled * np.float32("inf") if optimizer is victim_optimizer else scaled
 
-        gan.load_state(settled)
+        trainer.load_state(settled)
         jax_step.precision.scale_loss = overflowing_scale_loss
-        gan.retrace()
+        trainer.retrace()
         try:
-            out[f"{victim}/metrics"] = np.asarray(gan.train_step(*batch).vector)
+            out[f"{victim}/metrics"] = np.asarray(trainer.train_step(*batch).vector)
         finally:
             jax_step.precision.scale_loss = honest_scale_loss
-            gan.retrace()
-        out.update({f"{victim}/after/{key}": value for key, value in gan.state().items()})
+            trainer.retrace()
+        out.update({f"{victim}/after/{key}": value for key, value in trainer.state().items()})
         # The streak: one more honest step resets the victim's skipped_in_a_row.
-        out[f"{victim}/next_metrics"] = np.asarray(gan.train_step(*batch).vector)
+        out[f"{victim}/next_metrics"] = np.asarray(trainer.train_step(*batch).vector)
     out.update({f"settled/{key}": value for key, value in settled.items()})
     return out
 

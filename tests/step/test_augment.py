@@ -97,11 +97,11 @@ def test_the_preset_step_trains_d_on_augmented_images_and_samples_stay_unaugment
     d_losses, samples = [], []
     for preset in (presets.ACGAN_CIFAR, dataclasses.replace(presets.ACGAN_CIFAR, augment=None)):
         keras.utils.set_random_seed(5)
-        gan = build_step(preset, "tensorflow", networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar"),
-                         10, policy, jit=False)
-        assert gan.augment == preset.augment  # the step the factory builds for the preset takes its policy
-        samples.append(np.asarray(gan.generate(*batch[2:])))
-        metrics = gan.train_step(*batch).read()
+        models = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
+        trainer = build_step(preset, "tensorflow", models, 10, policy, jit=False)
+        assert trainer.augment == preset.augment  # the step the factory builds for the preset takes its policy
+        samples.append(np.asarray(trainer.generate(*batch[2:])))
+        metrics = trainer.train_step(*batch).read()
         assert np.isfinite(list(metrics.values())).all()
         d_losses.append(metrics["d_loss"])
     np.testing.assert_array_equal(samples[0], samples[1])  # the same weights: sampling does not augment

@@ -50,29 +50,29 @@ def _global_batch(step=0):
     return (images, labels) + sample_noise(7, step, BATCH, 62, 10)
 
 
-def _distributed(gan, batch):
+def _distributed(trainer, batch):
     """The global batch split across the replicas, the way the trainer feeds it."""
-    return next(iter(gan.strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(batch))))
+    return next(iter(trainer.strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(batch))))
 
 
-def _weights(gan):
-    return [v.numpy() for model in gan.models for v in model.variables]
+def _weights(trainer):
+    return [v.numpy() for model in trainer.models for v in model.variables]
 
 
-def _per_replica(gan, variable):
-    return [np.asarray(v) for v in gan.strategy.experimental_local_results(variable.value)]
+def _per_replica(trainer, variable):
+    return [np.asarray(v) for v in trainer.strategy.experimental_local_results(variable.value)]
 
 
-def _assert_replicas_equal_and_finite(gan, trainable_only=False):
-    for model in gan.models:
+def _assert_replicas_equal_and_finite(trainer, trainable_only=False):
+    for model in trainer.models:
         for variable in model.trainable_variables if trainable_only else model.variables:
-            copies = _per_replica(gan, variable)
+            copies = _per_replica(trainer, variable)
             assert len(copies) == CPU_REPLICAS
             assert np.isfinite(copies[0]).all(), variable.path
             for copy in copies[1:]:
                 np.testing.assert_array_equal(copies[0], copy, err_msg=variable.path)
-    for average in gan.ema_checkpointable.weights:  # G's average: one value on every replica
-        copies = [np.asarray(v) for v in gan.strategy.experimental_local_results(average)]
+    for average in trainer.ema_checkpointable.weights:  # G's average: one value on every replica
+        copies = [np.asarray(v) for v in trainer.strategy.experimental_local_results(average)]
         assert len(copies) == CPU_REPLICAS and np.isfinite(copies[0]).all()
         for copy in copies[1:]:
             np.testing.assert_array_equal(copies[0], copy)
@@ -81,15 +81,15 @@ def _assert_replicas_equal_and_finite(gan, trainable_only=False):
 def _pin_loss_scales(*gans):
     """A modest scale: the initial 2^15 overflows on the first steps, where a replica's half batch and
     the whole batch need not agree."""
-    for gan in gans:
-        for optimizer in (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer):
+    for trainer in gans:
+        for optimizer in (trainer.d_optimizer, trainer.g_optimizer, trainer.q_optimizer):
             if tf_step.precision.is_loss_scaled(optimizer):
                 optimizer.dynamic_scale.assign(256.0)
 
 
-def _first_moments(gan, name):
+def _first_moments(trainer, name):
     """Adam's first moment after one step, (1 - beta_1) * gradient: the update's direction and size."""
-    optimizer = getattr(gan, f"{name}_optimizer")
+    optimizer = getattr(trainer, f"{name}_optimizer")
     return np.concatenate([v.numpy().ravel() for v in optimizer.variables if "momentum" in v.path])
 
 
@@ -152,13 +152,13 @@ def test_two_replicas_match_one_device(policy, mirrored, set_policy):
 
 
 def test_per_replica_xla_runs_without_synchronized_batch_norm(mirrored):
-    gan = _gan("float32", mirrored, jit=True, sync_bn=False)
-    assert gan.compile_mode == "forward_backward" and not gan.synchronized_batch_norm
+    trainer = _gan("float32", mirrored, jit=True, sync_bn=False)
+    assert trainer.compile_mode == "forward_backward" and not trainer.synchronized_batch_norm
     for step in range(2):
-        metrics = gan.train_step(*_distributed(gan, _global_batch(step)))
+        metrics = trainer.train_step(*_distributed(trainer, _global_batch(step)))
     assert np.isfinite(float(metrics["d_loss"]))
     # Keras 3 keeps each replica's own batch-norm moving statistics when they are not synchronized.
-    _assert_replicas_equal_and_finite(gan, trainable_only=True)
+    _assert_replicas_equal_and_finite(trainer, trainable_only=True)
 
 
 def test_auto_is_one_device_here_and_equal_settings_share_one_strategy(mirrored):
@@ -176,16 +176,16 @@ def test_compile_plan(mirrored):
 
 
 def _settled_gan(strategy, sync_bn):
-    """A mixed_float16 gan after one honest step, its loss scales pinned (no natural overflow later)."""
-    gan = _gan("mixed_float16", strategy, sync_bn=sync_bn)
-    _pin_loss_scales(gan)
-    gan.train_step(*_distributed(gan, _global_batch(0)))
-    return gan
+    """A mixed_float16 trainer after one honest step, its loss scales pinned (no natural overflow later)."""
+    trainer = _gan("mixed_float16", strategy, sync_bn=sync_bn)
+    _pin_loss_scales(trainer)
+    trainer.train_step(*_distributed(trainer, _global_batch(0)))
+    return trainer
 
 
 @pytest.fixture(scope="module")
 def unsynchronized_gan(mirrored):
-    """One settled gan for the overflow tests without synchronized batch norm: each injects its overflow
+    """One settled trainer for the overflow tests without synchronized batch norm: each injects its overflow
     from the state the previous one left (they compare against the state just before their own step)."""
     try:
         tf_step.precision.set_policy("mixed_float16")
@@ -194,11 +194,11 @@ def unsynchronized_gan(mirrored):
         keras.mixed_precision.set_global_policy("float32")
 
 
-def _overflow_on_replica(strategy, victim, replica, monkeypatch, sync_bn, guard=True, gan=None):
-    """One step of a mixed_float16 gan (`gan`, else a new settled one) whose `victim` loss overflows on
+def _overflow_on_replica(strategy, victim, replica, monkeypatch, sync_bn, guard=True, trainer=None):
+    """One step of a mixed_float16 trainer (`trainer`, else a new settled one) whose `victim` loss overflows on
     `replica` only."""
-    gan = gan or _settled_gan(strategy, sync_bn)
-    optimizers = {"d": gan.d_optimizer, "g": gan.g_optimizer, "q": gan.q_optimizer}
+    trainer = trainer or _settled_gan(strategy, sync_bn)
+    optimizers = {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
     honest_scale_loss = tf_step.precision.scale_loss
 
     def overflowing_scale_loss(optimizer, loss):
@@ -211,10 +211,11 @@ def _overflow_on_replica(strategy, victim, replica, monkeypatch, sync_bn, guard=
     monkeypatch.setattr(tf_step.precision, "scale_loss", overflowing_scale_loss)
     if not guard:
         monkeypatch.setattr(tf_step.distribute, "agree_on_finite", lambda grads: grads)
-    gan.retrace()
-    before = {k: (_per_replica(gan, o.dynamic_scale), _per_replica(gan, o.iterations)) for k, o in optimizers.items()}
-    metrics = gan.train_step(*_distributed(gan, _global_batch(1)))
-    return gan, optimizers, before, metrics
+    trainer.retrace()
+    before = {k: (_per_replica(trainer, o.dynamic_scale), _per_replica(trainer, o.iterations))
+              for k, o in optimizers.items()}
+    metrics = trainer.train_step(*_distributed(trainer, _global_batch(1)))
+    return trainer, optimizers, before, metrics
 
 
 # Synchronized batch norm all-reduces in the backward pass too, which spreads a NaN to every replica's
@@ -224,10 +225,10 @@ def _overflow_on_replica(strategy, victim, replica, monkeypatch, sync_bn, guard=
 def test_overflow_on_the_second_replica_skips_on_every_replica(victim, sync_bn, mirrored, unsynchronized_gan,
                                                                monkeypatch, set_policy):
     set_policy("mixed_float16")
-    gan, optimizers, before, metrics = _overflow_on_replica(mirrored, victim, 1, monkeypatch, sync_bn,
-                                                            gan=None if sync_bn else unsynchronized_gan)
+    trainer, optimizers, before, metrics = _overflow_on_replica(mirrored, victim, 1, monkeypatch, sync_bn,
+                                                                trainer=None if sync_bn else unsynchronized_gan)
     for name, optimizer in optimizers.items():
-        scales, iterations = _per_replica(gan, optimizer.dynamic_scale), _per_replica(gan, optimizer.iterations)
+        scales, iterations = _per_replica(trainer, optimizer.dynamic_scale), _per_replica(trainer, optimizer.iterations)
         old_scales, old_iterations = before[name]
         if name == victim:
             assert scales == [s / 2 for s in old_scales], "the scale must halve on every replica"
@@ -235,16 +236,16 @@ def test_overflow_on_the_second_replica_skips_on_every_replica(victim, sync_bn, 
             assert int(metrics[f"{name}_skipped"]) == 1
         else:
             assert scales == old_scales and iterations == [i + 1 for i in old_iterations]
-    _assert_replicas_equal_and_finite(gan, trainable_only=not sync_bn)
+    _assert_replicas_equal_and_finite(trainer, trainable_only=not sync_bn)
 
 
 def test_without_the_guard_keras_applies_another_replicas_overflow(mirrored, monkeypatch, set_policy):
     """Why agree_on_finite exists: Keras decides from the first replica's local gradients."""
     set_policy("mixed_float16")
-    gan, optimizers, before, _ = _overflow_on_replica(mirrored, "d", 1, monkeypatch, sync_bn=False, guard=False)
-    if _per_replica(gan, gan.d_optimizer.iterations) == before["d"][1]:
+    trainer, optimizers, before, _ = _overflow_on_replica(mirrored, "d", 1, monkeypatch, sync_bn=False, guard=False)
+    if _per_replica(trainer, trainer.d_optimizer.iterations) == before["d"][1]:
         pytest.skip("this Keras checks every replica's gradients itself; the guard is then belt and braces")
-    weights = gan.models.d_head.trainable_variables
+    weights = trainer.models.d_head.trainable_variables
     assert not all(np.isfinite(v.numpy()).all() for v in weights), "an inf update was expected"
 
 

@@ -41,13 +41,13 @@ def _step(decay=DECAY, jit=False, policy="float32"):
     return TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, policy, preset, jit=jit)
 
 
-def _expected_average(gan, steps):
+def _expected_average(trainer, steps):
     """Trains `steps` steps and follows the average on the host in float64: the ramped recurrence."""
-    average = [v.numpy().astype(np.float64) for v in gan.g_variables]
+    average = [v.numpy().astype(np.float64) for v in trainer.g_variables]
     for t in range(steps):
-        gan.train_step(*_batch(seed=t)).read()
+        trainer.train_step(*_batch(seed=t)).read()
         decay = min(DECAY, (1 + t) / (10 + t))
-        average = [a * decay + v.numpy() * (1 - decay) for a, v in zip(average, gan.g_variables)]
+        average = [a * decay + v.numpy() * (1 - decay) for a, v in zip(average, trainer.g_variables)]
     return average
 
 
@@ -58,20 +58,20 @@ def _max_difference(a, b):
 @pytest.mark.parametrize("policy,jit", [("float32", True), ("mixed_float16", False)])
 def test_the_average_follows_the_ramped_recurrence_and_generate_samples_it(policy, jit, set_policy):
     set_policy(policy)
-    gan = _step(policy=policy, jit=jit)
-    expected = _expected_average(gan, 3)
-    got = gan.ema_values()
+    trainer = _step(policy=policy, jit=jit)
+    expected = _expected_average(trainer, 3)
+    got = trainer.ema_values()
     assert {v.dtype for v in got} == {np.dtype("float32")}  # whatever the policy
     assert _max_difference(got, expected) < 1e-6
     # It is not G itself: the ramp's 0.1 and 0.18 left a part of the earlier weights in it.
-    assert _max_difference(got, [v.numpy() for v in gan.g_variables]) > 1e-5
+    assert _max_difference(got, [v.numpy() for v in trainer.g_variables]) > 1e-5
     _, _, z, labels = _batch()
-    from_average = np.asarray(gan.generate(z, labels), np.float32)
-    gan.samples_from_ema = False
-    assert np.max(np.abs(from_average - np.asarray(gan.generate(z, labels), np.float32))) > 1e-5
-    assert gan.swap_in_ema() and gan.generator_holds_ema  # G's own weights become the average
-    assert _max_difference([v.numpy() for v in gan.g_variables], gan.ema_values()) == 0
-    np.testing.assert_allclose(np.asarray(gan.generate(z, labels), np.float32), from_average, atol=2e-3)
+    from_average = np.asarray(trainer.generate(z, labels), np.float32)
+    trainer.samples_from_ema = False
+    assert np.max(np.abs(from_average - np.asarray(trainer.generate(z, labels), np.float32))) > 1e-5
+    assert trainer.swap_in_ema() and trainer.generator_holds_ema  # G's own weights become the average
+    assert _max_difference([v.numpy() for v in trainer.g_variables], trainer.ema_values()) == 0
+    np.testing.assert_allclose(np.asarray(trainer.generate(z, labels), np.float32), from_average, atol=2e-3)
 
 
 def test_a_resumed_run_continues_the_average_exactly(tmp_path, set_policy):
@@ -123,30 +123,30 @@ from acgan.model.networks import build_models
 from acgan.step.jax_step import JaxStep
 keras.utils.set_random_seed(3)
 preset = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)
-gan = JaxStep(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=True)
+trainer = JaxStep(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=True)
 rng = np.random.default_rng(0)
 images = rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8)
 labels = rng.integers(0, 10, 16).astype(np.int32)
 z = rng.uniform(-1, 1, (16, 62)).astype(np.float32)
-average = [v.numpy().astype(np.float64) for v in gan.g_variables]
+average = [v.numpy().astype(np.float64) for v in trainer.g_variables]
 for t in range(4):
-    gan.train_step(images, labels, z, labels).read()
-    gan.sync_variables()
+    trainer.train_step(images, labels, z, labels).read()
+    trainer.sync_variables()
     d = min(0.9, (1 + t) / (10 + t))
-    average = [a * d + v.numpy() * (1 - d) for a, v in zip(average, gan.g_variables)]
-got = gan.ema_values()
-state = gan.state()
+    average = [a * d + v.numpy() * (1 - d) for a, v in zip(average, trainer.g_variables)]
+got = trainer.ema_values()
+state = trainer.state()
 without = {k: v for k, v in state.items() if not k.startswith("ema/")}
-gan.load_state(without)
-reset = max(float(np.abs(a - v.numpy()).max()) for a, v in zip(gan.ema_values(), gan.g_variables))
-gan.load_state(state)
+trainer.load_state(without)
+reset = max(float(np.abs(a - v.numpy()).max()) for a, v in zip(trainer.ema_values(), trainer.g_variables))
+trainer.load_state(state)
 print(json.dumps({
     "error": max(float(np.abs(g - a).max()) for g, a in zip(got, average)),
     "dtypes": sorted({str(v.dtype) for v in got}),
     "ema_keys": sum(k.startswith("ema/generator/") for k in state),
-    "g_weights": len(gan.g_variables),
+    "g_weights": len(trainer.g_variables),
     "reset_from_g": reset,
-    "round_trip": max(float(np.abs(a - b).max()) for a, b in zip(gan.ema_values(), got)),
+    "round_trip": max(float(np.abs(a - b).max()) for a, b in zip(trainer.ema_values(), got)),
 }))
 """
 

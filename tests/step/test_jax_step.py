@@ -106,19 +106,19 @@ def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns
                 variable.assign(value)
         preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=q_learns_from_fakes,
                                      g_learns_from_q=g_learns_from_q, augment=augment, loss=loss)
-        gan = tf_step.TensorFlowStep(models, 10, policy, preset, jit=False)
+        trainer = tf_step.TensorFlowStep(models, 10, policy, preset, jit=False)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     if learning_rate_scale is not None:
-        gan.set_learning_rate_scale(learning_rate_scale)
+        trainer.set_learning_rate_scale(learning_rate_scale)
     if d_learning_rate is not None:
-        gan.d_optimizer.learning_rate.assign(d_learning_rate)
+        trainer.d_optimizer.learning_rate.assign(d_learning_rate)
     for name, scale in (scales or {}).items():
-        getattr(gan, f"{name}_optimizer").dynamic_scale.assign(scale)
-    fingerprint = gan.weights_fingerprint()
-    vector = np.asarray(gan.train_step(*batch).vector)
+        getattr(trainer, f"{name}_optimizer").dynamic_scale.assign(scale)
+    fingerprint = trainer.weights_fingerprint()
+    vector = np.asarray(trainer.train_step(*batch).vector)
     moments = {}
-    for name, (optimizer, variables) in zip(NAMES, gan._optimizers_and_variables()):
+    for name, (optimizer, variables) in zip(NAMES, trainer._optimizers_and_variables()):
         adam = optimizer.inner_optimizer if precision.is_loss_scaled(optimizer) else optimizer
         moments[name] = [v.numpy() for v in adam.variables if v.path.endswith("_momentum")]
         assert len(moments[name]) == len(variables)

@@ -26,11 +26,12 @@ def _values(variables):
     return [v.numpy() for v in variables]
 
 
-def _settle(gan, batch, max_steps=30):
+def _settle(trainer, batch, max_steps=30):
     """Steps until no optimizer skips: the initial scale 2^15 overflows for the first few steps."""
+    optimizers = (trainer.d_optimizer, trainer.g_optimizer, trainer.q_optimizer)
     for _ in range(max_steps):
-        before = [int(gan.step) - int(o.iterations) for o in (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer)]
-        metrics = gan.train_step(*batch)
+        before = [int(trainer.step) - int(o.iterations) for o in optimizers]
+        metrics = trainer.train_step(*batch)
         if [int(metrics[f"{n}_skipped"]) for n in "dgq"] == before:
             return metrics
     raise AssertionError("loss scales did not settle")
@@ -40,16 +41,17 @@ def _settle(gan, batch, max_steps=30):
                          ids=["d", "g", "q", "d-xla"])
 def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy, monkeypatch):
     set_policy("mixed_float16")
-    gan = _small_gan("mixed_float16", jit)
-    optimizers = {"d": gan.d_optimizer, "g": gan.g_optimizer, "q": gan.q_optimizer}
+    trainer = _small_gan("mixed_float16", jit)
+    optimizers = {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
     # Only D trains d_head and only Q trains q_head; G is shared with Q, so G is judged by its optimizer.
-    exclusive = {"d": gan.models.d_head.trainable_variables, "q": gan.models.q_head.trainable_variables, "g": []}
+    m = trainer.models
+    exclusive = {"d": m.d_head.trainable_variables, "q": m.q_head.trainable_variables, "g": []}
     batch = _batch()
-    _settle(gan, batch)
+    _settle(trainer, batch)
     # A modest scale leaves no room for a natural overflow on the injected step, so only the victim skips.
     for optimizer in optimizers.values():
         optimizer.dynamic_scale.assign(256.0)
-    settled = _settle(gan, batch)
+    settled = _settle(trainer, batch)
 
     victim_optimizer = optimizers[victim]
     honest_scale_loss = precision.scale_loss
@@ -59,7 +61,7 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
         return scaled * np.float32("inf") if optimizer is victim_optimizer else scaled
 
     monkeypatch.setattr(tf_step.precision, "scale_loss", overflowing_scale_loss)
-    gan.retrace()  # with the patch
+    trainer.retrace()  # with the patch
 
     before_scale = {k: float(o.dynamic_scale) for k, o in optimizers.items()}
     before_iterations = {k: int(o.iterations) for k, o in optimizers.items()}
@@ -67,7 +69,7 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
     before_exclusive = _values(exclusive[victim])
     others_weights_before = {k: _values(exclusive[k]) for k in exclusive if k != victim}
 
-    metrics = gan.train_step(*batch)
+    metrics = trainer.train_step(*batch)
 
     assert float(victim_optimizer.dynamic_scale) == before_scale[victim] / 2
     assert int(victim_optimizer.iterations) == before_iterations[victim]
@@ -84,16 +86,16 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
         assert int(metrics[f"{name}_skipped"]) == int(settled[f"{name}_skipped"])
         for old, new in zip(others_weights_before[name], _values(exclusive[name])):
             assert not np.array_equal(old, new), f"{name}'s weights did not move"
-    for model in gan.models:
+    for model in trainer.models:
         assert all(np.isfinite(v.numpy()).all() for v in model.variables)
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_no_loss_scaling_outside_float16(policy, set_policy):
     set_policy(policy)
-    gan = _small_gan(policy, jit=False)
-    assert not any(precision.is_loss_scaled(o) for o in (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer))
-    metrics = gan.train_step(*_batch())
+    trainer = _small_gan(policy, jit=False)
+    assert not any(precision.is_loss_scaled(o) for o in (trainer.d_optimizer, trainer.g_optimizer, trainer.q_optimizer))
+    metrics = trainer.train_step(*_batch())
     assert float(metrics["d_loss_scale"]) == 1.0 and int(metrics["q_skipped"]) == 0
 
 
@@ -102,22 +104,22 @@ def _scaled_and_applied(scales, monkeypatch):
     ({name: norm of the still-scaled gradients handed to the optimizer},
      {name: Adam's first moments, i.e. (1 - beta_1) * the unscaled gradients it applied})."""
     keras.utils.set_random_seed(0)
-    gan = _small_gan("mixed_float16", jit=False)
-    optimizers = {"d": gan.d_optimizer, "g": gan.g_optimizer, "q": gan.q_optimizer}
-    gan.d_optimizer.learning_rate.assign(0.0)  # G and Q then see the same D in both runs
+    trainer = _small_gan("mixed_float16", jit=False)
+    optimizers = {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
+    trainer.d_optimizer.learning_rate.assign(0.0)  # G and Q then see the same D in both runs
     for name, optimizer in optimizers.items():
         optimizer.dynamic_scale.assign(scales[name])
     handed = {name: tf.Variable(0.0, trainable=False) for name in optimizers}  # written inside the step
-    honest_apply = gan._apply
+    honest_apply = trainer._apply
 
     def recording_apply(optimizer, grads, variables):
         name = next(n for n, o in optimizers.items() if o is optimizer)
         handed[name].assign(tf.linalg.global_norm(grads))
         honest_apply(optimizer, grads, variables)
 
-    monkeypatch.setattr(gan, "_apply", recording_apply)
-    gan.retrace()
-    metrics = gan.train_step(*_batch())
+    monkeypatch.setattr(trainer, "_apply", recording_apply)
+    trainer.retrace()
+    metrics = trainer.train_step(*_batch())
     assert all(int(metrics[f"{n}_skipped"]) == 0 for n in "dgq")
     applied = {name: np.concatenate([v.numpy().ravel() for v in o.inner_optimizer.variables
                                      if v.path.endswith("_momentum")]) for name, o in optimizers.items()}

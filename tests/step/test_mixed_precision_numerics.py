@@ -48,14 +48,14 @@ def _batch(seed=SEED, n=BATCH):
     ) + sample_noise(seed, 0, n, networks.NOISE_DIM, 10)
 
 
-def _optimizers(gan):
-    return dict(zip("dgq", (gan.d_optimizer, gan.g_optimizer, gan.q_optimizer)))
+def _optimizers(trainer):
+    return dict(zip("dgq", (trainer.d_optimizer, trainer.g_optimizer, trainer.q_optimizer)))
 
 
-def _first_moments(gan):
+def _first_moments(trainer):
     """{optimizer name: its first moments concatenated}, biases before a batch norm left out."""
     out = {}
-    for name, (optimizer, variables) in zip("dgq", gan._optimizers_and_variables()):
+    for name, (optimizer, variables) in zip("dgq", trainer._optimizers_and_variables()):
         adam = optimizer.inner_optimizer if precision.is_loss_scaled(optimizer) else optimizer
         momenta = [v for v in adam.variables if v.path.endswith("_momentum")]
         assert len(momenta) == len(variables)
@@ -73,22 +73,22 @@ def _first_step(policy, weights, seed=SEED, breakage=None, monkeypatch=None):
     models = networks.build_models((28, 28, 1), 10, width=WIDTH)
     for model, values in zip(models, weights):
         model.set_weights(values)
-    gan = tf_step.TensorFlowStep(models, 10, policy, jit=False)
-    gan.d_optimizer.learning_rate.assign(0.0)  # G and Q see the same D as float32's G and Q
-    optimizers = _optimizers(gan)
+    trainer = tf_step.TensorFlowStep(models, 10, policy, jit=False)
+    trainer.d_optimizer.learning_rate.assign(0.0)  # G and Q see the same D as float32's G and Q
+    optimizers = _optimizers(trainer)
     for name, optimizer in optimizers.items():
         if precision.is_loss_scaled(optimizer):
             optimizer.dynamic_scale.assign(PINNED_SCALES[name])
     if breakage:
-        _break(gan, breakage, monkeypatch)
+        _break(trainer, breakage, monkeypatch)
     d_head_before = [v.numpy() for v in models.d_head.trainable_variables]  # only D trains it
-    metrics = gan.train_step(*_batch(seed))
+    metrics = trainer.train_step(*_batch(seed))
     for old, variable in zip(d_head_before, models.d_head.trainable_variables):
         np.testing.assert_array_equal(old, variable.numpy())
-    return _first_moments(gan), {n: int(metrics[f"{n}_skipped"]) for n in "dgq"}
+    return _first_moments(trainer), {n: int(metrics[f"{n}_skipped"]) for n in "dgq"}
 
 
-def _break(gan, breakage, monkeypatch):
+def _break(trainer, breakage, monkeypatch):
     honest_scale_loss = precision.scale_loss
     if breakage == "scaled twice":
         monkeypatch.setattr(tf_step.precision, "scale_loss",
@@ -97,14 +97,14 @@ def _break(gan, breakage, monkeypatch):
         def apply_without_unscaling(optimizer, grads, variables):
             inner = optimizer.inner_optimizer if precision.is_loss_scaled(optimizer) else optimizer
             inner.apply(grads, variables)
-        monkeypatch.setattr(gan, "_apply", apply_without_unscaling)
+        monkeypatch.setattr(trainer, "_apply", apply_without_unscaling)
     elif breakage == "G scaled by Q's optimizer":  # and unscaled by G's: off by 1024 / 256
         monkeypatch.setattr(tf_step.precision, "scale_loss",
                             lambda optimizer, loss: honest_scale_loss(
-                                gan.q_optimizer if optimizer is gan.g_optimizer else optimizer, loss))
+                                trainer.q_optimizer if optimizer is trainer.g_optimizer else optimizer, loss))
     else:
         raise ValueError(breakage)
-    gan.retrace()
+    trainer.retrace()
 
 
 def _cosine(a, b):

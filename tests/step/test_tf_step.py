@@ -36,11 +36,11 @@ def _batch_mean(model, layer, inputs):
 @pytest.mark.parametrize("policy,jit", [("float32", True), ("mixed_float16", False)])
 def test_g_batch_norm_moves_once_per_step_with_momentum_0_9(policy, jit, set_policy):
     set_policy(policy)
-    gan = _gan(policy, jit)
+    trainer = _gan(policy, jit)
     images, labels, z, fake_labels = _batch()
-    g = gan.models.generator
+    g = trainer.models.generator
     expected = {name: (1 - BN_MOMENTUM) * _batch_mean(g, name, [z, fake_labels]) for name in ("g_bn1", "g_bn2")}
-    gan.train_step(images, labels, z, fake_labels).read()
+    trainer.train_step(images, labels, z, fake_labels).read()
     for name, mean in expected.items():
         # Moved twice (G run twice) it would be 0.19 * mean instead of 0.1 * mean.
         np.testing.assert_allclose(g.get_layer(name).moving_mean.numpy(), mean, rtol=2e-2, atol=1e-6, err_msg=name)
@@ -48,14 +48,14 @@ def test_g_batch_norm_moves_once_per_step_with_momentum_0_9(policy, jit, set_pol
 
 def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch(set_policy):
     set_policy("float32")
-    gan = _gan("float32", jit=False)
+    trainer = _gan("float32", jit=False)
     images, labels, z, fake_labels = _batch()
-    trunk, g = gan.models.trunk, gan.models.generator
+    trunk, g = trainer.models.trunk, trainer.models.generator
     real = images.astype(np.float32) / 255.0
     with keras.StatelessScope():
         fake = np.asarray(g([z, fake_labels], training=True))
     m_real, m_fake = (_batch_mean(trunk, "d_bn3", x) for x in (real, fake))
-    gan.train_step(images, labels, z, fake_labels).read()
+    trainer.train_step(images, labels, z, fake_labels).read()
     # D's pass: trunk(real) then trunk(fake), from a zero start; G/Q's pass adds nothing.
     expected = (1 - BN_MOMENTUM) * (BN_MOMENTUM * m_real + m_fake)
     np.testing.assert_allclose(trunk.get_layer("d_bn3").moving_mean.numpy(), expected, rtol=2e-2, atol=1e-6)
@@ -63,8 +63,8 @@ def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch(se
 
 def test_metrics_are_one_vector_read_at_once(set_policy):
     set_policy("float32")
-    gan = _gan("float32", jit=False)
-    metrics = gan.train_step(*_batch())
+    trainer = _gan("float32", jit=False)
+    metrics = trainer.train_step(*_batch())
     assert metrics.vector.shape == (len(METRIC_NAMES),)
     values = metrics.read()
     assert list(values) == list(METRIC_NAMES)
@@ -84,14 +84,14 @@ def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_clas
     real = tf.constant(images.astype(np.float32) / 255.0)
     results = {}
     for from_fakes in (True, False):
-        gan = _gan(policy, jit=False)
-        gan.q_learns_from_fakes = from_fakes
+        trainer = _gan(policy, jit=False)
+        trainer.q_learns_from_fakes = from_fakes
         if policy == "mixed_float16":  # the first scale (2^15) overflows float16 here: the step would skip it
-            gan.q_optimizer.dynamic_scale.assign(64.0)
-        fake = gan.models.generator([z, fake_labels], training=False)
-        results[from_fakes] = gan._gq_forward_backward(real, tf.constant(labels), fake, tf.constant(fake_labels))
-    m = gan.models  # the same seeded weights as both runs
-    scale = float(tf.convert_to_tensor(gan.q_optimizer.dynamic_scale)) if policy == "mixed_float16" else 1.0
+            trainer.q_optimizer.dynamic_scale.assign(64.0)
+        fake = trainer.models.generator([z, fake_labels], training=False)
+        results[from_fakes] = trainer._gq_forward_backward(real, tf.constant(labels), fake, tf.constant(fake_labels))
+    m = trainer.models  # the same seeded weights as both runs
+    scale = float(tf.convert_to_tensor(trainer.q_optimizer.dynamic_scale)) if policy == "mixed_float16" else 1.0
     variables = m.trunk.trainable_variables + m.q_head.trainable_variables
     with tf.GradientTape() as tape:
         with keras.StatelessScope():
@@ -121,17 +121,17 @@ def test_without_g_learns_from_q_the_class_loss_does_not_reach_g(g_learns_from_q
     def g_after_one_step(q_head_factor):
         keras.utils.set_random_seed(3)
         preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, g_learns_from_q=g_learns_from_q)
-        gan = TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=False)
-        for variable in gan.models.q_head.trainable_variables:
+        trainer = TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=False)
+        for variable in trainer.models.q_head.trainable_variables:
             variable.assign(variable * q_head_factor)
-        values = gan.train_step(*batch).read()
+        values = trainer.train_step(*batch).read()
         assert np.isfinite(values["q_accuracy_fake"]) and values["q_loss"] > 0
-        return gan, [np.asarray(v) for v in gan.models.generator.trainable_variables]
+        return trainer, [np.asarray(v) for v in trainer.models.generator.trainable_variables]
 
-    gan, g = g_after_one_step(1.0)
+    trainer, g = g_after_one_step(1.0)
     _, g_other_q = g_after_one_step(3.0)
-    m = gan.models
-    in_q = {id(v) for v in gan.q_variables}
+    m = trainer.models
+    in_q = {id(v) for v in trainer.q_variables}
     assert all(id(v) in in_q for v in m.trunk.trainable_variables + m.q_head.trainable_variables)
     assert any(id(v) in in_q for v in m.generator.trainable_variables) == g_learns_from_q
     difference = max(float(np.abs(a - b).max()) for a, b in zip(g, g_other_q))
@@ -147,24 +147,24 @@ def test_learning_rate_scale_sets_every_optimizers_rate_and_zero_stops_the_weigh
     from acgan.model import precision
 
     set_policy("mixed_float16")  # through the loss-scale wrappers
-    gan = _gan("mixed_float16", jit=False)
-    gan.set_learning_rate_scale(0.25)
-    optimizers = [optimizer for optimizer, _ in gan._optimizers_and_variables()]
+    trainer = _gan("mixed_float16", jit=False)
+    trainer.set_learning_rate_scale(0.25)
+    optimizers = [optimizer for optimizer, _ in trainer._optimizers_and_variables()]
     np.testing.assert_allclose([float(precision.learning_rate_variable(o).numpy()) for o in optimizers],
-                               [rate * 0.25 for rate in gan.learning_rates], rtol=1e-6)
-    assert gan.learning_rate_scale == 0.25
+                               [rate * 0.25 for rate in trainer.learning_rates], rtol=1e-6)
+    assert trainer.learning_rate_scale == 0.25
     set_policy("float32")  # no loss scaling: no step is skipped for an overflow below
-    gan = _gan("float32", jit=True)
-    gan.train_step(*_batch()).read()  # compiled at the full rates
-    gan.set_learning_rate_scale(0.0)
-    models = gan.models
+    trainer = _gan("float32", jit=True)
+    trainer.train_step(*_batch()).read()  # compiled at the full rates
+    trainer.set_learning_rate_scale(0.0)
+    models = trainer.models
     before = [np.asarray(v).copy() for m in models for v in m.trainable_variables]
-    skipped = gan.skipped_steps()
-    gan.train_step(*_batch()).read()
-    assert gan.skipped_steps() == skipped  # each optimizer applied this step: at a rate of zero
+    skipped = trainer.skipped_steps()
+    trainer.train_step(*_batch()).read()
+    assert trainer.skipped_steps() == skipped  # each optimizer applied this step: at a rate of zero
     after = [np.asarray(v) for m in models for v in m.trainable_variables]
     assert all(np.array_equal(a, b) for a, b in zip(before, after))
-    gan.set_learning_rate_scale(1.0)
-    gan.train_step(*_batch()).read()
+    trainer.set_learning_rate_scale(1.0)
+    trainer.train_step(*_batch()).read()
     assert any(not np.array_equal(a, np.asarray(v)) for a, v in
                zip(after, [v for m in models for v in m.trainable_variables]))

@@ -88,8 +88,8 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy)
     # A JAX run's checkpoints read on TensorFlow too (this process), for acgan.generate and evaluate.
     from acgan.training import sampling
 
-    _, info, gan = sampling.load_run(run_dir)
-    images, labels = sampling.generate(gan, len(info["class_names"]), 2, seed=0)
+    _, info, trainer = sampling.load_run(run_dir)
+    images, labels = sampling.generate(trainer, len(info["class_names"]), 2, seed=0)
     assert images.shape == (20, 28, 28, 1) and images.dtype == np.uint8 and images.std() > 0
 
 

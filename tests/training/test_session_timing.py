@@ -117,9 +117,9 @@ def test_the_loop_runs_compile_warm_up_bare_window_then_timed_steps(tmp_path, mo
     machine = {"name": "cpu", "kind": "CPU"}
     layout = {"strategy": "default", "replicas": 1, "workers": 1, "xla": "off"}
     ready = setup.Setup(runtime=_Runtime(events), preset=presets.REFERENCE, data=data, run_dir=tmp_path,
-                        files_dir=tmp_path, chief=False, gan=_Step(events), machine=machine, layout=layout, notes=[],
-                        earlier_sessions=[], checkpoints=_Checkpoints(events), resumed_from=None, start_step=0,
-                        steps=12, evaluator=None, learning_rate_decay=None)
+                        files_dir=tmp_path, chief=False, trainer=_Step(events), machine=machine, layout=layout,
+                        notes=[], earlier_sessions=[], checkpoints=_Checkpoints(events), resumed_from=None,
+                        start_step=0, steps=12, evaluator=None, learning_rate_decay=None)
     outcome = loop.train_loop(ready, config, started=0.0)
     assert outcome.status == "completed" and outcome.step == 12
     # Step 3 (logged) and 5 (the window's last) are each read twice: once as the sync a window starts or
