@@ -11,8 +11,9 @@ This (parent) process never imports Keras, TensorFlow or JAX: a "probe" worker p
 the machine as that backend sees it and reports the models' layer widths, so the parent holds no
 accelerator memory and one sweep can time both backends.
 
-The pieces: sweep_runs (the worker processes), results (rows and speed-ups, pure), tables and plots
-(benchmark.md, .csv and the figures); this module holds the settings and runs them in order.
+The pieces: jobs (what each worker is asked, one record per mode), sweep_runs (the worker processes),
+results (rows and speed-ups, pure), tables and plots (benchmark.md, .csv and the figures); this module
+holds the settings and runs them in order.
 """
 import dataclasses
 import importlib.util
@@ -29,7 +30,8 @@ import numpy as np
 from acgan import data as data_lib
 from acgan.backend import INSTALL
 from acgan.bench.results import FORMAT, add_speedups, make_row
-from acgan.bench.sweep_runs import config_name, measure_overhead, probe_backend, run_worker, worker_job
+from acgan.bench.jobs import config_name, step_job
+from acgan.bench.sweep_runs import measure_overhead, probe_backend, run_worker
 from acgan.bench.tables import describe_machine
 from acgan.config import (
     BACKENDS,
@@ -314,7 +316,7 @@ def run_sweep(settings, output_dir=None, command=None, echo=print):
         inputs = work / "inputs.npz"
         np.savez(inputs, images=images, labels=labels, class_names=np.array(class_names))
         for i, (backend, policy, batch, jit) in enumerate(configurations, 1):
-            job = worker_job(settings, backend, policy, batch, jit, inputs, num_classes)
+            job = step_job(settings, backend, policy, batch, jit, inputs, num_classes)
             name = config_name(backend, policy, batch, jit)
             result = run_worker(job, work, output_dir / "logs" / f"{name}.log", max_seconds=settings.max_seconds)
             rows.append(make_row(runs[backend], policy, batch, jit, result))

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from acgan.bench.jobs import config_name, probe_job, step_job, trainer_job
 from acgan.bench.results import make_row
-from acgan.config import Config
 from acgan.errors import UserError
 from acgan.util.children import child_env, last_log_line
 
@@ -22,37 +22,14 @@ def probe_backend(settings, backend, image_shape, num_classes, work_dir):
     """(machine description, {policy: low-precision layer widths}) as a worker on `backend` sees them.
 
     UserError when the backend cannot start here, or rejects the inputs (e.g. their image shape)."""
-    job = {"mode": "probe", "backend": backend, "policies": list(settings.policies), "width": settings.width,
-           "arch": settings.arch,
-           "image_shape": list(image_shape), "num_classes": num_classes}
+    job = probe_job(settings, backend, image_shape, num_classes)
     log_path = Path(work_dir) / f"probe-{backend}.log"
-    result = run_worker(job, Path(work_dir), log_path, name=f"probe-{backend}",
-                        extra_env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+    result = run_worker(job, Path(work_dir), log_path, extra_env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
     if result["status"] == "user_error":
         raise UserError(result["reason"])
     if result["status"] != "ok":
         raise UserError(f"the {backend} backend did not start: {result['reason']}")
     return result["machine"], result["layer_widths"]
-
-
-def worker_job(settings, backend, policy, batch, jit, inputs, num_classes, mode="bare"):
-    """The job file's contents for one configuration's worker (mode "bare" or "trainer")."""
-    return {
-        "mode": mode, "backend": backend, "policy": policy, "batch": batch, "jit": jit, "width": settings.width,
-        "arch": settings.arch,
-        "steps": settings.steps, "warmup": settings.warmup, "repeats": settings.repeats,
-        "seed": settings.seed, "inputs": str(inputs), "num_classes": num_classes,
-        "strategy": settings.strategy,
-        "devices": list(settings.devices) if settings.devices else None,
-        "profile_dir": (str(Path(settings.profile).resolve() / config_name(backend, policy, batch, jit))
-                        if settings.profile and mode == "bare" else None),
-        "profile_length": settings.profile_length,
-    }
-
-
-def config_name(backend, policy, batch, jit):
-    """The configuration's name in log, job and profile file names: tensorflow-float32-b64-xla_on."""
-    return f"{backend}-{policy}-b{batch}-xla_{'on' if jit else 'off'}"
 
 
 def worker_env(backend, extra=None):
@@ -63,16 +40,16 @@ def worker_env(backend, extra=None):
     return env
 
 
-def run_worker(job, work_dir, log_path, name=None, extra_env=None, max_seconds=None):
-    """Runs one job in a fresh Python process on the job's Keras backend; a dead worker becomes status
+def run_worker(job, work_dir, log_path, extra_env=None, max_seconds=None):
+    """Runs one job (an acgan.bench.jobs record) in a fresh Python process on the job's Keras backend, its
+    files `job.name`.job.json and .result.json in `work_dir`; a dead worker becomes status
     'failed' with its reason, and one still running after `max_seconds` (None: no limit) is killed and
     becomes status 'too_slow' (e.g. float16 filter gradients in oneDNN's reference loop on some CPUs,
     100x slower than the other settings, whose timing would hold up the sweep for minutes)."""
-    name = name or f"{job['mode']}-{config_name(job['backend'], job['policy'], job['batch'], job['jit'])}"
-    job_path, result_path = work_dir / f"{name}.job.json", work_dir / f"{name}.result.json"
-    job_path.write_text(json.dumps(job))
+    job_path, result_path = work_dir / f"{job.name}.job.json", work_dir / f"{job.name}.result.json"
+    job_path.write_text(job.to_json())
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = worker_env(job["backend"], extra_env)
+    env = worker_env(job.backend, extra_env)
     started = time.perf_counter()
     with open(log_path, "w") as log:
         try:
@@ -111,8 +88,8 @@ def measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_
     if bare["status"] != "ok":
         return {"status": "failed", "reason": f"bare step: {bare['reason']}"}
     kept = bare.get("ema_decay") or 0.0
-    job = worker_job(settings, run["backend"], bare["policy"], bare["batch"], bare["jit"], inputs, num_classes)
-    job["ema_decay"] = 0.0 if kept else EMA_PROBE_DECAY
+    job = step_job(settings, run["backend"], bare["policy"], bare["batch"], bare["jit"], inputs, num_classes)
+    job = dataclasses.replace(job, ema_decay=0.0 if kept else EMA_PROBE_DECAY)
     other = run_worker(job, work_dir, output_dir / "logs" / f"overhead-ema-{name}.log")
     if other["status"] != "ok":
         return {"status": "failed", "reason": other.get("reason")}
@@ -120,28 +97,6 @@ def measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_
                            else (other["time_per_batch_ms"], bare["time_per_batch_ms"]))
     return {"status": "ok", "decay": kept or EMA_PROBE_DECAY, "with_ms": with_ms, "without_ms": without_ms,
             "ratio": with_ms / without_ms}
-
-
-def trainer_config(settings, backend, policy, batch, jit, inputs, output_dir, price_per_hour):
-    """(the Config of the trainer-overhead run, the steps in each of its timed windows): timed like the bare
-    step, the median over `repeats` windows of consecutive steps of the loop's wall time per step.
-
-    Every window must hold a device sync: on JAX, and on TensorFlow on a GPU, a step only enqueues work,
-    and the loop waits for the device only when it reads the metrics (every --log_every steps), so a
-    window without a read times the enqueueing alone. The loop reads once per window of `steps` steps
-    (log_every = steps) unless the settings give log_every; then a window is `steps` rounded up to a
-    multiple of it, so every window holds the same number of reads."""
-    log_every = settings.log_every or settings.steps
-    window = -(-settings.steps // log_every) * log_every
-    # The compile step, the warm-up, the loop's own bare-step window (as long as the warm-up), the windows.
-    steps = 1 + 2 * settings.warmup + settings.repeats * window
-    config = Config(
-        dataset=f"npz:{inputs}" if settings.synthetic else settings.dataset, data_dir=settings.data_dir,
-        max_per_class=settings.max_per_class, policy=policy, batch=batch, width=settings.width, arch=settings.arch,
-        steps=steps, jit=jit, seed=settings.seed, sample_every=None, checkpoint_every=steps, keep_checkpoints=1,
-        warmup_steps=settings.warmup, log_every=log_every, output_dir=str(output_dir), price_per_hour=price_per_hour,
-        backend=backend, strategy=settings.strategy, devices=settings.devices)
-    return config.validate(), window
 
 
 def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_dir, echo=print):
@@ -156,14 +111,12 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
     bare = next((r for r in rows if (r["backend"], r["policy"], r["batch"], r["jit"]) == (backend, policy, batch, jit)),
                 None)
     if bare is None:
-        job = worker_job(settings, backend, policy, batch, jit, inputs, num_classes)
+        job = step_job(settings, backend, policy, batch, jit, inputs, num_classes)
         bare = make_row(run, policy, batch, jit, run_worker(job, work_dir, output_dir / "logs" / f"overhead-bare-{name}.log"))
     # One trainer run folder per backend (overhead-trainer-jax, ...) when the sweep has several.
     trainer_dir = OVERHEAD_DIR if len(settings.backends) == 1 else f"{OVERHEAD_DIR}-{backend}"
-    config, window = trainer_config(settings, backend, policy, batch, jit, inputs, output_dir / trainer_dir,
-                                    bare["price_per_hour"])
-    job = {"mode": "trainer", "backend": backend, "policy": policy, "batch": batch, "jit": jit,
-           "config": dataclasses.asdict(config), "window": window, "command": run["command"]}
+    job = trainer_job(settings, backend, policy, batch, jit, inputs, output_dir / trainer_dir, bare["price_per_hour"],
+                      run["command"])
     loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{name}.log")
     ema = measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_dir, name)
     out = {

@@ -1,12 +1,13 @@
 """The benchmark worker: `python -m acgan.bench.worker JOB.json RESULT.json` times one configuration.
 
 Started by acgan.bench.sweep.run_sweep, one fresh process per configuration, with KERAS_BACKEND set to the
-configuration's backend (the parent never loads Keras). Modes: "bare" (the compiled step alone),
-"trainer" (the full training loop) and "probe" (the machine as this backend sees it, and the models'
-layer widths, for the parent). Fault injection, for tests only: ACGAN_SWEEP_INJECT="oom:16,kill:32"
-makes the worker for batch 16 raise its backend's out-of-memory error (tf.errors.ResourceExhaustedError;
-on JAX a JaxRuntimeError saying RESOURCE_EXHAUSTED, as XLA does) once its models are built, and the one
-for batch 32 kill itself with SIGKILL (as the kernel's out-of-memory killer would).
+configuration's backend (the parent never loads Keras). Modes, each a record of acgan.bench.jobs in
+JOB.json: "bare" (StepJob: the compiled step alone), "trainer" (TrainerJob: the full training loop) and
+"probe" (ProbeJob: the machine as this backend sees it, and the models' layer widths, for the parent).
+Fault injection, for tests only: ACGAN_SWEEP_INJECT="oom:16,kill:32" makes the worker for batch 16 raise
+its backend's out-of-memory error (tf.errors.ResourceExhaustedError; on JAX a JaxRuntimeError saying
+RESOURCE_EXHAUSTED, as XLA does) once its models are built, and the one for batch 32 kill itself with
+SIGKILL (as the kernel's out-of-memory killer would).
 
 The parent chose the backend: it set KERAS_BACKEND in this process's environment, so Keras, the models,
 the steps' factory and the training loop load at the top, on that backend (worker_main checks that it is
@@ -25,7 +26,8 @@ import keras
 import numpy as np
 
 from acgan import backend, presets
-from acgan.config import Config, validate_backend
+from acgan.bench.jobs import Job, ProbeJob, StepJob, TrainerJob
+from acgan.config import validate_backend
 from acgan.data.batches import sample_noise
 from acgan.errors import UserError
 from acgan.measure import advice, device, flops, profile
@@ -47,9 +49,9 @@ def _injected(batch):
 
 def run_bare(job):
     """Times the bare compiled step on device-resident tensors; returns the measurement."""
-    precision.set_policy(job["policy"])
-    with np.load(job["inputs"]) as f:
-        images, labels = f["images"][:job["batch"]], f["labels"][:job["batch"]]
+    precision.set_policy(job.policy)
+    with np.load(job.inputs) as f:
+        images, labels = f["images"][:job.batch], f["labels"][:job.batch]
     if keras.backend.backend() == "jax":
         return _run_bare_jax(job, images, labels)
     return _run_bare_tensorflow(job, images, labels)
@@ -58,7 +60,7 @@ def run_bare(job):
 def _preset(job, image_shape):
     """The preset the job times, resolved once ("auto" from the image shape; the job's G-EMA decay, which
     the overhead section's G-EMA cost sets, else the preset's)."""
-    return presets.get(resolve_arch(job.get("arch", "auto"), image_shape)).with_ema_decay(job.get("ema_decay"))
+    return presets.get(resolve_arch(job.arch, image_shape)).with_ema_decay(job.ema_decay)
 
 
 def _inject(batch, out_of_memory):
@@ -73,25 +75,25 @@ def _inject(batch, out_of_memory):
 def _run_bare_tensorflow(job, images, labels):
     import tensorflow as tf  # here: a JAX worker never imports TensorFlow
 
-    batch = job["batch"]
+    batch = job.batch
     on_gpu = bool(tf.config.list_physical_devices("GPU"))
     device.reset_peak_memory()
     baseline = device.peak_memory_bytes()
-    strategy = distribute.make_strategy(job.get("strategy", "default"), job.get("devices"))
+    strategy = distribute.make_strategy(job.strategy, job.devices)
     distribute.check_global_batch(batch, strategy.num_replicas_in_sync, what="batch")
-    keras.utils.set_random_seed(job["seed"])
+    keras.utils.set_random_seed(job.seed)
     preset = _preset(job, images.shape[1:])
     with strategy.scope():
-        models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=preset)
-    gan = build_step(preset, "tensorflow", models, job["num_classes"], job["policy"], jit=job["jit"], strategy=strategy)
-    z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
+        models = build_models(images.shape[1:], job.num_classes, width=job.width, arch=preset)
+    trainer = build_step(preset, "tensorflow", models, job.num_classes, job.policy, jit=job.jit, strategy=strategy)
+    z, fake_labels = sample_noise(job.seed, 0, batch, trainer.noise_dim, job.num_classes)
     inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
     if strategy.num_replicas_in_sync > 1:  # each replica's slice, once, on its device
         inputs = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(inputs))))
     else:
         inputs = [tf.identity(t) for t in inputs]  # onto the device
     _inject(batch, lambda message: tf.errors.ResourceExhaustedError(None, None, message))
-    result = _time_step(job, gan, inputs)
+    result = _time_step(job, trainer, inputs)
     result.update(
         peak_memory_bytes=device.peak_memory_bytes(),
         baseline_memory_bytes=None if on_gpu else baseline,
@@ -111,25 +113,25 @@ def _run_bare_jax(job, images, labels):
 
     from acgan.training.jax_runtime import pick_devices
 
-    validate_backend("jax", job.get("strategy", "default"))
-    batch = job["batch"]
-    _, devices = pick_devices(job.get("strategy", "default"), job.get("devices"))
+    validate_backend("jax", job.strategy)
+    batch = job.batch
+    _, devices = pick_devices(job.strategy, job.devices)
     distribute.check_global_batch(batch, len(devices), what="batch")
     target = devices[0]
     mesh = jax.sharding.Mesh(np.array(devices), ("data",)) if len(devices) > 1 else None
     baseline = device.peak_memory_bytes()   # JAX cannot reset its peak: a fresh process starts low
-    backend.set_random_seed(job["seed"])
+    backend.set_random_seed(job.seed)
     preset = _preset(job, images.shape[1:])
-    models = build_models(images.shape[1:], job["num_classes"], width=job["width"], arch=preset)
-    gan = build_step(preset, "jax", models, job["num_classes"], job["policy"], jit=job["jit"], mesh=mesh)
-    z, fake_labels = sample_noise(job["seed"], 0, batch, gan.noise_dim, job["num_classes"])
+    models = build_models(images.shape[1:], job.num_classes, width=job.width, arch=preset)
+    trainer = build_step(preset, "jax", models, job.num_classes, job.policy, jit=job.jit, mesh=mesh)
+    z, fake_labels = sample_noise(job.seed, 0, batch, trainer.noise_dim, job.num_classes)
     if mesh is None:
         inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]
     else:
-        inputs = list(gan.shard_batch((images, labels, z, fake_labels)))
+        inputs = list(trainer.shard_batch((images, labels, z, fake_labels)))
     jax.block_until_ready(inputs)
     _inject(batch, lambda message: jax.errors.JaxRuntimeError(f"RESOURCE_EXHAUSTED: {message}"))
-    result = _time_step(job, gan, inputs)
+    result = _time_step(job, trainer, inputs)
     on_accelerator = target.platform != "cpu"
     result.update(
         peak_memory_bytes=device.peak_memory_bytes(),
@@ -150,31 +152,31 @@ CPU_COUNTER = {"tensorflow": "process peak resident memory (ru_maxrss), TensorFl
                "jax": "process peak resident memory (ru_maxrss), JAX runtime included"}
 
 
-def _time_step(job, gan, inputs):
+def _time_step(job, trainer, inputs):
     """The timing protocol both backends share: the compile step (with the count of its FLOPs), `warmup`
     steps, then `repeats` timings of `steps` steps each, every timing between two device syncs
     (StepMetrics.read())."""
     tick = time.perf_counter()
     # On JAX this compiles the step (XLA's cost analysis needs the executable); the first step reuses it.
-    flops_per_batch, counted_by = flops.count_step_flops(gan, inputs, job["batch"])
-    gan.train_step(*inputs).read()  # .read(): the device sync
+    flops_per_batch, counted_by = flops.count_step_flops(trainer, inputs, job.batch)
+    trainer.train_step(*inputs).read()  # .read(): the device sync
     compile_seconds = time.perf_counter() - tick
-    for _ in range(job["warmup"]):
-        metrics = gan.train_step(*inputs)
-    if job["warmup"]:
+    for _ in range(job.warmup):
+        metrics = trainer.train_step(*inputs)
+    if job.warmup:
         metrics.read()
     per_batch, loads = [], []
-    for _ in range(job["repeats"]):
+    for _ in range(job.repeats):
         tick = time.perf_counter()
-        for _ in range(job["steps"]):
-            metrics = gan.train_step(*inputs)
+        for _ in range(job.steps):
+            metrics = trainer.train_step(*inputs)
         values = metrics.read()
-        per_batch.append((time.perf_counter() - tick) / job["steps"])
+        per_batch.append((time.perf_counter() - tick) / job.steps)
         loads.append(_load_average())
     profiled = None
-    if job.get("profile_dir"):
+    if job.profile_dir:
         try:
-            profiled = _profile(job, gan, inputs)
+            profiled = _profile(job, trainer, inputs)
         except Exception as e:  # noqa: BLE001  a profiler that cannot run here costs the profile, not the timing
             profiled = {"error": one_line(f"{type(e).__name__}: {e}")}
             print(f"profile failed: {profiled['error']}", file=sys.stderr)
@@ -188,25 +190,25 @@ def _time_step(job, gan, inputs):
         "time_per_batch_max_ms": max(per_batch) * 1e3,
         "skipped_steps": {k: int(values[f"{k}_skipped"]) for k in "dgq"},
         "loss_scale": {k: values[f"{k}_loss_scale"] for k in "dgq"},
-        "steps_run": 1 + job["warmup"] + job["repeats"] * job["steps"],
+        "steps_run": 1 + job.warmup + job.repeats * job.steps,
         "flops_per_batch": flops_per_batch,
         "flops_counted_by": counted_by,
-        "xla": gan.compile_mode,
-        "ema_decay": gan.ema_decay,  # G's average, updated inside the step (0: none)
+        "xla": trainer.compile_mode,
+        "ema_decay": trainer.ema_decay,  # G's average, updated inside the step (0: none)
         "load_average": max(loads) if None not in loads else None,
     }
 
 
-def _profile(job, gan, inputs):
+def _profile(job, trainer, inputs):
     """After the timings: a profiler trace of the job's profile_length more steps in its profile_dir, and its
     summary (measure.profile) beside it; what the benchmark's page shows of it."""
-    directory, steps = Path(job["profile_dir"]), job["profile_length"]
+    directory, steps = Path(job.profile_dir), job.profile_length
     with profile.trace(directory):
         for _ in range(steps):
-            metrics = gan.train_step(*inputs)
+            metrics = trainer.train_step(*inputs)
         metrics.read()
-    hlo = gan.compiled_hlo()
-    title = f"{job['backend']}, {job['policy']}, batch {job['batch']}, XLA {'on' if job['jit'] else 'off'}"
+    hlo = trainer.compiled_hlo()
+    title = f"{job.backend}, {job.policy}, batch {job.batch}, XLA {'on' if job.jit else 'off'}"
     summary = profile.summarize(directory, steps, [hlo] if hlo else None, title=title)
     return {"dir": str(directory), "steps": steps, "device_ms_per_step": summary["device_ms_per_step"],
             "grouped_by": summary["grouped_by"],
@@ -216,15 +218,14 @@ def _profile(job, gan, inputs):
 def run_probe(job):
     """What the parent needs before the sweep, without loading a backend itself: this backend's
     description of the machine, and per policy the low-precision layer widths of the models."""
-    check_image_shape(tuple(job["image_shape"]))
+    check_image_shape(job.image_shape)
     machine = device.describe_device()
     widths = {}
-    for policy in job["policies"]:
+    for policy in job.policies:
         widths[policy] = {}
         if policy != "float32":
             precision.set_policy(policy)
-            models = build_models(tuple(job["image_shape"]), job["num_classes"], job["width"],
-                                  arch=job.get("arch", "auto"))
+            models = build_models(job.image_shape, job.num_classes, job.width, arch=job.arch)
             widths[policy] = advice.layer_widths(list(models))
             keras.backend.clear_session()
     return {"status": "ok", "machine": machine, "layer_widths": widths}
@@ -243,10 +244,9 @@ LOG_DELAY_VARIABLE = "ACGAN_INJECT_LOG_DELAY"
 
 
 def run_trainer(job):
-    """The full training loop through acgan.training.loop.run on the job's Config (sweep_runs.trainer_config
-    says how its windows time it): the median over its windows of the loop's wall time per step."""
-    config = Config.from_json(json.dumps(job["config"]))
-    window = job["window"]
+    """The full training loop through acgan.training.loop.run on the job's Config (jobs.trainer_job says how
+    its windows time it): the median over its windows of the loop's wall time per step."""
+    config, window = job.config, job.window
     delay = float(os.environ.get(LOG_DELAY_VARIABLE) or 0)
     if delay:  # every metrics read of the loop ends in SummaryWriter.scalars
         honest = SummaryWriter.scalars
@@ -257,7 +257,7 @@ def run_trainer(job):
 
         SummaryWriter.scalars = slow_scalars
     precision.set_policy(config.policy)
-    outcome = loop.run(config, command=job.get("command"))
+    outcome = loop.run(config, command=job.command)
     if outcome.status != "completed":
         return {"status": "failed", "run_dir": str(outcome.run_dir),
                 "reason": one_line(f"training loop {outcome.status}: {outcome.message}")}
@@ -279,17 +279,17 @@ def run_trainer(job):
     }
 
 
-MODES = {"bare": run_bare, "trainer": run_trainer, "probe": run_probe}
+MODES = {StepJob.mode: run_bare, TrainerJob.mode: run_trainer, ProbeJob.mode: run_probe}
 
 
 def worker_main(argv):
     job_path, result_path = argv[1:3]
-    job = json.loads(Path(job_path).read_text())
+    job = Job.from_json(Path(job_path).read_text())  # any mode's job, its fields typed
     try:
         # The parent set KERAS_BACKEND for this process, and Keras loaded on it: use() checks it is the job's.
-        backend.use(job.get("backend", "tensorflow"))
-        print(f"worker: {job['mode']} on Keras backend {backend.current()}", flush=True)
-        result = MODES[job["mode"]](job)
+        backend.use(job.backend)
+        print(f"worker: {job.mode} on Keras backend {backend.current()}", flush=True)
+        result = MODES[job.mode](job)
     except UserError as e:  # a setting the parent could not check without a backend (e.g. the image shape)
         result = {"status": "user_error", "reason": str(e)}
         print(f"error: {e}", file=sys.stderr)

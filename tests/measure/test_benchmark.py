@@ -4,6 +4,7 @@ The CLIs run as subprocesses: each sweep configuration runs in a worker process 
 keeps TensorFlow's device setup and the dtype policy of this test process untouched.
 """
 import csv
+import dataclasses
 import json
 import statistics
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from acgan.bench import plots, results, sweep, sweep_runs, tables, worker
+from acgan.bench import jobs, plots, results, sweep, sweep_runs, tables, worker
 from acgan.measure import advice
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,7 +277,7 @@ def test_failing_configurations_are_recorded_and_the_sweep_goes_on(tmp_path):
 
 def test_a_configuration_past_max_seconds_is_stopped_and_reported_too_slow(tmp_path):
     """--max_seconds: a worker still running then is killed; its row says too_slow, in one line."""
-    job = {"mode": "bare", "backend": "tensorflow", "policy": "mixed_float16", "batch": 8, "jit": False}
+    job = jobs.step_job(sweep.SweepSettings(), "tensorflow", "mixed_float16", 8, False, tmp_path / "in.npz", 10)
     started = time.perf_counter()
     # Half a second: the worker cannot even load Keras by then.
     result = sweep_runs.run_worker(job, tmp_path, tmp_path / "logs" / "slow.log", max_seconds=0.5)
@@ -373,6 +374,28 @@ def test_cost_row_and_markdown():
 def test_parse_flags_helpers():
     assert sweep.parse_batches(["64", "256", "64"]) == (64, 256)
     assert sweep.parse_jit(["on", "OFF", "on"]) == (True, False)
+
+
+def test_each_worker_job_survives_its_json_and_an_unknown_key_is_refused(tmp_path):
+    """The worker reads back the very job the parent built (tuples, the trainer's Config and all); a key no
+    field holds, a missing field or another mode's job is an error naming it, never a silent default."""
+    settings = sweep.SweepSettings(devices=("cpu:0", "cpu:1"), strategy="mirrored", profile=str(tmp_path / "p"))
+    step = jobs.step_job(settings, "jax", "float32", 8, True, tmp_path / "in.npz", 10)
+    built = [jobs.probe_job(settings, "jax", (28, 28, 1), 10), dataclasses.replace(step, ema_decay=0.999),
+             jobs.trainer_job(settings, "jax", "float32", 8, True, tmp_path / "in.npz", tmp_path / "out", 1.5, "c")]
+    for job in built:
+        text = job.to_json()
+        assert json.loads(text)["mode"] == job.mode
+        assert jobs.Job.from_json(text) == job and type(job).from_json(text) == job
+    assert [job.name for job in built] == ["probe-jax", "bare-jax-float32-b8-xla_on", "trainer-jax-float32-b8-xla_on"]
+    assert step.devices == ("cpu:0", "cpu:1") and step.profile_dir.endswith("jax-float32-b8-xla_on")
+    assert built[2].config.devices == ("cpu:0", "cpu:1") and built[2].backend == "jax"
+    with pytest.raises(ValueError, match="a bare job has no field gan, mode_name"):
+        jobs.Job.from_json(json.dumps(dict(json.loads(step.to_json()), gan=1, mode_name="x")))
+    with pytest.raises(ValueError, match="a bare job lacks batch"):
+        jobs.Job.from_json(json.dumps({k: v for k, v in json.loads(step.to_json()).items() if k != "batch"}))
+    with pytest.raises(ValueError, match="job mode 'probe', expected bare"):
+        jobs.StepJob.from_json(built[0].to_json())
 
 
 # --- hardware advice (pure) -------------------------------------------------------------------------
