@@ -42,17 +42,17 @@ def run(mode, policy):
     keras.utils.set_random_seed(0)
     models = networks.build_models((28, 28, 1), 10, width=WIDTH, arch="reference")
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
-    gans = {"mesh": jax_step.JaxStep(models, 10, policy, PRESET, mesh=mesh)}
+    trainers = {"mesh": jax_step.JaxStep(models, 10, policy, PRESET, mesh=mesh)}
     if mode == "steps":
-        gans["one"] = jax_step.JaxStep(models, 10, policy, PRESET)
+        trainers["one"] = jax_step.JaxStep(models, 10, policy, PRESET)
     rng = np.random.default_rng(0)
     batch = (rng.integers(0, 256, (BATCH, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, BATCH).astype(np.int32),
              rng.uniform(-1.0, 1.0, (BATCH, networks.NOISE_DIM)).astype(np.float32),
              rng.integers(0, 10, BATCH).astype(np.int32))
-    out = {"keys": np.array([key for key in gans["mesh"].state()])}
-    split = gans["mesh"].shard_batch(batch)
+    out = {"keys": np.array([key for key in trainers["mesh"].state()])}
+    split = trainers["mesh"].shard_batch(batch)
     out["shard_rows"] = np.array([[s.data.shape[0] for s in x.addressable_shards] for x in split])
-    for name, trainer in gans.items():
+    for name, trainer in trainers.items():
         inputs = trainer.shard_batch(batch)
         if mode == "steps":
             metrics = [np.asarray(trainer.train_step(*inputs).vector)]
@@ -64,11 +64,11 @@ def run(mode, policy):
             out.update(_overflow(name, trainer, inputs))
         for i, value in enumerate(trainer.state().values()):
             out[f"{name}/state/{i}"] = value
-    mesh_gan = gans["mesh"]
+    mesh_trainer = trainers["mesh"]
     # Every device holds the same copy of every state array.
     out["copies_equal"] = np.array(all(
         all(np.array_equal(np.asarray(s.data), np.asarray(x.addressable_shards[0].data)) for s in x.addressable_shards)
-        and len(x.addressable_shards) == DEVICES for x in jax.tree_util.tree_leaves(mesh_gan._state)))
+        and len(x.addressable_shards) == DEVICES for x in jax.tree_util.tree_leaves(mesh_trainer._state)))
     return out
 
 

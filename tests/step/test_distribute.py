@@ -36,7 +36,7 @@ def mirrored():
 PRESET = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)
 
 
-def _gan(policy, strategy, jit=False, sync_bn=True):
+def _trainer(policy, strategy, jit=False, sync_bn=True):
     keras.utils.set_random_seed(3)
     with strategy.scope():
         models = build_models((28, 28, 1), 10, width=0.25)
@@ -78,10 +78,10 @@ def _assert_replicas_equal_and_finite(trainer, trainable_only=False):
             np.testing.assert_array_equal(copies[0], copy)
 
 
-def _pin_loss_scales(*gans):
+def _pin_loss_scales(*trainers):
     """A modest scale: the initial 2^15 overflows on the first steps, where a replica's half batch and
     the whole batch need not agree."""
-    for trainer in gans:
+    for trainer in trainers:
         for optimizer in (trainer.d_optimizer, trainer.g_optimizer, trainer.q_optimizer):
             if tf_step.precision.is_loss_scaled(optimizer):
                 optimizer.dynamic_scale.assign(256.0)
@@ -100,8 +100,8 @@ def _relative_difference(a, b):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_two_replicas_match_one_device(policy, mirrored, set_policy):
     set_policy(policy)
-    single = _gan(policy, tf.distribute.get_strategy())
-    distributed = _gan(policy, mirrored)
+    single = _trainer(policy, tf.distribute.get_strategy())
+    distributed = _trainer(policy, mirrored)
     assert distributed.replicas == CPU_REPLICAS and distributed.synchronized_batch_norm
     for a, b in zip(_weights(single), _weights(distributed)):
         np.testing.assert_array_equal(a, b)
@@ -152,7 +152,7 @@ def test_two_replicas_match_one_device(policy, mirrored, set_policy):
 
 
 def test_per_replica_xla_runs_without_synchronized_batch_norm(mirrored):
-    trainer = _gan("float32", mirrored, jit=True, sync_bn=False)
+    trainer = _trainer("float32", mirrored, jit=True, sync_bn=False)
     assert trainer.compile_mode == "forward_backward" and not trainer.synchronized_batch_norm
     for step in range(2):
         metrics = trainer.train_step(*_distributed(trainer, _global_batch(step)))
@@ -175,21 +175,21 @@ def test_compile_plan(mirrored):
     assert distribute.compile_plan(mirrored, False, False)[0] == "off"
 
 
-def _settled_gan(strategy, sync_bn):
+def _settled_trainer(strategy, sync_bn):
     """A mixed_float16 trainer after one honest step, its loss scales pinned (no natural overflow later)."""
-    trainer = _gan("mixed_float16", strategy, sync_bn=sync_bn)
+    trainer = _trainer("mixed_float16", strategy, sync_bn=sync_bn)
     _pin_loss_scales(trainer)
     trainer.train_step(*_distributed(trainer, _global_batch(0)))
     return trainer
 
 
 @pytest.fixture(scope="module")
-def unsynchronized_gan(mirrored):
+def unsynchronized_trainer(mirrored):
     """One settled trainer for the overflow tests without synchronized batch norm: each injects its overflow
     from the state the previous one left (they compare against the state just before their own step)."""
     try:
         tf_step.precision.set_policy("mixed_float16")
-        return _settled_gan(mirrored, sync_bn=False)
+        return _settled_trainer(mirrored, sync_bn=False)
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
@@ -197,7 +197,7 @@ def unsynchronized_gan(mirrored):
 def _overflow_on_replica(strategy, victim, replica, monkeypatch, sync_bn, guard=True, trainer=None):
     """One step of a mixed_float16 trainer (`trainer`, else a new settled one) whose `victim` loss overflows on
     `replica` only."""
-    trainer = trainer or _settled_gan(strategy, sync_bn)
+    trainer = trainer or _settled_trainer(strategy, sync_bn)
     optimizers = {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
     honest_scale_loss = tf_step.precision.scale_loss
 
@@ -222,11 +222,11 @@ def _overflow_on_replica(strategy, victim, replica, monkeypatch, sync_bn, guard=
 # gradients upstream of it; without it the overflow stays on its replica: the case Keras gets wrong.
 @pytest.mark.parametrize("victim, sync_bn", [("d", False), ("g", False), ("q", False), ("d", True)],
                          ids=["d", "g", "q", "d-sync_bn"])
-def test_overflow_on_the_second_replica_skips_on_every_replica(victim, sync_bn, mirrored, unsynchronized_gan,
+def test_overflow_on_the_second_replica_skips_on_every_replica(victim, sync_bn, mirrored, unsynchronized_trainer,
                                                                monkeypatch, set_policy):
     set_policy("mixed_float16")
     trainer, optimizers, before, metrics = _overflow_on_replica(mirrored, victim, 1, monkeypatch, sync_bn,
-                                                                trainer=None if sync_bn else unsynchronized_gan)
+                                                                trainer=None if sync_bn else unsynchronized_trainer)
     for name, optimizer in optimizers.items():
         scales, iterations = _per_replica(trainer, optimizer.dynamic_scale), _per_replica(trainer, optimizer.iterations)
         old_scales, old_iterations = before[name]
