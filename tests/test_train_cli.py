@@ -172,6 +172,8 @@ BAD_INPUTS = {
     "bad price": (lambda t: ["--price_per_hour", "-1"], "--price_per_hour must be a positive number"),
     "stray argument": (lambda t: ["stray"], "unexpected arguments"),
     "unknown loss": (lambda t: ["--loss", "wgan"], "unknown loss 'wgan': choose auto, nonsaturating, hinge"),
+    "unknown arch": (lambda t: ["--arch", "dcgan"], "unknown arch 'dcgan': choose auto, reference, acgan_cifar"),
+    "colour preset on 28x28 data": (lambda t: ["--arch", "acgan_cifar", "--max_per_class", "20"], "divides by 8"),
     "missing npz": (lambda t: ["--dataset", f"npz:{t / 'none.npz'}"], "does not exist"),
     "truncated npz": (lambda t: ["--dataset", _truncated_npz(t)], "d.npz"),
     "npz without labels": (lambda t: ["--dataset", _npz(t, labels=False)], "labels"),
