@@ -85,7 +85,7 @@ def _run_bare_tensorflow(job, images, labels):
     preset = _preset(job, images.shape[1:])
     with strategy.scope():
         models = build_models(images.shape[1:], job.num_classes, width=job.width, arch=preset)
-    trainer = build_step(preset, "tensorflow", models, job.num_classes, job.policy, jit=job.jit, strategy=strategy)
+    trainer = build_step(preset, "tensorflow", models, job.num_classes, jit=job.jit, strategy=strategy)
     z, fake_labels = sample_noise(job.seed, 0, batch, trainer.noise_dim, job.num_classes)
     inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
     if strategy.num_replicas_in_sync > 1:  # each replica's slice, once, on its device
@@ -123,7 +123,7 @@ def _run_bare_jax(job, images, labels):
     backend.set_random_seed(job.seed)
     preset = _preset(job, images.shape[1:])
     models = build_models(images.shape[1:], job.num_classes, width=job.width, arch=preset)
-    trainer = build_step(preset, "jax", models, job.num_classes, job.policy, jit=job.jit, mesh=mesh)
+    trainer = build_step(preset, "jax", models, job.num_classes, jit=job.jit, mesh=mesh)
     z, fake_labels = sample_noise(job.seed, 0, batch, trainer.noise_dim, job.num_classes)
     if mesh is None:
         inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]

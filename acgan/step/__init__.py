@@ -1,9 +1,9 @@
 """The AC-GAN train step, behind one small interface that the training loop, sampling and the
 benchmark use, with one implementation per Keras backend. factory.build_step builds it for every caller:
 
-    step = build_step(preset, "tensorflow", models, num_classes, policy, jit=..., strategy=...,
+    step = build_step(preset, "tensorflow", models, num_classes, jit=..., strategy=...,
                       sync_bn=...)     # tf_step.TensorFlowStep, on a tf.distribute strategy
-    step = build_step(preset, "jax", models, num_classes, policy, jit=..., mesh=...)
+    step = build_step(preset, "jax", models, num_classes, jit=..., mesh=...)
                                        # jax_step.JaxStep, on one device or a mesh's "data" axis
     step.train_step(images, labels, z, fake_labels) -> StepMetrics
 

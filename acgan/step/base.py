@@ -1,6 +1,6 @@
 """The train step's contract, and what the step of every backend shares (tf_step.TensorFlowStep, jax_step.JaxStep).
 
-    step = factory.build_step(preset, backend, models, num_classes, policy, ...)
+    step = factory.build_step(preset, backend, models, num_classes, ...)
     step.train_step(images, labels, z, fake_labels) -> StepMetrics
         one iteration: the D update on the real and the fake batch, then G and Q from the same single G
         forward; the metrics are one vector in METRIC_NAMES order, left on the device until
@@ -42,6 +42,12 @@ class StepBase(abc.ABC):
         self.num_classes = num_classes
         self.noise_dim = models.generator.input[0].shape[-1]
         self.preset = preset
+        # The dtype policy is the one the models were built under (the global one then): the step reads it
+        # from them, so a run's policy has one source.
+        policies = {model.dtype_policy.name for model in models}
+        if len(policies) != 1:
+            raise ValueError(f"the models were built under different dtype policies: {sorted(policies)}")
+        self.policy = policies.pop()
         self.learning_rates = tuple(preset.learning_rates)  # (D, G, Q)
         self.learning_rate_scale = 1.0  # the factor on them now (set_learning_rate_scale: the preset's decay)
         # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
@@ -58,12 +64,12 @@ class StepBase(abc.ABC):
         self.samples_from_ema = self.ema_decay > 0  # generate() draws from the average (grids, evaluations)
         self.generator_holds_ema = False  # swap_in_ema() made G's own weights the average
 
-    def _make_optimizers(self, policy):
+    def _make_optimizers(self):
         """Adam for D, G and Q at the preset's rates and beta_1 (loss-scaled under mixed_float16)."""
         d_rate, g_rate, q_rate = self.learning_rates
-        self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, policy, "d_optimizer")
-        self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, policy, "g_optimizer")
-        self.q_optimizer = precision.make_optimizer(q_rate, self.beta_1, policy, "q_optimizer")
+        self.d_optimizer = precision.make_optimizer(d_rate, self.beta_1, self.policy, "d_optimizer")
+        self.g_optimizer = precision.make_optimizer(g_rate, self.beta_1, self.policy, "g_optimizer")
+        self.q_optimizer = precision.make_optimizer(q_rate, self.beta_1, self.policy, "q_optimizer")
 
     def _build_optimizers(self):
         """The variables each optimizer trains, and the optimizers built for them."""

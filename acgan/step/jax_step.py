@@ -75,12 +75,11 @@ class JaxStep(StepBase):
     data parallel, over the devices of `mesh`. `preset`: the acgan.presets.Preset whose settings it trains
     with (its loss resolved; factory.build_step gives it)."""
 
-    def __init__(self, models, num_classes, policy, preset=presets.REFERENCE, jit=True, mesh=None):
+    def __init__(self, models, num_classes, preset=presets.REFERENCE, jit=True, mesh=None):
         if keras.backend.backend() != "jax":
             raise RuntimeError(f"JaxStep needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
         self._set_up(models, num_classes, preset)
-        self.policy = policy
-        self._make_optimizers(policy)
+        self._make_optimizers()
         self._build_optimizers()  # the same variable lists, in the same order, as tf_step.TensorFlowStep's
         self._optimizers = self._named_optimizers()
         # Where, in each optimizer's variable list, its (inner optimizer's) iteration count and its loss

@@ -52,7 +52,7 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
     acgan.presets.Preset whose settings it trains with (its loss resolved; factory.build_step gives it).
     """
 
-    def __init__(self, models, num_classes, policy, preset=presets.REFERENCE, jit=True, strategy=None,
+    def __init__(self, models, num_classes, preset=presets.REFERENCE, jit=True, strategy=None,
                  sync_bn=True):
         super().__init__(name="acgan")
         self.strategy = strategy or tf.distribute.get_strategy()
@@ -62,7 +62,7 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         if self.synchronized_batch_norm:
             distribute.synchronize_batch_norm(models)
         with self.strategy.scope():
-            self._make_optimizers(policy)
+            self._make_optimizers()
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             self._build_optimizers()
             # Consecutive skipped steps per optimizer, for the divergence check between metric reads.

@@ -104,7 +104,7 @@ class JaxRuntime:
         return contextlib.nullcontext()
 
     def make_step(self, preset, models, num_classes, config):
-        self.trainer = build_step(preset, self.name, models, num_classes, config.policy, jit=config.jit, mesh=self.mesh)
+        self.trainer = build_step(preset, self.name, models, num_classes, jit=config.jit, mesh=self.mesh)
         return self.trainer
 
     def layout(self, trainer):

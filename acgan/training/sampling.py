@@ -54,7 +54,7 @@ def _load_step(run_dir):
     # The preset's step, so the saved optimizers' state fits.
     if running == "jax":  # then a JAX run: the step takes its whole saved state
         # jit: generate() compiles once
-        trainer = build_step(preset, running, models, num_classes, config.policy, jit=True)
+        trainer = build_step(preset, running, models, num_classes, jit=True)
         with _mismatch_as_user_error(run_dir, latest, config):
             trainer.load_state(saved.read_state(latest))
         trainer.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
@@ -65,7 +65,7 @@ def _load_step(run_dir):
 
     from acgan.training.tf_runtime import restore_ema
 
-    trainer = build_step(preset, running, models, num_classes, config.policy, jit=False)
+    trainer = build_step(preset, running, models, num_classes, jit=False)
     with _mismatch_as_user_error(run_dir, latest, config):
         if config.backend == "jax":  # a JAX run on TensorFlow: its model weights by variable path, and its step
             arrays = saved.read_state(latest)

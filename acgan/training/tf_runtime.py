@@ -89,7 +89,7 @@ class TensorFlowRuntime:
         return self.strategy.scope()
 
     def make_step(self, preset, models, num_classes, config):
-        return build_step(preset, self.name, models, num_classes, config.policy, jit=config.jit, strategy=self.strategy,
+        return build_step(preset, self.name, models, num_classes, jit=config.jit, strategy=self.strategy,
                           sync_bn=config.sync_bn)
 
     def layout(self, trainer):

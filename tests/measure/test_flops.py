@@ -83,7 +83,7 @@ SCRIPT = textwrap.dedent("""
         precision.set_policy("float32")
         models = build_models(shape, 10, width=0.25, arch=arch)
         preset = presets.get(arch)
-        trainer = build_step(preset, "jax", models, 10, "float32")
+        trainer = build_step(preset, "jax", models, 10)
         z, fake_labels = sample_noise(0, 0, batch, trainer.noise_dim, 10)
         images = np.random.RandomState(0).randint(0, 255, (batch,) + shape).astype(np.uint8)
         inputs = (images, np.arange(batch) % 10, z, fake_labels)

@@ -164,14 +164,14 @@ def test_each_preset_trains_with_its_own_learning_rates(set_policy):
     assert reference.beta_1 == 0.5 and cifar.beta_1 == 0.0
     set_policy("mixed_float16")
     m = networks.build_models(SHAPE, 10, width=0.25, arch="acgan_cifar")
-    trainer = build_step(cifar, "tensorflow", m, 10, "mixed_float16", jit=False)  # as training builds it
+    trainer = build_step(cifar, "tensorflow", m, 10, jit=False)  # as training builds it
     assert not trainer.q_learns_from_fakes and not trainer.g_learns_from_q
     assert len(trainer.q_variables) == len(m.trunk.trainable_variables) + len(m.q_head.trainable_variables)
     optimizers = (trainer.d_optimizer, trainer.g_optimizer, trainer.q_optimizer)
     rates = [float(o.learning_rate) for o in optimizers]
     np.testing.assert_allclose(rates, presets.ACGAN_CIFAR.learning_rates)
     assert [o.inner_optimizer.beta_1 for o in optimizers] == [0.0] * 3  # inside the loss-scale wrappers
-    default = TensorFlowStep(m, 10, "float32", jit=False)
+    default = TensorFlowStep(m, 10, jit=False)
     np.testing.assert_allclose([float(default.g_optimizer.learning_rate)], [1e-3])
 
 
@@ -240,7 +240,7 @@ for policy in ("float32", "mixed_float16", "mixed_bfloat16"):
     precision.set_policy(policy)
     m = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
     preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, beta_1=0.0)  # the preset's
-    trainer = jax_step.JaxStep(m, 10, policy, preset, jit=True)
+    trainer = jax_step.JaxStep(m, 10, preset, jit=True)
     adam = trainer.g_optimizer.inner_optimizer if policy == "mixed_float16" else trainer.g_optimizer
     assert adam.beta_1 == 0.0
     u_before = [v.numpy().copy() for v in m.trunk.non_trainable_variables if "sn_u" in v.path]

@@ -42,9 +42,9 @@ def run(mode, policy):
     keras.utils.set_random_seed(0)
     models = networks.build_models((28, 28, 1), 10, width=WIDTH, arch="reference")
     mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
-    trainers = {"mesh": jax_step.JaxStep(models, 10, policy, PRESET, mesh=mesh)}
+    trainers = {"mesh": jax_step.JaxStep(models, 10, PRESET, mesh=mesh)}
     if mode == "steps":
-        trainers["one"] = jax_step.JaxStep(models, 10, policy, PRESET)
+        trainers["one"] = jax_step.JaxStep(models, 10, PRESET)
     rng = np.random.default_rng(0)
     batch = (rng.integers(0, 256, (BATCH, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, BATCH).astype(np.int32),
              rng.uniform(-1.0, 1.0, (BATCH, networks.NOISE_DIM)).astype(np.float32),

@@ -46,7 +46,7 @@ def main(in_path, out_path):
                                  g_learns_from_q=bool(job.get("g_learns_from_q", True)),
                                  augment=tuple(str(job["augment"]).split(",")) if "augment" in job else None,
                                  loss=str(job.get("loss", "nonsaturating")))
-    trainer = jax_step.JaxStep(models, 10, policy, preset, jit=bool(job["jit"]))
+    trainer = jax_step.JaxStep(models, 10, preset, jit=bool(job["jit"]))
     state = trainer.state()
     if "d_learning_rate" in job:
         state["optimizers/d_optimizer_adam/learning_rate"] = np.float32(job["d_learning_rate"])

@@ -98,7 +98,7 @@ def test_the_preset_step_trains_d_on_augmented_images_and_samples_stay_unaugment
     for preset in (presets.ACGAN_CIFAR, dataclasses.replace(presets.ACGAN_CIFAR, augment=None)):
         keras.utils.set_random_seed(5)
         models = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
-        trainer = build_step(preset, "tensorflow", models, 10, policy, jit=False)
+        trainer = build_step(preset, "tensorflow", models, 10, jit=False)
         assert trainer.augment == preset.augment  # the step the factory builds for the preset takes its policy
         samples.append(np.asarray(trainer.generate(*batch[2:])))
         metrics = trainer.train_step(*batch).read()

@@ -36,11 +36,11 @@ def mirrored():
 PRESET = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)
 
 
-def _trainer(policy, strategy, jit=False, sync_bn=True):
+def _trainer(strategy, jit=False, sync_bn=True):
     keras.utils.set_random_seed(3)
     with strategy.scope():
         models = build_models((28, 28, 1), 10, width=0.25)
-    return tf_step.TensorFlowStep(models, 10, policy, PRESET, jit=jit, strategy=strategy, sync_bn=sync_bn)
+    return tf_step.TensorFlowStep(models, 10, PRESET, jit=jit, strategy=strategy, sync_bn=sync_bn)
 
 
 def _global_batch(step=0):
@@ -100,8 +100,8 @@ def _relative_difference(a, b):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_two_replicas_match_one_device(policy, mirrored, set_policy):
     set_policy(policy)
-    single = _trainer(policy, tf.distribute.get_strategy())
-    distributed = _trainer(policy, mirrored)
+    single = _trainer(tf.distribute.get_strategy())
+    distributed = _trainer(mirrored)
     assert distributed.replicas == CPU_REPLICAS and distributed.synchronized_batch_norm
     for a, b in zip(_weights(single), _weights(distributed)):
         np.testing.assert_array_equal(a, b)
@@ -152,7 +152,7 @@ def test_two_replicas_match_one_device(policy, mirrored, set_policy):
 
 
 def test_per_replica_xla_runs_without_synchronized_batch_norm(mirrored):
-    trainer = _trainer("float32", mirrored, jit=True, sync_bn=False)
+    trainer = _trainer(mirrored, jit=True, sync_bn=False)
     assert trainer.compile_mode == "forward_backward" and not trainer.synchronized_batch_norm
     for step in range(2):
         metrics = trainer.train_step(*_distributed(trainer, _global_batch(step)))
@@ -177,7 +177,7 @@ def test_compile_plan(mirrored):
 
 def _settled_trainer(strategy, sync_bn):
     """A mixed_float16 trainer after one honest step, its loss scales pinned (no natural overflow later)."""
-    trainer = _trainer("mixed_float16", strategy, sync_bn=sync_bn)
+    trainer = _trainer(strategy, sync_bn=sync_bn)
     _pin_loss_scales(trainer)
     trainer.train_step(*_distributed(trainer, _global_batch(0)))
     return trainer

@@ -38,7 +38,7 @@ def _step(decay=DECAY, jit=False, policy="float32"):
     """Eager unless asked (jit=True): XLA's compile is most of a test's time, and the average is the same."""
     keras.utils.set_random_seed(3)
     preset = dataclasses.replace(presets.REFERENCE, ema_decay=decay)
-    return TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, policy, preset, jit=jit)
+    return TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, preset, jit=jit)
 
 
 def _expected_average(trainer, steps):
@@ -123,7 +123,7 @@ from acgan.model.networks import build_models
 from acgan.step.jax_step import JaxStep
 keras.utils.set_random_seed(3)
 preset = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)
-trainer = JaxStep(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=True)
+trainer = JaxStep(build_models((28, 28, 1), 10, width=0.125), 10, preset, jit=True)
 rng = np.random.default_rng(0)
 images = rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8)
 labels = rng.integers(0, 10, 16).astype(np.int32)

@@ -106,7 +106,7 @@ def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns
                 variable.assign(value)
         preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=q_learns_from_fakes,
                                      g_learns_from_q=g_learns_from_q, augment=augment, loss=loss)
-        trainer = tf_step.TensorFlowStep(models, 10, policy, preset, jit=False)
+        trainer = tf_step.TensorFlowStep(models, 10, preset, jit=False)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     if learning_rate_scale is not None:

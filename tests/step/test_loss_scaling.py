@@ -9,9 +9,9 @@ from acgan.model import networks, precision
 from acgan.step import tf_step
 
 
-def _small_trainer(policy, jit):
+def _small_trainer(jit):
     m = networks.build_models((28, 28, 1), 10, width=0.125)
-    return tf_step.TensorFlowStep(m, 10, policy, jit=jit)
+    return tf_step.TensorFlowStep(m, 10, jit=jit)
 
 
 def _batch(n=8):
@@ -41,7 +41,7 @@ def _settle(trainer, batch, max_steps=30):
                          ids=["d", "g", "q", "d-xla"])
 def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy, monkeypatch):
     set_policy("mixed_float16")
-    trainer = _small_trainer("mixed_float16", jit)
+    trainer = _small_trainer(jit)
     optimizers = {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
     # Only D trains d_head and only Q trains q_head; G is shared with Q, so G is judged by its optimizer.
     m = trainer.models
@@ -93,7 +93,7 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_no_loss_scaling_outside_float16(policy, set_policy):
     set_policy(policy)
-    trainer = _small_trainer(policy, jit=False)
+    trainer = _small_trainer(jit=False)
     assert not any(precision.is_loss_scaled(o) for o in (trainer.d_optimizer, trainer.g_optimizer, trainer.q_optimizer))
     metrics = trainer.train_step(*_batch())
     assert float(metrics["d_loss_scale"]) == 1.0 and int(metrics["q_skipped"]) == 0
@@ -104,7 +104,7 @@ def _scaled_and_applied(scales, monkeypatch):
     ({name: norm of the still-scaled gradients handed to the optimizer},
      {name: Adam's first moments, i.e. (1 - beta_1) * the unscaled gradients it applied})."""
     keras.utils.set_random_seed(0)
-    trainer = _small_trainer("mixed_float16", jit=False)
+    trainer = _small_trainer(jit=False)
     optimizers = {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
     trainer.d_optimizer.learning_rate.assign(0.0)  # G and Q then see the same D in both runs
     for name, optimizer in optimizers.items():

@@ -73,7 +73,7 @@ def _first_step(policy, weights, seed=SEED, breakage=None, monkeypatch=None):
     models = networks.build_models((28, 28, 1), 10, width=WIDTH)
     for model, values in zip(models, weights):
         model.set_weights(values)
-    trainer = tf_step.TensorFlowStep(models, 10, policy, jit=False)
+    trainer = tf_step.TensorFlowStep(models, 10, jit=False)
     trainer.d_optimizer.learning_rate.assign(0.0)  # G and Q see the same D as float32's G and Q
     optimizers = _optimizers(trainer)
     for name, optimizer in optimizers.items():

@@ -1,5 +1,5 @@
 """The TensorFlow step: one G forward per iteration, batch-norm statistics that move once per batch,
-and metrics as one vector read with one host copy."""
+and metrics as one vector read with one host copy; the policy taken from the models."""
 import dataclasses
 
 import keras
@@ -13,9 +13,9 @@ from acgan.model.networks import build_models
 from acgan.step.tf_step import METRIC_NAMES, TensorFlowStep
 
 
-def _trainer(policy, jit):
+def _trainer(jit):
     keras.utils.set_random_seed(3)
-    return TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, policy, jit=jit)
+    return TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, jit=jit)
 
 
 def _batch(n=16):
@@ -36,7 +36,7 @@ def _batch_mean(model, layer, inputs):
 @pytest.mark.parametrize("policy,jit", [("float32", True), ("mixed_float16", False)])
 def test_g_batch_norm_moves_once_per_step_with_momentum_0_9(policy, jit, set_policy):
     set_policy(policy)
-    trainer = _trainer(policy, jit)
+    trainer = _trainer(jit)
     images, labels, z, fake_labels = _batch()
     g = trainer.models.generator
     expected = {name: (1 - BN_MOMENTUM) * _batch_mean(g, name, [z, fake_labels]) for name in ("g_bn1", "g_bn2")}
@@ -48,7 +48,7 @@ def test_g_batch_norm_moves_once_per_step_with_momentum_0_9(policy, jit, set_pol
 
 def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch(set_policy):
     set_policy("float32")
-    trainer = _trainer("float32", jit=False)
+    trainer = _trainer(jit=False)
     images, labels, z, fake_labels = _batch()
     trunk, g = trainer.models.trunk, trainer.models.generator
     real = images.astype(np.float32) / 255.0
@@ -63,7 +63,7 @@ def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch(se
 
 def test_metrics_are_one_vector_read_at_once(set_policy):
     set_policy("float32")
-    trainer = _trainer("float32", jit=False)
+    trainer = _trainer(jit=False)
     metrics = trainer.train_step(*_batch())
     assert metrics.vector.shape == (len(METRIC_NAMES),)
     values = metrics.read()
@@ -84,7 +84,7 @@ def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_clas
     real = tf.constant(images.astype(np.float32) / 255.0)
     results = {}
     for from_fakes in (True, False):
-        trainer = _trainer(policy, jit=False)
+        trainer = _trainer(jit=False)
         trainer.q_learns_from_fakes = from_fakes
         if policy == "mixed_float16":  # the first scale (2^15) overflows float16 here: the step would skip it
             trainer.q_optimizer.dynamic_scale.assign(64.0)
@@ -121,7 +121,7 @@ def test_without_g_learns_from_q_the_class_loss_does_not_reach_g(g_learns_from_q
     def g_after_one_step(q_head_factor):
         keras.utils.set_random_seed(3)
         preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, g_learns_from_q=g_learns_from_q)
-        trainer = TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, "float32", preset, jit=False)
+        trainer = TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, preset, jit=False)
         for variable in trainer.models.q_head.trainable_variables:
             variable.assign(variable * q_head_factor)
         values = trainer.train_step(*batch).read()
@@ -147,14 +147,14 @@ def test_learning_rate_scale_sets_every_optimizers_rate_and_zero_stops_the_weigh
     from acgan.model import precision
 
     set_policy("mixed_float16")  # through the loss-scale wrappers
-    trainer = _trainer("mixed_float16", jit=False)
+    trainer = _trainer(jit=False)
     trainer.set_learning_rate_scale(0.25)
     optimizers = [optimizer for optimizer, _ in trainer._optimizers_and_variables()]
     np.testing.assert_allclose([float(precision.learning_rate_variable(o).numpy()) for o in optimizers],
                                [rate * 0.25 for rate in trainer.learning_rates], rtol=1e-6)
     assert trainer.learning_rate_scale == 0.25
     set_policy("float32")  # no loss scaling: no step is skipped for an overflow below
-    trainer = _trainer("float32", jit=True)
+    trainer = _trainer(jit=True)
     trainer.train_step(*_batch()).read()  # compiled at the full rates
     trainer.set_learning_rate_scale(0.0)
     models = trainer.models
@@ -168,3 +168,19 @@ def test_learning_rate_scale_sets_every_optimizers_rate_and_zero_stops_the_weigh
     trainer.train_step(*_batch()).read()
     assert any(not np.array_equal(a, np.asarray(v)) for a, v in
                zip(after, [v for m in models for v in m.trainable_variables]))
+
+
+def test_the_step_takes_the_policy_its_models_were_built_under(set_policy):
+    """One channel for the policy: the models carry it, and a step over models built under two is refused."""
+    from acgan.model import precision
+
+    set_policy("mixed_float16")
+    mixed = build_models((28, 28, 1), 10, width=0.125)
+    trainer = TensorFlowStep(mixed, 10, jit=False)
+    assert trainer.policy == "mixed_float16" and precision.is_loss_scaled(trainer.d_optimizer)
+    set_policy("float32")
+    plain = build_models((28, 28, 1), 10, width=0.125)
+    trainer = TensorFlowStep(plain, 10, jit=False)
+    assert trainer.policy == "float32" and not precision.is_loss_scaled(trainer.d_optimizer)
+    with pytest.raises(ValueError, match="different dtype policies"):
+        TensorFlowStep(mixed._replace(generator=plain.generator), 10, jit=False)
