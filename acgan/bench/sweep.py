@@ -36,7 +36,6 @@ from acgan.bench.tables import describe_machine
 from acgan.config import (
     BACKENDS,
     POLICIES,
-    STRATEGIES,
     Config,
     non_negative_int,
     positive_int,
