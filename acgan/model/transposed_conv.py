@@ -1,4 +1,4 @@
-"""Conv2DTranspose whose backward pass on JAX is written as the strided convolution's own.
+"""Conv2DTranspose whose passes on JAX are written as the strided convolution's own.
 
 A transposed convolution is the adjoint of a strided convolution c(z) = conv(z, kernel): y = c^T(x). Left
 to autodiff, JAX differentiates the lhs-dilated convolution that computes y, and XLA's GPU compiler
@@ -10,9 +10,19 @@ strided-convolution passes:
     dx      = c(dy)                             a forward convolution
     dkernel = the vjp of k -> conv(dy, k) at x  a convolution's filter gradient
 
-The forward pass is Keras's own (the same numbers); the gradients are the same sums in another order.
-On TensorFlow, or with ACGAN_JAX_CONV_TRANSPOSE=autodiff (to measure what it buys), the layer is
-keras.layers.Conv2DTranspose unchanged. Variables, names and checkpoints are the same either way.
+ACGAN_JAX_CONV_TRANSPOSE picks the formulation on JAX:
+
+- adjoint (the default): Keras's forward pass (the same numbers), the gradients above (the same sums
+  in another order).
+- linear_transpose: the forward pass too as c's transpose (jax.linear_transpose), which is the pattern
+  XLA's GPU compiler maps to cuDNN's backward-input convolution: a convolution of the lhs-dilated input
+  with the reversed kernel. Keras's forward feeds the convolution a transposed (for one output channel,
+  reshaped) reversed kernel, which that rewrite does not match, so XLA pads the dilated input and runs
+  a plain convolution. On a CPU both forwards give the same bits.
+- autodiff: keras.layers.Conv2DTranspose unchanged, to measure what the others buy.
+
+On TensorFlow the layer is keras.layers.Conv2DTranspose. Variables, names and checkpoints are the same
+in every formulation.
 """
 import functools
 import os
@@ -21,42 +31,51 @@ import keras
 
 from acgan.errors import UserError
 
-FORMULATION_VARIABLE = "ACGAN_JAX_CONV_TRANSPOSE"   # "adjoint" (default) or "autodiff"
+FORMULATION_VARIABLE = "ACGAN_JAX_CONV_TRANSPOSE"
+FORMULATIONS = ("adjoint", "linear_transpose", "autodiff")
 
 
 def formulation():
     value = os.environ.get(FORMULATION_VARIABLE, "adjoint").strip().lower() or "adjoint"
-    if value not in ("adjoint", "autodiff"):
-        raise UserError(f"{FORMULATION_VARIABLE}={value!r}: use adjoint or autodiff")
+    if value not in FORMULATIONS:
+        raise UserError(f"{FORMULATION_VARIABLE}={value!r}: use {', '.join(FORMULATIONS)}")
     return value
 
 
 @keras.saving.register_keras_serializable(package="acgan")
 class TransposedConv2D(keras.layers.Conv2DTranspose):
-    """keras.layers.Conv2DTranspose (channels_last, no output padding or dilation), with the adjoint
-    backward pass on JAX."""
+    """keras.layers.Conv2DTranspose (channels_last, no output padding or dilation), with the strided
+    convolution's passes on JAX."""
 
     def call(self, inputs):
-        if keras.backend.backend() != "jax" or formulation() == "autodiff":
+        which = formulation() if keras.backend.backend() == "jax" else "autodiff"
+        if which == "autodiff":
             return super().call(inputs)
         kernel = keras.ops.convert_to_tensor(self.kernel)   # in the compute dtype (the layer autocasts)
-        outputs = _adjoint_conv_transpose(tuple(self.strides), self.padding)(inputs, kernel)
+        outputs = _adjoint_conv_transpose(tuple(self.strides), self.padding, which)(inputs, kernel)
         if self.use_bias:
             outputs = keras.ops.add(outputs, keras.ops.reshape(self.bias, (1, 1, 1, self.filters)))
         return outputs if self.activation is None else self.activation(outputs)
 
 
 @functools.lru_cache(maxsize=None)
-def _adjoint_conv_transpose(strides, padding):
-    """jax.custom_vjp: Keras's conv_transpose forward; the gradients of the strided convolution it is the
-    adjoint of."""
+def _adjoint_conv_transpose(strides, padding, which):
+    """jax.custom_vjp: the forward pass (Keras's, or c's linear transpose); the gradients of the strided
+    convolution c it is the adjoint of."""
     import jax  # here: only the JAX backend calls this; a TensorFlow process never loads JAX
-
-    def forward(x, kernel):
-        return keras.ops.conv_transpose(x, kernel, strides=list(strides), padding=padding)
 
     def strided(z, kernel):  # c: [B, H*s, W*s, filters] -> [B, H, W, in]; kernel [kh, kw, filters, in]
         return keras.ops.conv(z, kernel, strides=list(strides), padding=padding)
+
+    def keras_forward(x, kernel):
+        return keras.ops.conv_transpose(x, kernel, strides=list(strides), padding=padding)
+
+    def forward(x, kernel):
+        if which == "adjoint":
+            return keras_forward(x, kernel)
+        y_shape = jax.eval_shape(keras_forward, x, kernel)   # c's input: the shape Keras's forward gives
+        (y,) = jax.linear_transpose(lambda z: strided(z, kernel), y_shape)(x)
+        return y
 
     @jax.custom_vjp
     def conv_transpose(x, kernel):

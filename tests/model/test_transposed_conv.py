@@ -1,43 +1,80 @@
-"""TransposedConv2D on JAX: Keras's forward, and the strided convolution's own gradients (the adjoint
-formulation) equal autodiff's (ACGAN_JAX_CONV_TRANSPOSE=autodiff) on random inputs."""
+"""TransposedConv2D on JAX: each formulation's forward equals Keras's and its gradients equal autodiff's
+(ACGAN_JAX_CONV_TRANSPOSE=autodiff) on random inputs; linear_transpose's forward has the HLO shape XLA's
+GPU compiler maps to cuDNN's backward-input convolution."""
 import json
 import os
 import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from acgan.errors import UserError
+from acgan.model import transposed_conv
+
 SCRIPT = textwrap.dedent("""
-    import json, os
+    import json, os, re
     import jax, jax.numpy as jnp, numpy as np
     from acgan.model.transposed_conv import TransposedConv2D
 
-    out = []
-    for side, inputs, filters in ((7, 16, 8), (14, 8, 1), (4, 5, 3)):
-        layer = TransposedConv2D(filters, 4, strides=2, padding="same", dtype="float64")
+    def run(layer, weights, x, formulation):
+        os.environ["ACGAN_JAX_CONV_TRANSPOSE"] = formulation   # read when the layer is traced
+        return layer.stateless_call(weights, [], x)[0]
+
+    out = {"cases": [], "hlo": {}}
+    for side, inputs, filters, padding in ((7, 16, 8, "same"), (14, 8, 1, "same"), (4, 5, 3, "valid")):
+        layer = TransposedConv2D(filters, 4, strides=2, padding=padding, dtype="float64")
         rng = np.random.RandomState(side)
         x = rng.randn(3, side, side, inputs)
         layer.build(x.shape)
         weights = [jnp.asarray(rng.randn(*v.shape)) for v in layer.trainable_variables]
-        dy = rng.randn(3, 2 * side, 2 * side, filters)
+        dy = rng.randn(*run(layer, weights, x, "autodiff").shape)
 
         def loss(weights, x, formulation):
-            os.environ["ACGAN_JAX_CONV_TRANSPOSE"] = formulation   # read when the layer is traced
-            y, _ = layer.stateless_call(weights, [], x)
+            y = run(layer, weights, x, formulation)
             return jnp.sum(y * dy), y
 
-        (_, y_a), g_a = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(weights, x, "adjoint")
-        (_, y_b), g_b = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(weights, x, "autodiff")
+        grad = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)
+        (_, y_b), g_b = grad(weights, x, "autodiff")
         rel = lambda a, b: float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
-        out.append({"y": rel(y_a, y_b), "dx": rel(g_a[1], g_b[1]), "dkernel": rel(g_a[0][0], g_b[0][0]),
-                    "dbias": rel(g_a[0][1], g_b[0][1])})
+        for formulation in ("adjoint", "linear_transpose"):
+            (_, y_a), g_a = grad(weights, x, formulation)
+            out["cases"].append({"formulation": formulation, "side": side, "y": rel(y_a, y_b),
+                                 "dx": rel(g_a[1], g_b[1]), "dkernel": rel(g_a[0][0], g_b[0][0]),
+                                 "dbias": rel(g_a[0][1], g_b[0][1])})
+        if side == 14:   # G's last layer's shape: what does its forward's convolution take as the kernel?
+            for formulation in ("adjoint", "linear_transpose"):
+                hlo = jax.jit(lambda w, x: run(layer, w, x, formulation)).lower(weights, x)
+                text = hlo.compiler_ir("hlo").as_hlo_text()
+                kernel = re.search(r"= \\S+ convolution\\(\\S+, (\\S+)\\)", text).group(1)
+                out["hlo"][formulation] = re.search(rf"{re.escape(kernel)} = \\S+ (\\w+)\\(", text).group(1)
     print(json.dumps(out))
 """)
 
 
-def test_adjoint_gradients_equal_autodiff():
+@pytest.fixture(scope="module")
+def measured():
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1")
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    for case in json.loads(done.stdout.strip().splitlines()[-1]):
-        assert case["y"] == 0.0, case                      # the forward is Keras's own
-        assert max(case.values()) < 1e-12, case            # float64: the same sums in another order
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_forward_is_kerass_and_the_gradients_autodiffs(measured):
+    assert len(measured["cases"]) == 6
+    for case in measured["cases"]:
+        assert case["y"] == 0.0, case                  # both forwards give Keras's bits on a CPU
+        numbers = [v for k, v in case.items() if k not in ("formulation", "side")]
+        assert max(numbers) < 1e-12, case              # float64: the same sums in another order
+
+
+def test_linear_transposes_forward_takes_the_reversed_kernel(measured):
+    # XLA's GPU compiler rewrites convolution(dilated x, reverse(kernel)) into cuDNN's backward-input
+    # convolution; Keras's forward puts a transpose (here, one output channel: a reshape) in between.
+    assert measured["hlo"] == {"adjoint": "reshape", "linear_transpose": "reverse"}, measured["hlo"]
+
+
+def test_an_unknown_formulation_is_one_line(monkeypatch):
+    monkeypatch.setenv(transposed_conv.FORMULATION_VARIABLE, "fast")
+    with pytest.raises(UserError, match="ACGAN_JAX_CONV_TRANSPOSE='fast': use adjoint, linear_transpose, autodiff"):
+        transposed_conv.formulation()
