@@ -52,7 +52,9 @@ from acgan.measure import advice, prices
 from acgan.measure.backend_labels import describe_backend
 from acgan.step.distribute import check_global_batch
 
-SYNTHETIC_SHAPE = (28, 28, 1)   # the doodles / Quick-Draw shape, so synthetic timings compare
+# The doodles / Quick-Draw shape, so synthetic timings compare; the colour preset's is CIFAR-10's.
+SYNTHETIC_SHAPES = {"acgan_cifar": (32, 32, 3)}
+SYNTHETIC_SHAPE = (28, 28, 1)
 SYNTHETIC_CLASSES = 10
 
 
@@ -65,7 +67,8 @@ class SweepSettings:
     batches: tuple = (64, 256, 1024, 2048)
     jits: tuple = (True,)
     dataset: str = same_setting(Config, "dataset")
-    synthetic: bool = setting(False, "Time on random in-memory tensors (28x28x1, 10 classes) instead of --dataset.")
+    synthetic: bool = setting(False, "Time on random in-memory tensors (10 classes; 28x28x1, or with --arch "
+                                     "acgan_cifar 32x32x3) instead of --dataset.")
     data_dir: str = same_setting(Config, "data_dir")
     max_per_class: Optional[int] = same_setting(Config, "max_per_class")
     width: float = same_setting(Config, "width")
@@ -217,7 +220,8 @@ def load_inputs(settings, count):
     """(images uint8 [count, H, W, C], labels int32 [count], class names): the tensors every worker times."""
     rng = np.random.default_rng(settings.seed)
     if settings.synthetic:
-        images = rng.integers(0, 256, (count,) + SYNTHETIC_SHAPE, dtype=np.uint8)
+        shape = SYNTHETIC_SHAPES.get(settings.arch, SYNTHETIC_SHAPE)
+        images = rng.integers(0, 256, (count,) + shape, dtype=np.uint8)
         labels = rng.integers(0, SYNTHETIC_CLASSES, count).astype(np.int32)
         return images, labels, tuple(f"class{i}" for i in range(SYNTHETIC_CLASSES))
     data = data_lib.load_dataset(

@@ -376,6 +376,13 @@ def test_parse_flags_helpers():
     assert sweep.parse_jit(["on", "OFF", "on"]) == (True, False)
 
 
+def test_synthetic_inputs_take_the_presets_shape():
+    for arch, shape in (("auto", (28, 28, 1)), ("reference", (28, 28, 1)), ("acgan_cifar", (32, 32, 3))):
+        images, labels, names = sweep.load_inputs(sweep.SweepSettings(synthetic=True, arch=arch), 12)
+        assert images.shape == (12,) + shape and images.dtype.name == "uint8", arch
+        assert labels.shape == (12,) and set(labels) <= set(range(10)) and len(names) == 10
+
+
 def test_each_worker_job_survives_its_json_and_an_unknown_key_is_refused(tmp_path):
     """The worker reads back the very job the parent built (tuples, the trainer's Config and all); a key no
     field holds, a missing field or another mode's job is an error naming it, never a silent default."""
