@@ -13,8 +13,9 @@
 #
 # Environment (defaults in brackets):
 #   ACGAN_GPU_VARIANTS  [see VARIANTS below] variants separated by ';', each NAME|VAR=VALUE ...|POLICIES
+#                       with an optional fourth field of benchmark flags (|--arch acgan_cifar)
 #   ACGAN_GPU_BATCH [2048]  ACGAN_GPU_STEPS [50]  ACGAN_GPU_REPEATS [3]  ACGAN_GPU_WARMUP [5]
-#   ACGAN_GPU_WIDTH [1.0]  ACGAN_GPU_BUDGET_S [420: no variant starts after this many seconds]
+#   ACGAN_GPU_WIDTH [1.0]  ACGAN_GPU_BUDGET_S [480: a variant starts only if its estimate fits in it]
 #   ACGAN_GPU_CONFIG_S [35: seconds a configuration is assumed to take]  ACGAN_GPU_TRACES [0]
 #   ACGAN_GPU_PYTHON [python3]  ACGAN_GPU_WHEELS [.whl]  ACGAN_GPU_SITE [/tmp/site]  ACGAN_GPU_INSTALL [1]
 set -euo pipefail
@@ -22,16 +23,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/gpu_env.sh   # PY, WHEELS, SITE; gpu_check_wheels, gpu_install
 
-# The baseline first; then float32 convolutions asked for in TF32 explicitly, NHWC layouts for float32
-# convolutions too, XLA's own GEMMs off (cuBLAS for every matrix product), and command buffers off (one
-# launch per kernel: what launch overhead costs).
+# The baseline first; then acgan's two JAX formulations that target the mixed step's largest costs, each
+# alone and together (docs/jax-and-gpus.md#where-the-mixed-steps-time-goes): G's transposed convolutions'
+# forward pass as the strided convolution's transpose (which cuDNN runs as a backward-input convolution),
+# and batch norm's statistics in one pass with a hand-written backward pass; last, the colour preset
+# (acgan_cifar, 32x32x3) under the three policies. XLA's own settings (TF32 explicitly, NHWC convolutions,
+# no Triton GEMMs, no command buffers) were measured before and changed nothing; docs/results.md has them.
 VARIANTS=${ACGAN_GPU_VARIANTS:-"default||float32,mixed_float16,mixed_bfloat16;\
-tf32|JAX_DEFAULT_MATMUL_PRECISION=tensorfloat32|float32;\
-nhwc|XLA_FLAGS=--xla_gpu_force_conv_nhwc|float32,mixed_float16;\
-no-triton-gemm|XLA_FLAGS=--xla_gpu_enable_triton_gemm=false|float32,mixed_float16;\
-no-command-buffer|XLA_FLAGS=--xla_gpu_enable_command_buffer=|mixed_float16"}
+conv-forward|ACGAN_JAX_CONV_TRANSPOSE=linear_transpose|float32,mixed_float16;\
+fused-bn|ACGAN_JAX_BATCH_NORM=fused|mixed_float16;\
+both|ACGAN_JAX_CONV_TRANSPOSE=linear_transpose ACGAN_JAX_BATCH_NORM=fused|mixed_float16;\
+colour||float32,mixed_float16,mixed_bfloat16|--arch acgan_cifar"}
 BATCH=${ACGAN_GPU_BATCH:-2048}
-BUDGET=${ACGAN_GPU_BUDGET_S:-420}
+BUDGET=${ACGAN_GPU_BUDGET_S:-480}
 PER_CONFIG=${ACGAN_GPU_CONFIG_S:-35}
 STARTED=$SECONDS
 DEST=${OUT:-outputs/gpu-efficiency-$(date +%Y%m%d-%H%M%S)}
@@ -51,21 +55,23 @@ echo "device: $DEVICE; installed in $((SECONDS - STARTED)) s"
 DONE=()
 IFS=';' read -r -a SPECS <<< "$VARIANTS"
 for spec in "${SPECS[@]}"; do
-    IFS='|' read -r name settings policies <<< "$spec"
+    IFS='|' read -r name settings policies flags <<< "$spec"
     read -r -a assignments <<< "$settings"
+    read -r -a extra <<< "$flags"
     count=$(awk -F, '{print NF}' <<< "$policies")
     elapsed=$((SECONDS - STARTED))
     if [ $((elapsed + (count + 1) * PER_CONFIG)) -gt "$BUDGET" ]; then
         echo "variant $name skipped: ${elapsed} s gone, budget ${BUDGET} s"
         continue
     fi
-    echo "variant $name: ${settings:-no settings}; $policies"
+    echo "variant $name: ${settings:-no settings}; $policies${flags:+; $flags}"
     status=0
     env "${assignments[@]}" timeout $((BUDGET + 120 - elapsed)) "$PY" -m acgan.benchmark \
         --backends jax --synthetic --jit on --policies "$policies" --batches "$BATCH" \
         --steps "${ACGAN_GPU_STEPS:-50}" --repeats "${ACGAN_GPU_REPEATS:-3}" --warmup "${ACGAN_GPU_WARMUP:-5}" \
-        --width "${ACGAN_GPU_WIDTH:-1.0}" --no-overhead --device_name "$DEVICE, ${settings:-default}" \
-        --profile "$WORK/$name/profiles" --output_dir "$WORK/$name/bench" > "$WORK/$name.out" 2>&1 || status=$?
+        --width "${ACGAN_GPU_WIDTH:-1.0}" --no-overhead --device_name "$DEVICE, ${settings:-default}${flags:+, $flags}" \
+        --profile "$WORK/$name/profiles" --output_dir "$WORK/$name/bench" "${extra[@]}" > "$WORK/$name.out" 2>&1 \
+        || status=$?
     grep -E "^\[[0-9]+/[0-9]+\]" "$WORK/$name.out" || tail -n 5 "$WORK/$name.out"
     if [ "$status" -eq 0 ] && [ -f "$WORK/$name/bench/benchmark.json" ]; then
         DONE+=("$WORK/$name/bench/benchmark.json")
