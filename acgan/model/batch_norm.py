@@ -7,9 +7,11 @@ backward pass. With ACGAN_JAX_BATCH_NORM=fused a training call is instead one ja
     forward   one reduction pass for sum(x - k) and sum((x - k)^2) per channel, then y = x * inv + offset
     backward  one reduction pass for sum(dy) and sum(dy * xhat), then dx elementwise
 
-the same function (biased variance, Keras's epsilon and momentum), its numbers equal to Keras's up to
-rounding. The default, keras, is keras.layers.BatchNormalization's own call, so training is unchanged
-bit for bit; so is every call on TensorFlow, in inference, with a mask or renorm, or when frozen.
+each "one pass" two sibling sums, which XLA's GPU compiler is expected to fuse into one kernel (on a CPU
+they stay two): the same function (biased variance, Keras's epsilon and momentum), its numbers equal to
+Keras's up to rounding. The default, keras, is keras.layers.BatchNormalization's own call, so training
+is unchanged bit for bit; so is every call on TensorFlow, in inference, with a mask or renorm, or when
+frozen.
 Variables, names, config and checkpoints are the layer's either way.
 """
 import functools
