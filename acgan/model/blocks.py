@@ -9,6 +9,7 @@ import math
 import keras
 from keras import layers
 
+from acgan.model.batch_norm import BatchNorm
 from acgan.model.transposed_conv import TransposedConv2D
 
 BN_MOMENTUM = 0.9
@@ -95,9 +96,10 @@ def dropout(x, rate, name):
 def batch_norm(x, name):
     """A float32 island: statistics of float16 activations overflow and lose precision.
 
-    The float32 output is cast back to the compute dtype by the next layer.
+    The float32 output is cast back to the compute dtype by the next layer. On JAX,
+    ACGAN_JAX_BATCH_NORM=fused takes the training statistics in one pass (batch_norm.BatchNorm).
     """
-    return layers.BatchNormalization(
+    return BatchNorm(
         momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype="float32", name=name
     )(x)
 

@@ -8,6 +8,8 @@ where its code is importable, which is what the file must not need):
 
 - TransposedConv2D -> keras.layers.Conv2DTranspose: the same config and weights; it differs only in its
   gradient on JAX (model/transposed_conv.py), which sampling never takes.
+- BatchNorm -> keras.layers.BatchNormalization: the same config and weights; it differs only in a
+  training call on JAX with ACGAN_JAX_BATCH_NORM=fused (model/batch_norm.py), which sampling never makes.
 - UnitRange -> keras.ops.multiply and keras.ops.add: the same x * 0.5 + 0.5 (acgan_cifar's tanh image),
   as Keras ops in the graph, which Keras saves itself, as it saves the one-hot of the labels. (Not
   keras.layers.Rescaling: a tf.data layer, which on JAX reaches for TensorFlow whenever its module is
@@ -35,6 +37,7 @@ import keras
 
 from acgan import backend
 from acgan.errors import UserError
+from acgan.model.batch_norm import BatchNorm
 from acgan.model.blocks import UnitRange
 from acgan.model.transposed_conv import TransposedConv2D
 from acgan.training.sampling import load_run, sampled_generator
@@ -52,6 +55,8 @@ def portable_layer(layer, dtype=None):
         config["dtype"] = dtype
     if isinstance(layer, TransposedConv2D):
         return keras.layers.Conv2DTranspose.from_config(config)
+    if isinstance(layer, BatchNorm):
+        return keras.layers.BatchNormalization.from_config(config)
     if isinstance(layer, UnitRange):  # a float32 output whatever the policy (blocks.float32_tanh_to_unit)
         return lambda x: keras.ops.add(keras.ops.multiply(x, 0.5), 0.5)
     if not type(layer).__module__.startswith("keras."):
