@@ -97,6 +97,15 @@ print(json.dumps(defaults))
 """
 
 
+def float64_jax_script(script):
+    """Runs `script` in a child process on JAX's CPU backend with float64 enabled (the numerical checks of
+    acgan's own JAX formulations) and returns the JSON its last line prints."""
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def command_flags(*names):
     """{command: {flag: default}} for the acgan commands `names` (KERAS_BACKEND unset), and "absl"."""
     env = child_env()

@@ -13,6 +13,7 @@ import textwrap
 import keras
 import numpy as np
 import pytest
+from api_runs import float64_jax_script
 
 from acgan.errors import UserError
 from acgan.model import batch_norm
@@ -127,10 +128,7 @@ NUMERICS = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def numerics():
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1")
-    done = subprocess.run([sys.executable, "-c", NUMERICS], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return float64_jax_script(NUMERICS)
 
 
 def test_fused_equals_keras_in_float64(numerics):

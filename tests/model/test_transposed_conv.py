@@ -1,13 +1,10 @@
 """TransposedConv2D on JAX: each formulation's forward equals Keras's and its gradients equal autodiff's
 (ACGAN_JAX_CONV_TRANSPOSE=autodiff) on random inputs; linear_transpose's forward has the HLO shape XLA's
 GPU compiler maps to cuDNN's backward-input convolution."""
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from api_runs import float64_jax_script
 
 from acgan.errors import UserError
 from acgan.model import transposed_conv
@@ -54,10 +51,7 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def measured():
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1")
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return float64_jax_script(SCRIPT)
 
 
 def test_the_forward_is_kerass_and_the_gradients_autodiffs(measured):
