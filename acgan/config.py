@@ -1,6 +1,7 @@
 """Every training setting in one frozen dataclass, validated up front with one-line errors."""
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -52,6 +53,15 @@ def validate_strategy(name, devices=None):
         raise UserError(f"unknown strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
     if devices is not None and name not in ("auto", "mirrored"):
         raise UserError(f"--devices applies to --strategy mirrored, not {name}")
+
+
+def environment_choice(variable, choices):
+    """Environment variable `variable`'s value, one of `choices` (unset or empty: the first), read at each
+    call (the JAX formulation switches are read when a layer is traced); UserError naming the choices."""
+    value = os.environ.get(variable, "").strip().lower() or choices[0]
+    if value not in choices:
+        raise UserError(f"{variable}={value!r}: choose one of {', '.join(choices)}")
+    return value
 
 
 def setting(default, help, choices=None):

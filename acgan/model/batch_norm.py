@@ -15,20 +15,17 @@ frozen.
 Variables, names, config and checkpoints are the layer's either way.
 """
 import functools
-import os
 
 import keras
 
-from acgan.errors import UserError
+from acgan.config import environment_choice
 
-MODE_VARIABLE = "ACGAN_JAX_BATCH_NORM"   # "keras" (default) or "fused"
+MODE_VARIABLE = "ACGAN_JAX_BATCH_NORM"
+MODES = ("keras", "fused")   # the first is the default
 
 
 def mode():
-    value = os.environ.get(MODE_VARIABLE, "keras").strip().lower() or "keras"
-    if value not in ("keras", "fused"):
-        raise UserError(f"{MODE_VARIABLE}={value!r}: use keras or fused")
-    return value
+    return environment_choice(MODE_VARIABLE, MODES)
 
 
 @keras.saving.register_keras_serializable(package="acgan")
@@ -37,9 +34,8 @@ class BatchNorm(keras.layers.BatchNormalization):
     (read when the layer is traced)."""
 
     def call(self, inputs, training=None, mask=None):
-        if keras.backend.backend() != "jax" or mode() == "keras":
-            return super().call(inputs, training=training, mask=mask)
-        if not (training and self.trainable) or mask is not None or self.renorm:
+        if (keras.backend.backend() != "jax" or mode() == "keras" or not (training and self.trainable)
+                or mask is not None or self.renorm):
             return super().call(inputs, training=training, mask=mask)
         ops = keras.ops
         # As Keras: a float32 layer's inputs arrive autocast to float32 (Layer.__call__); half-precision

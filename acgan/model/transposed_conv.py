@@ -25,21 +25,17 @@ On TensorFlow the layer is keras.layers.Conv2DTranspose. Variables, names and ch
 in every formulation.
 """
 import functools
-import os
 
 import keras
 
-from acgan.errors import UserError
+from acgan.config import environment_choice
 
 FORMULATION_VARIABLE = "ACGAN_JAX_CONV_TRANSPOSE"
-FORMULATIONS = ("adjoint", "linear_transpose", "autodiff")
+FORMULATIONS = ("adjoint", "linear_transpose", "autodiff")   # the first is the default
 
 
 def formulation():
-    value = os.environ.get(FORMULATION_VARIABLE, "adjoint").strip().lower() or "adjoint"
-    if value not in FORMULATIONS:
-        raise UserError(f"{FORMULATION_VARIABLE}={value!r}: use {', '.join(FORMULATIONS)}")
-    return value
+    return environment_choice(FORMULATION_VARIABLE, FORMULATIONS)
 
 
 @keras.saving.register_keras_serializable(package="acgan")

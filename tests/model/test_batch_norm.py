@@ -163,7 +163,7 @@ def test_inference_and_the_default_mode_are_keras_call(numerics):
 
 
 def test_an_unknown_mode_is_one_line(numerics, monkeypatch):
-    message = "ACGAN_JAX_BATCH_NORM='fast': use keras or fused"
+    message = "ACGAN_JAX_BATCH_NORM='fast': choose one of keras, fused"
     assert numerics["bad_mode"] == message  # raised while the JAX step is traced
     monkeypatch.setenv("ACGAN_JAX_BATCH_NORM", "Fast")
     with pytest.raises(UserError) as error:

@@ -70,5 +70,5 @@ def test_linear_transposes_forward_takes_the_reversed_kernel(measured):
 
 def test_an_unknown_formulation_is_one_line(monkeypatch):
     monkeypatch.setenv(transposed_conv.FORMULATION_VARIABLE, "fast")
-    with pytest.raises(UserError, match="ACGAN_JAX_CONV_TRANSPOSE='fast': use adjoint, linear_transpose, autodiff"):
+    with pytest.raises(UserError, match="ACGAN_JAX_CONV_TRANSPOSE='fast': choose one of adjoint, linear_transpose, autodiff"):
         transposed_conv.formulation()
