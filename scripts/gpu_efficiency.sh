@@ -28,7 +28,8 @@ cd "$(dirname "$0")/.."
 # forward pass as the strided convolution's transpose (which cuDNN runs as a backward-input convolution),
 # and batch norm's statistics in one pass with a hand-written backward pass; last, the colour preset
 # (acgan_cifar, 32x32x3) under the three policies. XLA's own settings (TF32 explicitly, NHWC convolutions,
-# no Triton GEMMs, no command buffers) were measured before and changed nothing; docs/results.md has them.
+# no command buffers) were measured before and changed nothing (docs/results.md); to try one again, or
+# XLA_FLAGS=--xla_gpu_enable_triton_gemm=false (no result yet), name it in ACGAN_GPU_VARIANTS.
 VARIANTS=${ACGAN_GPU_VARIANTS:-"default||float32,mixed_float16,mixed_bfloat16;\
 conv-forward|ACGAN_JAX_CONV_TRANSPOSE=linear_transpose|float32,mixed_float16;\
 fused-bn|ACGAN_JAX_BATCH_NORM=fused|mixed_float16;\
