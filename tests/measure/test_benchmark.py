@@ -10,7 +10,6 @@ import statistics
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -156,9 +155,9 @@ def test_trainer_overhead_is_reported(bench):
 
 @pytest.mark.slow
 def test_overhead_ratio_rises_by_a_known_logging_delay(bench, tmp_path):
-    """A sleep injected into every metrics read (--log_every 1) shows up in the loop's time, not the bare step's:
-    the `bench` sweep's overhead run against the same configuration swept again with the delay. The delay is
-    far longer than the tiny step, so a test on the other core moves neither side by much."""
+    """A sleep injected into every metrics read (--log_every 1) shows up in the trainer's column: a sleep never
+    ends early, so with one read per step every window of the loop takes at least the delay per step, however
+    busy the machine (a lower bound by construction, not a speed threshold)."""
     delay_ms = 400.0
     out, doc, _ = bench
     slow = run_cli("acgan.benchmark", "--policies", "float32", "--batches", "8", *TINY, *BENCH_DATA,
@@ -168,9 +167,10 @@ def test_overhead_ratio_rises_by_a_known_logging_delay(bench, tmp_path):
     (s,) = json.loads((tmp_path / "slow" / "benchmark.json").read_text())["runs"]
     p, s = doc["runs"][0]["overhead"], s["overhead"]
     assert p["trainer_log_every"] == s["trainer_log_every"] == 1
-    added = s["trainer_time_per_batch_ms"] - p["trainer_time_per_batch_ms"]
-    assert 0.7 * delay_ms < added < 1.3 * delay_ms, (p, s)
-    assert s["ratio"] - p["ratio"] > 0.7 * delay_ms / max(p["bare_time_per_batch_ms"], s["bare_time_per_batch_ms"])
+    assert len(s["trainer_window_ms"]) == len(p["trainer_window_ms"]) == 2
+    assert min(s["trainer_window_ms"]) >= delay_ms, (p, s)
+    assert s["trainer_time_per_batch_ms"] >= delay_ms
+    assert s["ratio"] == pytest.approx(s["trainer_time_per_batch_ms"] / s["bare_time_per_batch_ms"])
 
 
 def test_report_merges_devices(bench, tmp_path):
@@ -278,10 +278,8 @@ def test_failing_configurations_are_recorded_and_the_sweep_goes_on(tmp_path):
 def test_a_configuration_past_max_seconds_is_stopped_and_reported_too_slow(tmp_path):
     """--max_seconds: a worker still running then is killed; its row says too_slow, in one line."""
     job = jobs.step_job(sweep.SweepSettings(), "tensorflow", "mixed_float16", 8, False, tmp_path / "in.npz", 10)
-    started = time.perf_counter()
     # Half a second: the worker cannot even load Keras by then.
     result = sweep_runs.run_worker(job, tmp_path, tmp_path / "logs" / "slow.log", max_seconds=0.5)
-    assert time.perf_counter() - started < 30
     assert result["status"] == "too_slow" and result["reason"] == (
         "stopped after 0.5 s (--max_seconds), its timing unfinished")
     assert not (tmp_path / "bare-tensorflow-mixed_float16-b8-xla_off.result.json").exists()
@@ -568,7 +566,9 @@ def test_trainer_overhead_is_measured_per_backend(both_backends):
         assert len(overhead["trainer_window_ms"]) == 2 and overhead["trainer_measured_steps"] == 4
         # One metrics read, a device sync, per window: JAX's asynchronous steps are timed, not just enqueued.
         assert overhead["trainer_log_every"] == overhead["trainer_window_steps"] == 2
-        assert overhead["ratio"] > 0.5, overhead
+        # The ratio is the two medians' quotient; its size is the machine's business (docs/benchmark.md).
+        assert overhead["ratio"] == pytest.approx(overhead["trainer_time_per_batch_ms"] / bare["time_per_batch_ms"])
+        assert overhead["trainer_time_per_batch_ms"] == pytest.approx(statistics.median(overhead["trainer_window_ms"]))
         report = json.loads((out / f"{sweep_runs.OVERHEAD_DIR}-{backend}" / "report.json").read_text())
         assert report["config"]["backend"] == backend
         assert f"| {run['device']} | {tables.backend_label(run)} | float32 | 16 | on |" in md
