@@ -1,15 +1,52 @@
-"""Shared fixtures: the dtype policy is global state, so every test that sets it restores float32; the
-runs several test files read (the doodles' splits, a tiny TensorFlow run, a tiny JAX run) are session
-fixtures, made once per test process when a test first asks for one.
+"""Shared fixtures, and the two test sessions: `make test` runs pytest once per Keras backend, as Keras's own
+suite does (Keras takes its backend once per process). KERAS_BACKEND=tensorflow (the default) collects every
+test outside tests/jax/; KERAS_BACKEND=jax collects tests/jax/ only, in processes where importing TensorFlow
+fails (`import_blocker`), so every JAX test also shows that the JAX path never needs it. A test starts a
+child process only where the process boundary is what it tests (a signal, a crash, an import that must not
+happen, several processes or devices of one run, the other backend).
 
-`make test` runs the suite on two pytest-xdist workers with --dist loadfile: a file's tests run on one
-worker, so each module-scoped run is made once; no test needs the machine to itself: the timing tests
-assert ratios whose margins a test on the other core cannot cross. Plain `pytest` runs everything in one
-process, in file order.
+The dtype policy is global state, so every test that sets it restores float32; the runs several test files
+read (the doodles' splits, a tiny run) are session fixtures, made once per test process when a test first
+asks for one. `make test` runs each session on two pytest-xdist workers with --dist loadfile: a file's tests
+run on one worker, so each module-scoped run is made once. No test asserts a speed: what is timed is checked
+by its structure (fields, units, windows, sums), speed claims live in the benchmark.
 """
+import contextlib
+import importlib.abc
 import os
+import sys
 import shutil
 from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+BACKEND = os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+BLOCKED = ("tensorflow", "tensorflow_datasets")
+
+
+class ImportBlocker(importlib.abc.MetaPathFinder):
+    """Makes every import of TensorFlow fail (ImportError) and records the attempt, caught or not."""
+
+    def __init__(self):
+        self.attempts = []
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            self.attempts.append(name)
+            raise ImportError(f"{name} is blocked in the JAX test session")
+        return None
+
+    @contextlib.contextmanager
+    def ignored(self):
+        """A test's own reading that tries TensorFlow and falls back without it (tensorboard's
+        EventAccumulator): still blocked, not held against the code under test."""
+        before = len(self.attempts)
+        yield
+        del self.attempts[before:]
+
+
+import_blocker = ImportBlocker()
+if BACKEND == "jax":  # before anything imports Keras
+    sys.meta_path.insert(0, import_blocker)
 
 from api_runs import FAST_XLA, JaxRun, train_tf_run
 from cpu_times import (  # noqa: F401  (pytest --cpu-times FILE: each test's CPU seconds; hooks, registered here)
@@ -42,17 +79,42 @@ def pytest_configure(config):
     honest step between injected overflows). EPATH_USE_TF=false: JAX reads that cache through etils.epath,
     which otherwise looks for TensorFlow, and the JAX-only test processes make that import fail.
     """
-    from acgan.step import distribute
+    if BACKEND == "tensorflow":
+        from acgan.step import distribute
 
-    distribute.split_host_cpu(CPU_REPLICAS)
+        distribute.split_host_cpu(CPU_REPLICAS)
     if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # removed with the test run's other temporary folders
         os.environ["JAX_COMPILATION_CACHE_DIR"] = str(config._tmp_path_factory.mktemp("jax-cache"))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
     os.environ.setdefault("EPATH_USE_TF", "false")
+    if BACKEND == "jax":  # this process imported JAX (through Keras) before the variables above were set
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                          float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
     # glibc's malloc gives freed step buffers back to the system and maps large ones afresh at every step;
     # keeping them costs memory the tests have, and saves a JAX learning run a tenth of its CPU time.
     for tunable in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_"):
         os.environ.setdefault(tunable, str(1 << 30))
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The JAX session collects tests/jax/ only; the TensorFlow session everything else."""
+    path = Path(collection_path)
+    in_jax = path == TESTS / "jax" or TESTS / "jax" in path.parents
+    if BACKEND == "jax":
+        return None if in_jax or path in (TESTS, *TESTS.parents) else True
+    return True if in_jax else None
+
+
+@pytest.fixture(autouse=True)
+def tensorflow_stays_out():
+    """In the JAX session, a test after which TensorFlow had been asked for fails, naming the imports."""
+    before = len(import_blocker.attempts)
+    yield
+    attempted = sorted(set(import_blocker.attempts[before:]))
+    assert not attempted, f"the JAX path tried to import {attempted}"
 
 
 @pytest.fixture

@@ -51,17 +51,31 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session):
     path = session.config.getoption("cpu_times")
     if path and not hasattr(session.config, "workerinput"):  # the controller, or a run without xdist
-        tests = dict(sorted(_measured.items(), key=lambda kv: -kv[1]["cpu"]))
-        origin = min((t["start"] for t in tests.values()), default=0.0)
-        workers = {}
-        for t in tests.values():
-            t["start"] -= origin
-            w = workers.setdefault(t["worker"], {"tests": 0, "busy": 0.0, "first_start": t["start"], "last_end": 0.0})
-            w["tests"] += 1
-            w["busy"] += t["wall"]
-            w["first_start"] = min(w["first_start"], t["start"])
-            w["last_end"] = max(w["last_end"], t["start"] + t["wall"])
-        total = {"tests": len(tests), "cpu": sum(t["cpu"] for t in tests.values()),
-                 "wall": sum(t["wall"] for t in tests.values())}
-        with open(path, "w") as f:
-            json.dump({"total": total, "workers": dict(sorted(workers.items())), "tests": tests}, f, indent=1)
+        write(path, os.environ.get("KERAS_BACKEND", "tensorflow"), _measured)
+
+
+def write(path, backend, measured):
+    """This session's record into FILE's "sessions" under its backend, beside the other backend's session
+    of the same `make test` (kept from the file as it stands); "total" sums the sessions."""
+    tests = dict(sorted(measured.items(), key=lambda kv: -kv[1]["cpu"]))
+    origin = min((t["start"] for t in tests.values()), default=0.0)
+    workers = {}
+    for t in tests.values():
+        t["start"] -= origin
+        w = workers.setdefault(t["worker"], {"tests": 0, "busy": 0.0, "first_start": t["start"], "last_end": 0.0})
+        w["tests"] += 1
+        w["busy"] += t["wall"]
+        w["first_start"] = min(w["first_start"], t["start"])
+        w["last_end"] = max(w["last_end"], t["start"] + t["wall"])
+    total = {"tests": len(tests), "cpu": sum(t["cpu"] for t in tests.values()),
+             "wall": sum(t["wall"] for t in tests.values()), "span": max((w["last_end"] for w in workers.values()),
+                                                                       default=0.0)}
+    try:
+        with open(path) as f:
+            sessions = json.load(f).get("sessions", {})
+    except (OSError, ValueError):
+        sessions = {}
+    sessions[backend] = {"total": total, "workers": dict(sorted(workers.items())), "tests": tests}
+    summed = {key: sum(s["total"][key] for s in sessions.values()) for key in ("tests", "cpu", "wall", "span")}
+    with open(path, "w") as f:
+        json.dump({"total": summed, "sessions": sessions}, f, indent=1)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cpu_times
 import pytest
 
 TESTS = Path(__file__).resolve().parent
@@ -32,7 +33,7 @@ def test_cpu_times_holds_every_test_with_its_cpu_and_wall_seconds(workers, tmp_p
                            *workers, "--cpu-times", str(out), "test_inner.py"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    doc = json.loads(out.read_text())
+    (doc,) = json.loads(out.read_text())["sessions"].values()
     tests = {name.split("::")[-1]: t for name, t in doc["tests"].items()}
     assert sorted(tests) == ["test_busy", "test_child_process", "test_sleeps"] and doc["total"]["tests"] == 3
     assert tests["test_sleeps"]["wall"] >= 0.5 > tests["test_sleeps"]["cpu"]  # waiting is not CPU time
@@ -49,3 +50,16 @@ def test_cpu_times_holds_every_test_with_its_cpu_and_wall_seconds(workers, tmp_p
         mine = [t for t in tests.values() if t["worker"] == name]
         assert w["busy"] == pytest.approx(sum(t["wall"] for t in mine))
         assert w["first_start"] <= w["last_end"] - w["busy"] + 1e-6  # tests on one worker never overlap
+
+
+def test_each_backends_session_is_a_section_and_the_total_their_sum(tmp_path):
+    out = tmp_path / "times.json"
+    cpu_times.write(out, "tensorflow", {"a::t": {"cpu": 2.0, "wall": 3.0, "start": 10.0, "worker": "gw0"}})
+    cpu_times.write(out, "jax", {"b::t": {"cpu": 1.0, "wall": 1.5, "start": 20.0, "worker": "gw1"},
+                                 "b::u": {"cpu": 4.0, "wall": 2.0, "start": 21.0, "worker": "gw1"}})
+    doc = json.loads(out.read_text())
+    assert sorted(doc["sessions"]) == ["jax", "tensorflow"]
+    assert doc["total"] == {"tests": 3, "cpu": 7.0, "wall": 6.5, "span": 3.0 + 3.0}
+    assert list(doc["sessions"]["jax"]["tests"]) == ["b::u", "b::t"]  # costliest first
+    cpu_times.write(out, "jax", {"b::t": {"cpu": 1.0, "wall": 1.5, "start": 0.0, "worker": "gw0"}})
+    assert json.loads(out.read_text())["total"]["tests"] == 2  # a session run again replaces its own section

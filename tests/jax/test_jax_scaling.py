@@ -1,6 +1,7 @@
 """The trainer on JAX over several devices: --strategy on JAX (validation), a run that moves from one
-device to four and back (virtual CPU devices, XLA_FLAGS), and the one-line errors. The runs go through
-jax_train_runner.py, where TensorFlow cannot be imported."""
+device to four and back (virtual CPU devices, XLA_FLAGS), and the one-line errors. A run on several
+devices or processes, or one whose error is how a process ends, is a child process (jax_train_runner.py,
+where TensorFlow cannot be imported either); this process has one CPU device and trains on it."""
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from api_runs import FAST_XLA
 
+import acgan
 from acgan.config import Config
 from acgan.errors import USER_ERROR_STATUS, UserError
 
@@ -17,6 +19,7 @@ RUNNER = Path(__file__).with_name("jax_train_runner.py")
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--batch", "16", "--width", "0.125", "--warmup_steps", "1", "--log_every", "2", "--max_per_class", "20",
         "--sample_every", "1000"]
+TINY_SETTINGS = dict(batch=16, width=0.125, warmup_steps=1, log_every=2, max_per_class=20, sample_every=1000)
 FOUR = "--xla_force_host_platform_device_count=4"
 
 
@@ -52,8 +55,8 @@ def test_a_run_moves_from_one_device_to_four_and_back(tmp_path):
     so a resume reads them on any number of devices, and the run reaches the step asked for."""
     run_dir = tmp_path / "run"
     common = ["--output_dir", str(run_dir), "--checkpoint_every", "2", *TINY]
-    done = _train_jax("--strategy", "default", "--steps", "2", *common)
-    assert done.returncode == 0, done.stderr[-3000:]
+    one_device = dict(backend="jax", strategy="default", output_dir=str(run_dir), checkpoint_every=2, **TINY_SETTINGS)
+    assert acgan.train(steps=2, **one_device).status == "completed"  # in this process
 
     done = _train_jax("--strategy", "mirrored", "--steps", "8", *common, xla_flags=FOUR)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -70,8 +73,7 @@ def test_a_run_moves_from_one_device_to_four_and_back(tmp_path):
     assert "mirrored: 4 replica(s) (cpu:0, cpu:1, cpu:2, cpu:3), batch norm synchronized" in (
         run_dir / "report.md").read_text()
 
-    done = _train_jax("--strategy", "default", "--steps", "10", *common)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert acgan.train(steps=10, **one_device).status == "completed"
     report = json.loads((run_dir / "report.json").read_text())
     assert report["status"] == "completed" and report["steps"] == 10 and report["resumed_from"]["step"] == 8
     assert report["distribution"]["replicas"] == 1

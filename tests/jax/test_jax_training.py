@@ -1,6 +1,6 @@
-"""The trainer on the JAX backend, run where TensorFlow cannot be imported (jax_train_runner.py): it
-trains, reports, writes TensorBoard events and grids, checkpoints, resumes (after SIGKILL too) and stops
-on divergence; its batches are the TensorFlow pipeline's; its runs read back on TensorFlow."""
+"""The trainer on the JAX backend, in this process (where TensorFlow cannot be imported: conftest.py): it
+trains, reports, writes TensorBoard events and grids, checkpoints, resumes (after SIGKILL too, in a child
+process: the kill is what is tested) and stops on divergence."""
 import json
 import os
 import signal
@@ -11,41 +11,36 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import import_blocker
 
-from acgan.data.batches import BatchPlan, prefetched, training_batch
-from acgan.data.image_set import ImageSet
-from acgan.errors import DIVERGED_STATUS, USER_ERROR_STATUS
+import acgan
+from acgan.errors import USER_ERROR_STATUS
+from acgan.step import losses
 
 RUNNER = Path(__file__).with_name("jax_train_runner.py")
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--batch", "16", "--width", "0.125", "--warmup_steps", "1", "--log_every", "2"]
+TINY = dict(batch=16, width=0.125, warmup_steps=1, log_every=2)
+TINY_FLAGS = ["--batch", "16", "--width", "0.125", "--warmup_steps", "1", "--log_every", "2"]
 
 
-def _train_jax(*args, nan=False):
+def _train_jax_child(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("KERAS_BACKEND", None)
-    return subprocess.Popen([sys.executable, str(RUNNER), *(["--nan"] if nan else []), *args], env=env,
+    return subprocess.Popen([sys.executable, str(RUNNER), *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _finish(proc, timeout=300):
-    out, err = proc.communicate(timeout=timeout)
-    assert "tensorflow imports attempted: []" in err, err[-3000:]
-    return proc.returncode, out, err
 
 
 def _steps_saved(run_dir):
     return sorted(int(p.stem.split("-")[1]) for p in (run_dir / "checkpoints").glob("ckpt-*.npz"))
 
 
-def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy):  # load_run sets the run's policy
+def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy, capsys):
     run_dir = tmp_path / "run"
-    common = ["--output_dir", str(run_dir), "--checkpoint_every", "4", "--sample_every", "4", *TINY]
+    common = dict(output_dir=str(run_dir), checkpoint_every=4, sample_every=4, **TINY)
     # With an evaluation at the end: the judge trains, is saved and loaded without TensorFlow too.
-    code, _, err = _finish(_train_jax("--policy", "mixed_float16", "--steps", "8", "--price_per_hour", "3.6",
-                                      "--eval_every", "8", "--eval_samples", "50", "--max_per_class", "60",
-                                      "--data_dir", str(tmp_path / "data"), *common))
-    assert code == 0, err[-3000:]
+    run = acgan.train(backend="jax", policy="mixed_float16", steps=8, price_per_hour=3.6, eval_every=8,
+                      eval_samples=50, max_per_class=60, data_dir=str(tmp_path / "data"), **common)
+    assert run.status == "completed", run.message
     first = json.loads((run_dir / "report.json").read_text())
     assert first["backend"] == "jax" and first["device"]["backend"] == "jax" and first["device"]["kind"] == "CPU"
     assert first["status"] == "completed" and first["steps"] == 8
@@ -67,10 +62,11 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy)
                                                                            "step_0000008.png"]
     saved = np.load(run_dir / "checkpoints" / "ckpt-8.npz")
     assert int(saved["step"]) == 8 and json.loads(str(saved["history/sessions_json"]))[0]["end_step"] == 8
+    capsys.readouterr()
 
-    code, out, err = _finish(_train_jax("--steps", "12", *common))  # the run's settings come from its folder
-    assert code == 0, err[-3000:]
-    assert "resuming" in out
+    run = acgan.train(backend="jax", steps=12, **common)  # the run's settings come from its folder
+    assert run.status == "completed", run.message
+    assert "resuming" in capsys.readouterr().out
     report = json.loads((run_dir / "report.json").read_text())
     assert report["config"]["policy"] == "mixed_float16" and report["steps"] == 12
     assert report["resumed_from"]["step"] == 8 and len(report["earlier_sessions"]) == 1
@@ -79,13 +75,14 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy)
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
-    events.Reload()
+    with import_blocker.ignored():  # the reader tries TensorFlow, then reads without it
+        events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0, "images": 0})
+        events.Reload()
     # Each session reads its compile step (1, 9) and its bare window's last step (3, 11), then every 2nd.
     assert [e.step for e in events.Scalars("d_loss")] == [1, 2, 3, 4, 6, 8, 9, 10, 11, 12]
     assert [e.step for e in events.Images("samples")] == [4, 8, 8, 12, 12]  # step grids and the two finals
 
-    # A JAX run's checkpoints read on TensorFlow too (this process), for acgan.generate and evaluate.
+    # The run's checkpoints read back for acgan.generate and evaluate (on TensorFlow too: tests/test_export.py).
     from acgan.training import sampling
 
     _, info, trainer = sampling.load_run(run_dir)
@@ -95,8 +92,8 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy)
 
 def test_jax_resumes_after_sigkill(tmp_path):
     run_dir = tmp_path / "run"
-    proc = _train_jax("--policy", "mixed_float16", "--steps", "100000", "--output_dir", str(run_dir),
-                      "--checkpoint_every", "3", "--sample_every", "1000", *TINY)
+    proc = _train_jax_child("--policy", "mixed_float16", "--steps", "100000", "--output_dir", str(run_dir),
+                            "--checkpoint_every", "3", "--sample_every", "1000", *TINY_FLAGS)
     deadline = time.time() + 240
     while not any(step >= 6 for step in _steps_saved(run_dir)):
         assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
@@ -107,8 +104,8 @@ def test_jax_resumes_after_sigkill(tmp_path):
     saved = np.load(run_dir / "checkpoints" / f"ckpt-{killed_at}.npz")
     scales = {n: float(saved[f"optimizers/{n}_optimizer/dynamic_scale"]) for n in "dgq"}
 
-    code, _, err = _finish(_train_jax("--steps", str(killed_at + 2), "--resume", "--output_dir", str(run_dir)))
-    assert code == 0, err[-3000:]
+    run = acgan.train(backend="jax", steps=killed_at + 2, resume=True, output_dir=str(run_dir))  # in this process
+    assert run.status == "completed", run.message
     report = json.loads((run_dir / "report.json").read_text())
     assert report["status"] == "completed" and report["steps"] == killed_at + 2
     assert report["resumed_from"] == {"step": killed_at, "checkpoint": str(run_dir / "checkpoints" /
@@ -118,12 +115,12 @@ def test_jax_resumes_after_sigkill(tmp_path):
     assert _steps_saved(run_dir)[-1] == killed_at + 2
 
 
-def test_jax_divergence_stops_without_a_checkpoint(tmp_path):
+def test_jax_divergence_stops_without_a_checkpoint(tmp_path, monkeypatch, set_policy):
+    honest = losses.bce
+    monkeypatch.setattr(losses, "bce", lambda target, logits: honest(target, logits) * float("nan"))  # D's loss NaN
     run_dir = tmp_path / "run"
-    code, _, err = _finish(_train_jax("--steps", "10", "--output_dir", str(run_dir), "--checkpoint_every", "4",
-                                      *TINY, nan=True))
-    assert code == DIVERGED_STATUS, err[-3000:]
-    assert "non-finite" in err or "diverged" in err.lower()
+    run = acgan.train(backend="jax", steps=10, output_dir=str(run_dir), checkpoint_every=4, **TINY)
+    assert run.status == "diverged" and ("non-finite" in run.message or "diverged" in run.message.lower())
     assert _steps_saved(run_dir) == []
     assert json.loads((run_dir / "report.json").read_text())["status"] == "diverged"
 
@@ -139,41 +136,6 @@ def test_backend_errors_are_one_line(args, message, tmp_path):
                             timeout=120)
     assert result.returncode == USER_ERROR_STATUS
     assert result.stderr.strip().splitlines() == [f"error: {result.stderr.strip()[7:]}"] and message in result.stderr
-
-
-def test_both_backends_feed_the_same_batches():
-    """The TensorFlow pipeline (tf.data, parallel map) and JAX's host thread give every step the same
-    images, labels and noise, resumed mid-stream too, batches straddling epochs included."""
-    from acgan.data.pipeline import training_batches
-
-    rng = np.random.default_rng(0)
-    data = ImageSet(rng.integers(0, 256, (23, 8, 8, 1), dtype=np.uint8), rng.integers(0, 3, 23).astype(np.int32),
-                    ["a", "b", "c"])
-    plan = BatchPlan(len(data), 5, 7, noise_dim=4, num_classes=3)
-    for start in (0, 3):
-        tf_stream = iter(training_batches(data, 5, 7, 4, start_step=start))
-        jax_like = prefetched(data, plan, start, put=lambda batch: batch)
-        for step in range(start, start + 12):
-            expected = training_batch(data, plan, step)
-            for got in (next(tf_stream), next(jax_like)):
-                for a, b in zip(got, expected):
-                    np.testing.assert_array_equal(np.asarray(a), b)
-        jax_like.close()
-        del tf_stream
-    # Each batch is its step's items in class order (the order D's minibatch spread groups by), with the
-    # images still beside their own labels; G's labels in order too, its noise as drawn.
-    for step in range(6):
-        images, labels, z, fake_labels = training_batch(data, plan, step)
-        assert sorted(i.tobytes() for i in images) == sorted(data.images[i].tobytes() for i in plan.indices(step))
-        assert list(labels) == sorted(data.labels[plan.indices(step)])
-        assert all(any(np.array_equal(image, data.images[i]) and label == data.labels[i] for i in plan.indices(step))
-                   for image, label in zip(images, labels))
-        expected_z, expected_fake = plan.noise(step)
-        np.testing.assert_array_equal(z, expected_z)
-        assert list(fake_labels) == sorted(expected_fake)
-    # Every epoch is a permutation: 23 items, batches of 5, so step 4 straddles epochs 0 and 1.
-    assert sorted(np.concatenate([plan.indices(s) for s in range(4)]).tolist() + plan.indices(4)[:3].tolist()) \
-        == list(range(23))
 
 
 class _State:
