@@ -48,8 +48,8 @@ import_blocker = ImportBlocker()
 if BACKEND == "jax":  # before anything imports Keras
     sys.meta_path.insert(0, import_blocker)
 
-from api_runs import FAST_XLA, JaxRun, train_tf_run
-from cpu_times import (  # noqa: F401  (pytest --cpu-times FILE: each test's CPU seconds; hooks, registered here)
+from api_runs import FAST_XLA, JaxRun, train_tf_run  # noqa: E402  (after the blocker)
+from cpu_times import (  # noqa: F401, E402  (pytest --cpu-times FILE: each test's CPU seconds; hooks, registered here)
     pytest_addoption,
     pytest_runtest_logreport,
     pytest_runtest_makereport,
