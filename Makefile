@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 TEST_WORKERS ?= 2
 
-.PHONY: setup train test benchmark clean
+.PHONY: setup train test check benchmark clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,12 @@ endef
 
 test: $(STAMP)
 	$(call sessions,)
+
+# The inner loop: the linter, then both sessions without the tests marked slow (those that train, compile a
+# step or start a process).
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(call sessions,-m "not slow")
 
 benchmark: $(STAMP)
 	$(BIN)/python -m acgan.benchmark $(ARGS)

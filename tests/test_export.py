@@ -203,3 +203,15 @@ def test_a_run_without_a_checkpoint_is_one_line(tmp_path):
     with pytest.raises(acgan.UserError, match="has no checkpoint yet"):
         acgan.export(tmp_path / "run", out=tmp_path / "g.keras")
     assert not (tmp_path / "g.keras").exists()
+
+
+def test_a_jax_runs_checkpoints_read_on_tensorflow(jax_run, set_policy):
+    """The JAX run's .npz checkpoints load into this TensorFlow process's models, for acgan.generate and
+    acgan.evaluate (the JAX session reads them on JAX: tests/jax/test_jax_training.py)."""
+    from acgan.training import sampling
+
+    folder, _ = jax_run.finished()
+    _, info, trainer = sampling.load_run(folder / "run")
+    images, labels = sampling.generate(trainer, len(info["class_names"]), 2, seed=0)
+    assert images.shape == (20, 32, 32, 3) and images.dtype == np.uint8 and images.std() > 0
+    assert sorted(labels.tolist()) == sorted(list(range(10)) * 2)
