@@ -1,28 +1,41 @@
 """Runs JaxStep in its own process for tests/step/test_jax_step.py (the test process runs Keras on
-TensorFlow, and Keras picks its backend once per process).
+TensorFlow, and Keras picks its backend once per process). One process runs every job the tests need,
+so the import of JAX and Keras is paid once.
 
-    KERAS_BACKEND=jax python tests/step/jax_step_runner.py IN.npz OUT.npz
+    KERAS_BACKEND=jax python tests/step/jax_step_runner.py DIR
 
-IN.npz holds the job: `mode` ("steps" or "overflow"), `policy`, `width`, `jit`, the initial weights
+DIR holds the jobs, NAME.job.npz each; the runner runs them one after another (sorted by name) and
+writes NAME.out.npz with what the job's mode measured, or, if the job raised, NAME.error.txt with the
+traceback (printed to stderr too, under a line `== job NAME`, which starts each job's part of stderr)
+and goes on with the next; it exits 1 if any job failed. Before the first job it writes
+DIR/imports.json: the backend, and whether `tensorflow` is still blocked after importing the JAX step.
+
+A job holds: `mode` ("steps" or "overflow"), `policy`, `width`, `jit`, the initial weights
 (`weights/<model>/<i>` with `paths/<model>/<i>`, in each model's `variables` order), the batch (`images`,
 `labels`, `z`, `fake_labels`, made with numpy), and optional overrides written into the step's state:
 `d_learning_rate`, `scale/<d|g|q>` (pinned loss scales), `steps`, `q_learns_from_fakes`, `g_learns_from_q`,
 `augment` (the augmentation policy's names, comma-separated), `learning_rate_scale` (set with
 set_learning_rate_scale before the steps), `arch` and `shape` (the model preset and image shape; default
-reference, 28x28x1), `loss` (D's and G's real/fake loss; default nonsaturating). OUT.npz holds what the mode measured.
+reference, 28x28x1), `loss` (D's and G's real/fake loss; default nonsaturating). Each job starts from a
+cleared Keras session, so it builds and runs as it would in a process of its own.
 
 TensorFlow is blocked here (sys.modules["tensorflow"] = None), so a run also shows the JAX step never
 needs it.
 """
 import dataclasses
+import json
 import os
 import sys
+import traceback
+from pathlib import Path
 
 sys.modules["tensorflow"] = None  # `import tensorflow` now raises ImportError
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+import acgan.step.common  # noqa: E402,F401  (with acgan.training.health: what test_jax_step checks imports)
+import acgan.training.health  # noqa: E402,F401
 from acgan import presets  # noqa: E402
 from acgan.model import networks, precision  # noqa: E402
 from acgan.step import jax_step  # noqa: E402
@@ -30,9 +43,30 @@ from acgan.step import jax_step  # noqa: E402
 NAMES = ("d", "g", "q")
 
 
-def main(in_path, out_path):
+def main(directory):
+    directory = Path(directory)
     assert keras.backend.backend() == "jax", os.environ.get("KERAS_BACKEND")
+    (directory / "imports.json").write_text(json.dumps(
+        {"backend": keras.backend.backend(), "tensorflow_blocked": sys.modules["tensorflow"] is None}))
+    failed = []
+    for job_path in sorted(directory.glob("*.job.npz")):
+        name = job_path.name[:-len(".job.npz")]
+        print(f"== job {name}", file=sys.stderr, flush=True)
+        try:
+            run_job(job_path, directory / f"{name}.out.npz")
+        except Exception:  # noqa: BLE001 - the job's test reports it; the other jobs still run
+            failed.append(name)
+            text = traceback.format_exc()
+            (directory / f"{name}.error.txt").write_text(text)
+            print(text, file=sys.stderr, flush=True)
+    if failed:
+        print(f"== failed jobs: {', '.join(failed)}", file=sys.stderr, flush=True)
+    return 1 if failed else 0
+
+
+def run_job(in_path, out_path):
     job = dict(np.load(in_path))
+    keras.backend.clear_session()  # a fresh start for each job (names, global policy), as in its own process
     policy = str(job["policy"])
     precision.set_policy(policy)
     shape = tuple(int(n) for n in job["shape"]) if "shape" in job else (28, 28, 1)
@@ -120,4 +154,4 @@ def _overflow(trainer, batch):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    sys.exit(main(sys.argv[1]))

@@ -2,8 +2,10 @@
 
 This process runs Keras on TensorFlow (conftest), and Keras takes its backend once per process, so the
 JAX side runs in a subprocess (jax_step_runner.py, KERAS_BACKEND=jax, TensorFlow blocked) and the two
-exchange weights, batch and results through .npz files in tmp_path. The TensorFlow side is the
-TF step as the other tests run it, here in this process. Weights are built once (float32, seeded)
+exchange weights, batch and results through .npz files. One subprocess runs every JAX job the selected
+tests need (the module fixture `jax_runs`, from JOBS and NEEDS), since most of a child's cost is
+importing JAX and Keras; each test then reads its job's result. The TensorFlow side is the TF step as
+the other tests run it, here in this process, in each test. Weights are built once (float32, seeded)
 and the batch and noise come from numpy, so both steps see the same bytes.
 
 Compared, per optimizer (all of D's, all of G's, all of Q's variables concatenated, as in
@@ -11,6 +13,8 @@ test_mixed_precision_numerics.py): the losses, and Adam's first moments after th
 (1 - beta_1) * the unscaled gradient each optimizer applied.
 """
 import dataclasses
+import functools
+import json
 import os
 import subprocess
 import sys
@@ -43,8 +47,10 @@ FLOAT32_LOSSES = 1e-5  # relative, each loss
 FLOAT32_MOMENTS = 1e-4  # relative L2 per optimizer; measured 2.6e-5 at most, see test_float32_step_matches_the_tf_step
 
 
+@functools.lru_cache(maxsize=None)
 def _initial_weights(arch="reference"):
-    """{model name: [values in model.variables order]}, {model name: [paths]}: float32, seeded."""
+    """{model name: [values in model.variables order]}, {model name: [paths]}: float32, seeded (the same
+    values on every call, so built once; read them, do not change them)."""
     with precision.float32_policy():
         keras.utils.set_random_seed(SEED)
         models = networks.build_models(SHAPES[arch], 10, width=WIDTH, arch=arch)
@@ -61,18 +67,18 @@ def _batch(n=BATCH, seed=SEED, arch="reference"):
             rng.integers(0, 10, n).astype(np.int32))
 
 
-def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=None, scales=None, steps=1,
-             q_learns_from_fakes=True, g_learns_from_q=True, learning_rate_scale=None, arch="reference",
-             augment=None, loss="nonsaturating"):
-    """Runs jax_step_runner.py on this job; returns what it saved."""
+def _write_job(path, mode, policy, weights, batch, jit=True, d_learning_rate=None, scales=None, steps=1,
+               q_learns_from_fakes=True, g_learns_from_q=True, learning_rate_scale=None, arch="reference",
+               augment=None, loss="nonsaturating"):
+    """Writes this job for jax_step_runner.py to `path`."""
     values, paths = weights
     job = {"mode": mode, "policy": policy, "width": WIDTH, "jit": jit, "steps": steps, "arch": arch,
            "shape": np.array(SHAPES[arch]), "loss": loss,
            "q_learns_from_fakes": q_learns_from_fakes, "g_learns_from_q": g_learns_from_q,
            "images": batch[0], "labels": batch[1], "z": batch[2], "fake_labels": batch[3]}
     for model, arrays in values.items():
-        for i, (value, path) in enumerate(zip(arrays, paths[model])):
-            job[f"weights/{model}/{i}"], job[f"paths/{model}/{i}"] = value, path
+        for i, (value, path_) in enumerate(zip(arrays, paths[model])):
+            job[f"weights/{model}/{i}"], job[f"paths/{model}/{i}"] = value, path_
     if d_learning_rate is not None:
         job["d_learning_rate"] = d_learning_rate
     if learning_rate_scale is not None:
@@ -81,16 +87,78 @@ def _run_jax(directory, mode, policy, weights, batch, jit=True, d_learning_rate=
         job["augment"] = ",".join(augment)
     for name, scale in (scales or {}).items():
         job[f"scale/{name}"] = scale
-    directory.mkdir(parents=True, exist_ok=True)
-    job_path, out_path = directory / "job.npz", directory / "out.npz"
-    np.savez(job_path, **job)
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run([sys.executable, str(RUNNER), str(job_path), str(out_path)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
-    if done.returncode:
-        pytest.fail(f"the JAX runner failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    with np.load(out_path) as out:
-        return dict(out)
+    np.savez(path, **job)
+
+
+def _paper_options(loss):
+    """The acgan_cifar preset's step options (presets.ACGAN_CIFAR), with real/fake loss `loss`."""
+    options = {"q_learns_from_fakes": False, "g_learns_from_q": False,  # the preset's (presets.ACGAN_CIFAR)
+               "augment": presets.ACGAN_CIFAR.augment,  # the same draws on both backends
+               "loss": loss}
+    options["learning_rate_scale"] = 0.5  # halfway through the preset's learning-rate decay
+    return options
+
+
+def _mixed_scales(policy):
+    return PINNED_SCALES if precision.needs_loss_scaling(policy) else None
+
+
+PAPER_LOSSES = ("nonsaturating", "hinge")
+MIXED_POLICIES = ("mixed_float16", "mixed_bfloat16")
+# The JAX runs, by name: _write_job's arguments but the weights and batch (_initial_weights(arch),
+# _batch(arch=arch), with arch from the arguments).
+JOBS = {
+    "float32": {"mode": "steps", "policy": "float32"},
+    "q_real_only": {"mode": "steps", "policy": "float32", "q_learns_from_fakes": False},
+    **{f"acgan_cifar-{loss}": {"mode": "steps", "policy": "float32", "arch": "acgan_cifar", **_paper_options(loss)}
+       for loss in PAPER_LOSSES},
+    **{policy: {"mode": "steps", "policy": policy, "d_learning_rate": 0.0, "scales": _mixed_scales(policy)}
+       for policy in MIXED_POLICIES},
+    "overflow": {"mode": "overflow", "policy": "mixed_float16", "scales": {name: 256.0 for name in NAMES}},
+}
+# The jobs each test reads, by test function; a name is formatted with the test's parameters.
+NEEDS = {
+    "test_float32_step_matches_the_tf_step": ("float32",),
+    "test_q_learning_from_real_images_only_matches_the_tf_step": ("float32", "q_real_only"),
+    "test_the_paper_preset_step_matches_the_tf_step": ("acgan_cifar-{loss}",),
+    "test_batch_norm_statistics_move_as_on_tensorflow": ("float32",),
+    "test_mixed_step_agrees_with_the_tf_step_within_rounding": ("{policy}",),
+    "test_overflow_in_one_loss_skips_only_that_optimizer": ("overflow",),
+}
+
+
+class JaxRuns:
+    """The runner's one process over the jobs in `directory`: its exit status and stderr, and each
+    job's result."""
+
+    def __init__(self, directory, names, done):
+        self.directory, self.names, self.done = directory, names, done
+        self._results = {}
+
+    def _failure(self, what):
+        stderr = self.done.stderr
+        marker = f"== job {what}\n"
+        if marker in stderr:  # the job's own part of stderr (its traceback included)
+            stderr = stderr.split(marker, 1)[1].split("\n== ", 1)[0]
+        pytest.fail(f"the JAX runner failed ({self.done.returncode}) on {what}:\n{stderr[-4000:]}")
+
+    def imports(self):
+        """What the runner saw after importing the JAX step with TensorFlow blocked."""
+        path = self.directory / "imports.json"
+        if not path.exists():
+            self._failure("its imports")
+        return json.loads(path.read_text())
+
+    def __getitem__(self, name):
+        """Job `name`'s result: what the runner saved."""
+        assert name in self.names, f"job {name!r} was not run: add it to NEEDS for the test that reads it"
+        if name not in self._results:
+            path = self.directory / f"{name}.out.npz"
+            if not path.exists():
+                self._failure(name)
+            with np.load(path) as out:
+                self._results[name] = dict(out)
+        return self._results[name]
 
 
 def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns_from_fakes=True,
@@ -154,23 +222,37 @@ def weights():
 
 
 @pytest.fixture(scope="module")
-def float32_runs(weights, tmp_path_factory):
+def jax_runs(request, tmp_path_factory):
+    """Every JAX job the selected tests of this module need (NEEDS), run in one jax_step_runner.py
+    process: Keras takes one backend per process, and one child for all jobs pays JAX's and Keras's
+    import once. A job that fails there fails the tests that read it, with its part of the child's stderr."""
+    names = sorted({job.format(**(item.callspec.params if hasattr(item, "callspec") else {}))
+                    for item in request.session.items if item.module is request.module
+                    for job in NEEDS.get(item.originalname, ())})
+    directory = tmp_path_factory.mktemp("jax_steps")
+    for name in names:
+        arch = JOBS[name].get("arch", "reference")
+        _write_job(directory / f"{name}.job.npz", weights=_initial_weights(arch), batch=_batch(arch=arch),
+                   **JOBS[name])
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run([sys.executable, str(RUNNER), str(directory)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+    return JaxRuns(directory, names, done)
+
+
+@pytest.fixture(scope="module")
+def float32_runs(weights, jax_runs):
     """The TF and the JAX step's first float32 step from the same weights and batch."""
     batch = _batch()
     tf_run = _tf_step("float32", weights, batch)
-    jax_run = _run_jax(tmp_path_factory.mktemp("float32"), "steps", "float32", weights, batch)
-    return batch, tf_run, jax_run
+    return batch, tf_run, jax_runs["float32"]
 
 
-def test_the_jax_step_never_imports_tensorflow():
-    code = ("import sys; sys.modules['tensorflow'] = None\n"  # `import tensorflow` now fails
-            "import acgan.step.jax_step, acgan.step.common, acgan.training.health\n"
-            "import keras; assert keras.backend.backend() == 'jax'\n"
-            "assert sys.modules['tensorflow'] is None\n")
-    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_the_jax_step_never_imports_tensorflow(jax_runs):
+    """The runner blocks `import tensorflow` before importing Keras, acgan.step.jax_step,
+    acgan.step.common and acgan.training.health: it gets that far, on JAX, with TensorFlow still blocked."""
+    imports = jax_runs.imports()
+    assert imports == {"backend": "jax", "tensorflow_blocked": True}, (imports, jax_runs.done.stderr[-3000:])
 
 
 @pytest.mark.slow
@@ -205,12 +287,12 @@ def test_float32_step_matches_the_tf_step(float32_runs):
 
 
 @pytest.mark.slow
-def test_q_learning_from_real_images_only_matches_the_tf_step(float32_runs, weights, tmp_path):
+def test_q_learning_from_real_images_only_matches_the_tf_step(float32_runs, weights, jax_runs):
     """q_learns_from_fakes=False (the acgan_cifar preset's setting) on both backends: the same first
     moments, and against the default step only Q's trunk and head moments change, not G's."""
     batch, default_tf, _ = float32_runs
     tf_run = _tf_step("float32", weights, batch, q_learns_from_fakes=False)
-    jax_run = _run_jax(tmp_path, "steps", "float32", weights, batch, q_learns_from_fakes=False)
+    jax_run = jax_runs["q_real_only"]
     jax_moments = _jax_moments(jax_run)
     for name in NAMES:
         difference = _relative(jax_moments[name], tf_run["moments"][name])
@@ -223,19 +305,16 @@ def test_q_learning_from_real_images_only_matches_the_tf_step(float32_runs, weig
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loss", ["nonsaturating", "hinge"])
-def test_the_paper_preset_step_matches_the_tf_step(loss, tmp_path):
+@pytest.mark.parametrize("loss", PAPER_LOSSES)
+def test_the_paper_preset_step_matches_the_tf_step(loss, jax_runs):
     """acgan_cifar (spectral norm, minibatch spread, the projection D head, Q learning from real images
     only, G learning from D alone, D's inputs augmented) on both backends from the same weights and batch,
     the learning rates halved as the preset's decay halves them: the same losses and first moments, the
     rates the compiled step used; Q's optimizer holds the trunk and Q head only. With either real/fake loss."""
     weights, batch = _initial_weights("acgan_cifar"), _batch(arch="acgan_cifar")
-    options = {"q_learns_from_fakes": False, "g_learns_from_q": False,  # the preset's (presets.ACGAN_CIFAR)
-               "augment": presets.ACGAN_CIFAR.augment,  # the same draws on both backends
-               "loss": loss}
-    options["learning_rate_scale"] = 0.5  # halfway through the preset's learning-rate decay
+    options = _paper_options(loss)  # the preset's, halfway through its learning-rate decay
     tf_run = _tf_step("float32", weights, batch, arch="acgan_cifar", **options)
-    jax_run = _run_jax(tmp_path, "steps", "float32", weights, batch, arch="acgan_cifar", **options)
+    jax_run = jax_runs[f"acgan_cifar-{loss}"]  # JOBS: the same options, weights and batch
     trainable = tf_run["trainable_counts"]
     assert len(tf_run["moments"]["q"]) == trainable["trunk"] + trainable["q_head"]  # no G in Q's list
     # The compiled step used the halved rates: Adam's first step with beta_1 0 moves a weight by at most
@@ -317,8 +396,8 @@ MIXED_BOUNDS = {  # policy: (max JAX distance / TF distance to float32, (lowest,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_step_agrees_with_the_tf_step_within_rounding(policy, weights, tmp_path):
+@pytest.mark.parametrize("policy", MIXED_POLICIES)
+def test_mixed_step_agrees_with_the_tf_step_within_rounding(policy, weights, jax_runs):
     """JAX mixed is no farther from float32 than TF mixed is, give or take the measured spread (see
     MIXED_BOUNDS), its gradients have the right size, and its losses agree with TF mixed's to the
     compute dtype's rounding.
@@ -329,10 +408,10 @@ def test_mixed_step_agrees_with_the_tf_step_within_rounding(policy, weights, tmp
     value, written into the JAX step's state only: a scale frozen at the Keras variable's 2^15
     (keras#19244) would make the JAX gradients 2^15 / 64 = 512x to 32x too large."""
     batch = _batch()
-    scales = PINNED_SCALES if precision.needs_loss_scaling(policy) else None
+    scales = _mixed_scales(policy)
     reference = _tf_step("float32", weights, batch, d_learning_rate=0.0)
     tf_run = _tf_step(policy, weights, batch, d_learning_rate=0.0, scales=scales)
-    jax_run = _run_jax(tmp_path, "steps", policy, weights, batch, d_learning_rate=0.0, scales=scales)
+    jax_run = jax_runs[policy]  # JOBS: the same learning rate and scales
     jax_metrics = jax_run["metrics"][0]
     # Scales and skip counts are exact, and with these scales nothing overflows.
     np.testing.assert_array_equal(jax_metrics[len(LOSS_METRICS):], tf_run["metrics"][len(LOSS_METRICS):])
@@ -354,13 +433,12 @@ def _norm(arrays):
 
 
 @pytest.mark.slow
-def test_overflow_in_one_loss_skips_only_that_optimizer(weights, tmp_path):
+def test_overflow_in_one_loss_skips_only_that_optimizer(jax_runs):
     """Under mixed_float16, from one settled state (scales pinned at 256: no natural overflow), each
     optimizer's loss in turn scaled to inf inside the jitted step: that optimizer skips (its Adam state
     and its own weights unchanged, its scale halved, its skip counted and its streak at 1, back to 0
     on the next honest step); the others step as usual; every weight stays finite."""
-    out = _run_jax(tmp_path, "overflow", "mixed_float16", weights, _batch(),
-                   scales={name: 256.0 for name in NAMES})
+    out = jax_runs["overflow"]  # JOBS: the reference weights and batch, every scale pinned at 256
     settled = out["settled_metrics"]
     assert not settled[METRIC_NAMES.index("d_skipped"):].any(), dict(zip(METRIC_NAMES, settled))
     exclusive = {"d": "models/d_head/", "q": "models/q_head/", "g": None}  # G is shared with Q
