@@ -1,10 +1,15 @@
-"""The benchmark sweep, its files and figures, merging, failures, bad flags and the hardware advice.
+"""The benchmark sweep, its files and figures, merging, failures, bad flags and the hardware advice, in the
+TensorFlow session; the JAX sweep is tests/jax/test_jax_benchmark.py's.
 
 The CLIs run as subprocesses: each sweep configuration runs in a worker process anyway, and this
-keeps TensorFlow's device setup and the dtype policy of this test process untouched.
+keeps TensorFlow's device setup and the dtype policy of this test process untouched. Every worker costs
+seconds of CPU just to import its framework, so this file runs two TensorFlow sweeps, each read by several
+tests: `bench` (one device, XLA off, with a logging delay in its trainer-overhead run) and `replicas` (two
+CPU replicas, with an injected out-of-memory error, run through PARENT_PROBE). Everything else is pure.
 """
 import csv
 import dataclasses
+import io
 import json
 import statistics
 import os
@@ -29,20 +34,43 @@ def run_cli(module, *args, env=None, cwd=None):
                           env=environment, cwd=cwd or ROOT, timeout=600)
 
 
+# Runs python -m acgan.benchmark in this process's place and prints, at exit, which of Keras, TensorFlow
+# and JAX the sweep's own (parent) process imported: none, as the workers load their backends.
+PARENT_PROBE = """
+import atexit, runpy, sys
+atexit.register(lambda: print("parent imported:", sorted(m for m in ("keras", "tensorflow", "jax")
+                                                          if sys.modules.get(m) is not None)))
+sys.argv = ["acgan.benchmark"] + sys.argv[1:]
+runpy.run_module("acgan.benchmark", run_name="__main__")
+"""
+
+
+def run_parent_probe(*args, env=None):
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), environment.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-c", PARENT_PROBE, *args], capture_output=True, text=True,
+                          env=environment, cwd=ROOT, timeout=600)
+
+
 # The sweep of the `bench` fixture; its trainer-overhead run reads the metrics at every step (--log_every 1),
-# so the logging-delay test compares against it with one sweep of its own.
+# each read slowed by LOG_DELAY_MS (worker.LOG_DELAY_VARIABLE), so the logging-delay test needs no sweep of
+# its own: the delay gives the trainer's windows lower bounds, and no test compares the trainer's speed
+# with anything else (its other checks are of structure: windows, medians, the ratio's definition).
 BENCH_DATA = ["--dataset", "doodles", "--max_per_class", "2"]
 BENCH_OVERHEAD = ["--overhead_batch", "8", "--log_every", "1"]
+LOG_DELAY_MS = 400.0
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    """2 policies x 2 batches on 20 doodles, plus the trainer-overhead run at batch 8."""
+    """2 policies x 2 batches on 20 doodles, plus the trainer-overhead run at batch 8 (its metrics reads slowed
+    by LOG_DELAY_MS) and its G-EMA run."""
     tmp = tmp_path_factory.mktemp("bench")
     out = tmp / "out"
     proc = run_cli("acgan.benchmark", "--policies", "float32,mixed_bfloat16", "--batches", "8,16", *TINY,
                    *BENCH_DATA, "--data_dir", str(tmp / "data"), *BENCH_OVERHEAD, "--output_dir", str(out),
-                   "--profile", str(tmp / "profiles"), "--profile_length", "2")
+                   "--profile", str(tmp / "profiles"), "--profile_length", "2",
+                   env={worker.LOG_DELAY_VARIABLE: str(LOG_DELAY_MS / 1e3)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, json.loads((out / "benchmark.json").read_text()), proc
 
@@ -75,14 +103,21 @@ def test_sweep_writes_every_file(bench):
     for name in FIGURES:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "benchmark folder" in proc.stdout
+    # One log per worker: the probe, each configuration, and the overhead section's trainer and G-EMA runs.
+    assert {p.name for p in (out / "logs").iterdir()} == {
+        "probe-tensorflow.log", *(f"tensorflow-{p}-b{b}-xla_off.log" for p in ("float32", "mixed_bfloat16") for b in (8, 16)),
+        "overhead-trainer-tensorflow-float32-b8-xla_off.log", "overhead-ema-tensorflow-float32-b8-xla_off.log"}
 
 
 def test_results_record_machine_command_and_measurements(bench):
-    _, doc, _ = bench
+    out, doc, _ = bench
     (run,) = doc["runs"]
     assert run["command"].startswith("python -m acgan.benchmark --policies float32,mixed_bfloat16")
     assert run["machine"]["cpu_cores"] >= 1 and run["device"] == run["machine"]["name"]
     assert {"kind", "compute_capability", "tensorflow", "keras", "cpu_model", "cpu_flags"} <= set(run["machine"])
+    assert run["backend"] == run["machine"]["backend"] == "tensorflow" and run["matmul_precision"] is None
+    md = (out / "benchmark.md").read_text()
+    assert f"TensorFlow {run['machine']['tensorflow']}" in md and f"### {run['device']}, TensorFlow, XLA off" in md
     price = run["price"]
     if price["usd_per_hour"] is None:   # e.g. any CPU
         assert price["message"].startswith("no price known for") and price["message"].endswith("pass --price_per_hour")
@@ -92,6 +127,9 @@ def test_results_record_machine_command_and_measurements(bench):
     for r in doc["results"]:
         assert r["status"] == "ok", r["reason"]
         assert r["machine"] == run["machine"] and r["command"] == run["command"]
+        # XLA off as run; TensorFlow has no matmul precision, and its runtime is in the memory it counts.
+        assert r["backend"] == "tensorflow" and r["xla"] == "off" and r["replicas"] == 1
+        assert r["matmul_precision"] is None and "TensorFlow runtime included" in r["memory_counter"]
         assert len(r["repeat_ms"]) == 2
         assert r["time_per_batch_min_ms"] <= r["time_per_batch_ms"] <= r["time_per_batch_max_ms"]
         assert r["time_per_1000_samples_ms"] == pytest.approx(r["time_per_batch_ms"] * 1000 / r["batch"])
@@ -124,6 +162,7 @@ def test_csv_equals_json(bench):
     for line, r in zip(table, doc["results"]):
         assert (line["device"], line["policy"], int(line["batch"]), line["status"]) == (
             r["device"], r["policy"], r["batch"], r["status"])
+        assert line["backend"] == r["backend"] == "tensorflow"
         for field in ("time_per_batch_ms", "time_per_batch_min_ms", "time_per_batch_max_ms",
                       "time_per_1000_samples_ms", "samples_per_second", "compile_seconds"):
             assert float(line[field]) == r[field], field
@@ -134,42 +173,50 @@ def test_csv_equals_json(bench):
 
 def test_trainer_overhead_is_reported(bench):
     out, doc, _ = bench
-    overhead = doc["runs"][0]["overhead"]
+    run = doc["runs"][0]
+    overhead = run["overhead"]
     assert overhead["status"] == "ok", overhead["reason"]
-    assert (overhead["policy"], overhead["batch"], overhead["jit"]) == ("float32", 8, False)
+    assert (overhead["backend"], overhead["policy"], overhead["batch"], overhead["jit"]) == (
+        "tensorflow", "float32", 8, False)
     bare = next(r for r in doc["results"] if (r["policy"], r["batch"]) == ("float32", 8))
     assert overhead["bare_time_per_batch_ms"] == bare["time_per_batch_ms"]
     assert overhead["ratio"] == pytest.approx(overhead["trainer_time_per_batch_ms"] / bare["time_per_batch_ms"])
-    # Median against median: as many windows (--repeats) of as many steps (--steps) as the bare step's.
+    # Median against median: as many windows (--repeats) of as many steps (--steps) as the bare step's; with
+    # --log_every 1 a window is still --steps long (a multiple of log_every), the metrics read at every step.
     assert len(overhead["trainer_window_ms"]) == 2 and overhead["trainer_measured_steps"] == 4
+    assert (overhead["trainer_log_every"], overhead["trainer_window_steps"]) == (1, 2)
     assert overhead["trainer_time_per_batch_ms"] == pytest.approx(statistics.median(overhead["trainer_window_ms"]))
-    assert (out / sweep_runs.OVERHEAD_DIR / "report.json").exists()
-    assert "## Trainer overhead" in (out / "benchmark.md").read_text()
+    # One backend: the trainer's run folder has no backend suffix, and its report names the backend.
+    report = json.loads((out / sweep_runs.OVERHEAD_DIR / "report.json").read_text())
+    assert report["config"]["backend"] == "tensorflow"
+    md = (out / "benchmark.md").read_text()
+    assert "## Trainer overhead" in md
+    assert f"| {run['device']} | {tables.backend_label(run)} | float32 | 8 | off |" in md
     # G-EMA's cost: the reference preset keeps no average, so one more bare step is timed with one.
     ema = overhead["ema"]
     assert ema["status"] == "ok" and ema["decay"] == sweep_runs.EMA_PROBE_DECAY and bare["ema_decay"] == 0
     assert ema["without_ms"] == bare["time_per_batch_ms"] and ema["with_ms"] > 0
     assert ema["ratio"] == pytest.approx(ema["with_ms"] / ema["without_ms"])
-    assert f"G-EMA on {doc['runs'][0]['device']}" in (out / "benchmark.md").read_text()
+    assert f"G-EMA on {doc['runs'][0]['device']}" in md
 
 
-@pytest.mark.slow
-def test_overhead_ratio_rises_by_a_known_logging_delay(bench, tmp_path):
-    """A sleep injected into every metrics read (--log_every 1) shows up in the trainer's column: a sleep never
-    ends early, so with one read per step every window of the loop takes at least the delay per step, however
-    busy the machine (a lower bound by construction, not a speed threshold)."""
-    delay_ms = 400.0
-    out, doc, _ = bench
-    slow = run_cli("acgan.benchmark", "--policies", "float32", "--batches", "8", *TINY, *BENCH_DATA,
-                   "--data_dir", str(out.parent / "data"), *BENCH_OVERHEAD, "--output_dir", str(tmp_path / "slow"),
-                   env={worker.LOG_DELAY_VARIABLE: str(delay_ms / 1e3)})
-    assert slow.returncode == 0, slow.stderr[-3000:]
-    (s,) = json.loads((tmp_path / "slow" / "benchmark.json").read_text())["runs"]
-    p, s = doc["runs"][0]["overhead"], s["overhead"]
-    assert p["trainer_log_every"] == s["trainer_log_every"] == 1
-    assert len(s["trainer_window_ms"]) == len(p["trainer_window_ms"]) == 2
-    assert min(s["trainer_window_ms"]) >= delay_ms, (p, s)
-    assert s["trainer_time_per_batch_ms"] >= delay_ms
+def test_overhead_ratio_rises_by_a_known_logging_delay(bench):
+    """A sleep injected into every metrics read (--log_every 1; the `bench` sweep's LOG_DELAY_MS) shows up in
+    the trainer's column: a sleep never ends early, so the loop's windows have lower bounds by construction,
+    however busy the machine (not speed thresholds). The loop reads each step's metrics a step late, after
+    enqueueing the next (acgan.training.loop.Session), and the bare-step window before the timed steps ends
+    on a read: so the first timed step holds no read, every later one holds its predecessor's, and the last
+    also the read before the run's checkpoint at its final step (trainer_job). Hence every window but the
+    first takes at least the delay per step, the first at least (w - 1) / w of it, and the two windows'
+    median (their mean) at least the delay. The ratio stays the two medians' quotient."""
+    _, doc, _ = bench
+    s = doc["runs"][0]["overhead"]
+    assert s["trainer_log_every"] == 1
+    first, *later = s["trainer_window_ms"]
+    assert len(later) == 1, s
+    w = s["trainer_window_steps"]
+    assert first >= LOG_DELAY_MS * (w - 1) / w and min(later) >= LOG_DELAY_MS, s
+    assert s["trainer_time_per_batch_ms"] >= LOG_DELAY_MS
     assert s["ratio"] == pytest.approx(s["trainer_time_per_batch_ms"] / s["bare_time_per_batch_ms"])
 
 
@@ -224,55 +271,6 @@ def test_figures_draw_one_series_per_device_and_policy(bench, tmp_path):
     assert sorted(labels) == sorted(f"{d}, {p}" for d in ("here", "Tesla T4") for p in ("float32", "mixed_bfloat16"))
     # Only the priced device has cost bars.
     assert sorted(plots.plot_cost(merged, tmp_path / "c.png")) == ["Tesla T4, float32", "Tesla T4, mixed_bfloat16"]
-
-
-def test_mixed_float16_with_xla_reports_loss_scales_and_skipped_steps(tmp_path):
-    """The sweep above runs XLA off and no loss scaling; this row runs the loss-scaled step under XLA.
-
-    From the initial 2^15, each skipped step halves an optimizer's scale (it grows only after 2000
-    good steps), so every reported scale must be 2^15 / 2^(its skipped steps)."""
-    out = tmp_path / "out"
-    proc = run_cli("acgan.benchmark", "--policies", "mixed_float16", "--batches", "8", "--width", "0.125",
-                   "--steps", "2", "--warmup", "1", "--repeats", "1", "--jit", "on", "--no-overhead",
-                   "--dataset", "doodles", "--max_per_class", "2", "--data_dir", str(tmp_path / "data"),
-                   "--output_dir", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads((out / "benchmark.json").read_text())
-    (row,) = doc["results"]
-    assert row["status"] == "ok", row["reason"]
-    assert (row["policy"], row["batch"], row["jit"], row["xla"]) == ("mixed_float16", 8, True, "step")
-    assert row["steps_run"] == 1 + 1 + 1 * 2
-    skipped, scales = row["skipped_steps"], row["loss_scale"]
-    assert set(skipped) == set(scales) == {"d", "g", "q"}
-    # 2^15 overflows the first steps of a fresh run (measured here: 2, 2 and 3 skipped; scales 8192,
-    # 8192, 4096), so the skip counting is exercised, not only its zero.
-    assert sum(skipped.values()) > 0, skipped
-    for name in "dgq":
-        assert 0 <= skipped[name] <= row["steps_run"], name
-        assert scales[name] == 2.0 ** 15 / 2 ** skipped[name], (name, skipped, scales)
-    with open(out / "benchmark.csv", newline="") as f:
-        (line,) = csv.DictReader(f)
-    assert [int(line[f"{k}_skipped"]) for k in "dgq"] == [skipped[k] for k in "dgq"]
-    md = (out / "benchmark.md").read_text()
-    assert "XLA on" in md and f"| {'/'.join(str(skipped[k]) for k in 'dgq')} |" in md
-
-
-def test_failing_configurations_are_recorded_and_the_sweep_goes_on(tmp_path):
-    out = tmp_path / "out"
-    proc = run_cli("acgan.benchmark", "--synthetic", "--policies", "float32", "--batches", "4,8,12", *TINY,
-                   "--steps", "1", "--repeats", "1", "--warmup", "0", "--no-overhead",
-                   "--output_dir", str(out), env={worker.INJECT_VARIABLE: "oom:8,kill:12"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {r["batch"]: r for r in json.loads((out / "benchmark.json").read_text())["results"]}
-    assert rows[4]["status"] == "ok"
-    assert rows[8]["status"] == "oom" and rows[8]["reason"].startswith("ResourceExhaustedError: injected")
-    assert rows[12]["status"] == "failed" and "SIGKILL" in rows[12]["reason"]
-    assert "\n" not in rows[8]["reason"] + rows[12]["reason"]
-    assert rows[8]["time_per_1000_samples_ms"] is None
-    md = (out / "benchmark.md").read_text()
-    assert "**oom**: ResourceExhaustedError: injected" in md and "**failed**: worker killed by SIGKILL" in md
-    for name in FIGURES:
-        assert (out / name).exists()
 
 
 def test_a_configuration_past_max_seconds_is_stopped_and_reported_too_slow(tmp_path):
@@ -334,18 +332,52 @@ def test_report_rejects_missing_and_foreign_files(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_sweep_on_two_cpu_replicas_reports_global_and_per_replica_figures(tmp_path):
-    out = tmp_path / "out"
-    proc = run_cli("acgan.benchmark", "--synthetic", "--policies", "float32", "--batches", "8", *TINY,
-                   "--steps", "1", "--repeats", "1", "--warmup", "0", "--no-overhead",
-                   "--devices", "cpu:0,cpu:1", "--output_dir", str(out))
+# The `replicas` sweep: float32 on two CPU replicas at batch 8, and at batch 16 an out-of-memory error injected
+# (worker.INJECT_VARIABLE) once the worker has built its models; synthetic inputs, through PARENT_PROBE.
+REPLICAS_INJECT = "oom:16"
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory):
+    out = tmp_path_factory.mktemp("replicas") / "out"
+    proc = run_parent_probe("--synthetic", "--policies", "float32", "--batches", "8,16", *TINY,
+                            "--steps", "1", "--repeats", "1", "--warmup", "0", "--no-overhead",
+                            "--devices", "cpu:0,cpu:1", "--output_dir", str(out),
+                            env={worker.INJECT_VARIABLE: REPLICAS_INJECT})
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "benchmark.json").read_text())
-    (row,) = doc["results"]
+    return out, doc, {r["batch"]: r for r in doc["results"]}, proc
+
+
+def test_the_sweeps_own_process_imports_no_framework(replicas):
+    """The parent only starts workers (a probe per backend describes the machine), so it holds no accelerator
+    memory and one sweep can time both backends; the JAX sweep checks the same on JAX."""
+    *_, proc = replicas
+    assert "parent imported: []" in proc.stdout
+
+
+def test_sweep_on_two_cpu_replicas_reports_global_and_per_replica_figures(replicas):
+    out, doc, rows, _ = replicas
+    row = rows[8]
     assert row["status"] == "ok", row["reason"]
     assert row["replicas"] == 2 and row["device"].endswith(" x2") and doc["runs"][0]["strategy"] == "auto"
     assert row["samples_per_second_per_replica"] == pytest.approx(row["samples_per_second"] / 2)
     assert "2 replicas: batch and samples/s are global" in (out / "benchmark.md").read_text()
+
+
+def test_failing_configurations_are_recorded_and_the_sweep_goes_on(replicas):
+    """TensorFlow's own out-of-memory error (ResourceExhaustedError) becomes an "oom" row in one line, and the
+    sweep goes on to write its tables and figures; a worker killed by SIGKILL, and JAX's out-of-memory error,
+    are the JAX sweep's (tests/jax/test_jax_benchmark.py)."""
+    out, _, rows, _ = replicas
+    assert set(rows) == {8, 16} and rows[8]["status"] == "ok"
+    assert rows[16]["status"] == "oom" and rows[16]["reason"].startswith("ResourceExhaustedError: injected")
+    assert "\n" not in rows[16]["reason"]
+    assert rows[16]["time_per_1000_samples_ms"] is None
+    md = (out / "benchmark.md").read_text()
+    assert "**oom**: ResourceExhaustedError: injected" in md
+    for name in FIGURES:
+        assert (out / name).exists()
 
 
 def test_a_table_price_is_paid_once_per_replica():
@@ -456,123 +488,7 @@ def test_layer_widths_of_built_models(set_policy):
     assert everything["d_logit"] == 1 and everything["q_logits"] == 10
 
 
-# --- the backend dimension ---------------------------------------------------------------------------
-
-# Runs python -m acgan.benchmark in this process's place and prints, at exit, which of Keras, TensorFlow
-# and JAX the sweep's own (parent) process imported: none, as the workers load their backends.
-PARENT_PROBE = """
-import atexit, runpy, sys
-atexit.register(lambda: print("parent imported:", sorted(m for m in ("keras", "tensorflow", "jax")
-                                                          if sys.modules.get(m) is not None)))
-sys.argv = ["acgan.benchmark"] + sys.argv[1:]
-runpy.run_module("acgan.benchmark", run_name="__main__")
-"""
-
-
-def run_parent_probe(*args, env=None):
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
-    environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), environment.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable, "-c", PARENT_PROBE, *args], capture_output=True, text=True,
-                          env=environment, cwd=ROOT, timeout=600)
-
-
-@pytest.fixture(scope="module")
-def both_backends(tmp_path_factory):
-    """One sweep over TensorFlow and JAX, float32 at batch 16 with XLA, each with its trainer-overhead run."""
-    out = tmp_path_factory.mktemp("backends") / "out"
-    proc = run_parent_probe("--backends", "tensorflow,jax", "--synthetic", "--policies", "float32", "--batches", "16",
-                            "--steps", "2", "--warmup", "1", "--repeats", "2", "--width", "0.25",
-                            "--overhead_batch", "16", "--output_dir", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, proc
-
-
-def test_one_sweep_times_both_backends_side_by_side(both_backends):
-    out, proc = both_backends
-    assert "parent imported: []" in proc.stdout
-    doc = json.loads((out / "benchmark.json").read_text())
-    tf_run, jax_run = doc["runs"]
-    assert (tf_run["backend"], jax_run["backend"]) == ("tensorflow", "jax")
-    assert tf_run["machine"]["backend"] == "tensorflow" and "tensorflow" in tf_run["machine"]
-    assert "tensorflow" not in jax_run["machine"] and jax_run["machine"]["jax"]
-    assert jax_run["matmul_precision"] == jax_run["machine"]["jax_matmul_precision"] == "default"
-    rows = {r["backend"]: r for r in doc["results"]}
-    assert set(rows) == {"tensorflow", "jax"}
-    for backend, r in rows.items():
-        assert r["status"] == "ok", r["reason"]
-        assert (r["policy"], r["batch"], r["jit"], r["xla"]) == ("float32", 16, True, "step")
-        assert r["time_per_batch_ms"] > 0 and r["peak_memory_bytes"] > 0 and r["steps_run"] == 1 + 1 + 2 * 2
-        assert r["skipped_steps"] == {"d": 0, "g": 0, "q": 0}
-    assert rows["jax"]["matmul_precision"] == "default" and rows["tensorflow"]["matmul_precision"] is None
-    assert "JAX runtime included" in rows["jax"]["memory_counter"]
-    assert "TensorFlow runtime included" in rows["tensorflow"]["memory_counter"]
-    assert {p.name for p in (out / "logs").iterdir()} == {
-        "probe-tensorflow.log", "probe-jax.log", "tensorflow-float32-b16-xla_on.log", "jax-float32-b16-xla_on.log",
-        "overhead-trainer-tensorflow-float32-b16-xla_on.log", "overhead-trainer-jax-float32-b16-xla_on.log",
-        "overhead-ema-tensorflow-float32-b16-xla_on.log", "overhead-ema-jax-float32-b16-xla_on.log"}
-    device = tf_run["device"]
-    md = (out / "benchmark.md").read_text()
-    assert f"### {device}, TensorFlow, XLA on" in md and f"### {device}, JAX, matmul precision default, XLA on" in md
-    assert f"JAX {jax_run['machine']['jax']} (matmul precision default)" in md
-    assert f"TensorFlow {tf_run['machine']['tensorflow']}" in md
-    tf_ms, jax_ms = rows["tensorflow"]["time_per_batch_ms"], rows["jax"]["time_per_batch_ms"]
-    assert "## Backends side by side" in md
-    assert (f"| {device} | on | float32 | 16 | {tf_ms:,.1f} | {jax_ms:,.1f} | "
-            f"{'TensorFlow' if tf_ms <= jax_ms else 'JAX, matmul precision default'} | {tf_ms / jax_ms:.2f} |") in md
-    with open(out / "benchmark.csv", newline="") as f:
-        assert sorted(line["backend"] for line in csv.DictReader(f)) == ["jax", "tensorflow"]
-    assert set(plots.series(doc["results"])) == {
-        (device, "TensorFlow", "float32", True), (device, "JAX, matmul precision default", "float32", True)}
-
-
-def test_jax_sweep_never_imports_tensorflow_and_reports_jax_out_of_memory(tmp_path):
-    """As on the GPU machine, which has no TensorFlow: `import tensorflow` fails in every process here."""
-    blocker = tmp_path / "no-tensorflow" / "tensorflow"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text("raise ImportError('tensorflow is blocked in this test')\n")
-    out = tmp_path / "out"
-    proc = run_parent_probe("--backends", "jax", "--synthetic", "--policies", "float32", "--batches", "8,16",
-                            "--steps", "2", "--warmup", "0", "--repeats", "1", "--width", "0.125", "--jit", "off",
-                            "--no-overhead", "--output_dir", str(out), "--profile", str(tmp_path / "profiles"),
-                            "--profile_length", "1",  # XLA off: thousands of traced ops per step
-                            env={"PYTHONPATH": str(blocker.parent), "JAX_PLATFORMS": "cpu",
-                                 worker.INJECT_VARIABLE: "oom:16"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "parent imported: []" in proc.stdout
-    doc = json.loads((out / "benchmark.json").read_text())
-    rows = {r["batch"]: r for r in doc["results"]}
-    assert rows[8]["status"] == "ok" and rows[8]["backend"] == "jax", rows[8]["reason"]
-    assert rows[8]["xla"] == "off" and rows[8]["replicas"] == 1
-    # The trace read back with JAX's own reader (no TensorFlow here).
-    assert rows[8]["profile"]["device_ms_per_step"] > 0, rows[8]["profile"]
-    # The JAX out-of-memory error (XLA's RESOURCE_EXHAUSTED), classified without TensorFlow.
-    assert rows[16]["status"] == "oom" and "RESOURCE_EXHAUSTED: injected out-of-memory" in rows[16]["reason"]
-    for log in (out / "logs").iterdir():
-        text = log.read_text()
-        assert "worker: " in text and "on Keras backend jax" in text, log.name
-        assert "tensorflow" not in text.lower(), (log.name, text[-2000:])
-
-
-def test_trainer_overhead_is_measured_per_backend(both_backends):
-    out, _ = both_backends
-    doc = json.loads((out / "benchmark.json").read_text())
-    md = (out / "benchmark.md").read_text()
-    assert [run["backend"] for run in doc["runs"]] == ["tensorflow", "jax"]  # each measured below
-    for run in doc["runs"]:
-        backend, overhead = run["backend"], run["overhead"]
-        assert overhead["status"] == "ok" and overhead["backend"] == backend, overhead["reason"]
-        bare = next(r for r in doc["results"] if r["backend"] == backend)
-        assert overhead["bare_time_per_batch_ms"] == bare["time_per_batch_ms"]
-        assert len(overhead["trainer_window_ms"]) == 2 and overhead["trainer_measured_steps"] == 4
-        # One metrics read, a device sync, per window: JAX's asynchronous steps are timed, not just enqueued.
-        assert overhead["trainer_log_every"] == overhead["trainer_window_steps"] == 2
-        # The ratio is the two medians' quotient; its size is the machine's business (docs/benchmark.md).
-        assert overhead["ratio"] == pytest.approx(overhead["trainer_time_per_batch_ms"] / bare["time_per_batch_ms"])
-        assert overhead["trainer_time_per_batch_ms"] == pytest.approx(statistics.median(overhead["trainer_window_ms"]))
-        report = json.loads((out / f"{sweep_runs.OVERHEAD_DIR}-{backend}" / "report.json").read_text())
-        assert report["config"]["backend"] == backend
-        assert f"| {run['device']} | {tables.backend_label(run)} | float32 | 16 | on |" in md
-
+# --- the backend dimension (pure: the sweeps over each backend are this file's and tests/jax/'s) ---------------
 
 def _fake_run(device, backend, precision=None):
     machine = {"kind": "GPU", "name": device, "backend": backend, "jax_matmul_precision": precision}
@@ -588,6 +504,61 @@ def _fake_doc(run, policies, batches):
     run = dict(run, settings=settings, inputs={"image_shape": [28, 28, 1], "num_classes": 10}, overhead=None)
     run["price"] = dict(run["price"], description="no price known")
     return {"format": results.FORMAT, "runs": [run], "results": rows}
+
+
+def test_overhead_runs_get_one_trainer_folder_per_backend_when_a_sweep_has_several(tmp_path, monkeypatch):
+    """Each sweep here times one backend, so its trainer run writes to overhead-trainer; a sweep over both gives
+    each backend's its own folder (overhead-trainer-jax, ...). measure_overhead with its workers replaced by
+    canned results (no process starts): the trainer job's folder, the logs' names, and the figures it keeps."""
+    started = []
+
+    def fake_worker(job, work_dir, log_path, extra_env=None, max_seconds=None):
+        started.append((job, log_path.name))
+        if job.mode == "trainer":
+            return {"status": "ok", "time_per_batch_ms": 3.0, "window_ms": [2.0, 4.0], "window_steps": 2,
+                    "log_every": 2, "measured_steps": 4}
+        return {"status": "ok", "time_per_batch_ms": 2.5}  # the G-EMA's bare step
+
+    monkeypatch.setattr(sweep_runs, "run_worker", fake_worker)
+    run = _fake_run("host", "jax", "default")
+    rows = [results.make_row(run, "float32", 8, True, {"status": "ok", "time_per_batch_ms": 2.0, "ema_decay": 0.0})]
+    for backends, folder in ((("tensorflow", "jax"), "overhead-trainer-jax"), (("jax",), sweep_runs.OVERHEAD_DIR)):
+        started.clear()
+        settings = sweep.SweepSettings(backends=backends, policies=("float32",), batches=(8,), overhead_batch=8,
+                                       steps=2, repeats=2, warmup=1)
+        overhead = sweep_runs.measure_overhead(settings, run, rows, tmp_path / "in.npz", 10, tmp_path,
+                                               tmp_path / "out", echo=lambda *_: None)
+        (trainer, trainer_log), (_, ema_log) = started
+        assert trainer.config.output_dir == str(tmp_path / "out" / folder) and trainer.backend == "jax"
+        assert (trainer_log, ema_log) == ("overhead-trainer-jax-float32-b8-xla_on.log",
+                                          "overhead-ema-jax-float32-b8-xla_on.log")
+        assert overhead["status"] == "ok" and overhead["ratio"] == 3.0 / 2.0 and overhead["ema"]["with_ms"] == 2.5
+
+
+def test_one_device_timed_on_both_backends_is_compared_side_by_side():
+    """What a sweep over TensorFlow and JAX writes (one sweep, or one per backend merged, as the two sessions'
+    sweeps are): the same configuration on each backend in "Backends side by side" (ms on TensorFlow over ms
+    on the fastest other), each backend its own group, series and CSV lines, and each run its versions. The
+    rows are built by results.make_row, as the sweep's are; no worker runs."""
+    tf_run, jax_run = _fake_run("host", "tensorflow"), _fake_run("host", "jax", "default")
+    tf_run["machine"] = dict(tf_run["machine"], tensorflow="2.99.0", keras="3.99.0")
+    jax_run["machine"] = dict(jax_run["machine"], jax="0.99.0", keras="3.99.0")
+    tf_doc, jax_doc = _fake_doc(tf_run, ("float32",), (16,)), _fake_doc(jax_run, ("float32",), (16,))
+    jax_doc["results"][0]["time_per_batch_ms"] = 8.5   # JAX faster here; a slower JAX would name TensorFlow
+    doc = results.merge([tf_doc, jax_doc])
+    assert [run["backend"] for run in doc["runs"]] == ["tensorflow", "jax"]
+    assert [run["device"] for run in doc["runs"]] == ["host", "host"]   # two backends, not a repeat
+    md = tables.render_markdown(doc)
+    assert "### host, TensorFlow, XLA on" in md and "### host, JAX, matmul precision default, XLA on" in md
+    assert "JAX 0.99.0 (matmul precision default)" in md and "TensorFlow 2.99.0" in md
+    tf_ms, jax_ms = (next(r["time_per_batch_ms"] for r in doc["results"] if r["backend"] == b) for b in ("tensorflow", "jax"))
+    assert "## Backends side by side" in md
+    assert (f"| host | on | float32 | 16 | {tf_ms:,.1f} | {jax_ms:,.1f} | "
+            f"{'TensorFlow' if tf_ms <= jax_ms else 'JAX, matmul precision default'} | {tf_ms / jax_ms:.2f} |") in md
+    assert sorted(line["backend"] for line in csv.DictReader(io.StringIO(tables.render_csv(doc)))) == [
+        "jax", "tensorflow"]
+    assert set(plots.series(doc["results"])) == {
+        ("host", "TensorFlow", "float32", True), ("host", "JAX, matmul precision default", "float32", True)}
 
 
 def test_merge_joins_phases_of_one_machine_and_keeps_repeats_apart():
@@ -627,11 +598,3 @@ def test_gpu_quality_script_refuses_an_argument_and_missing_wheels(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert proc.stderr.startswith("error: no keras wheel in ") and "scripts/gpu_benchmark.sh download" in proc.stderr
     assert not (tmp_path / "out").exists()
-
-
-def test_advice_on_jax_speaks_of_xla_kernels():
-    jax_cpu = dict(CPU_BF16, backend="jax")
-    (line,) = advice.hardware_advice("mixed_float16", jax_cpu, {}, 64)
-    assert "slower than float32" in line and "XLA's CPU kernels" in line and "TensorFlow" not in line
-    (line,) = advice.hardware_advice("mixed_bfloat16", jax_cpu, {}, 64)
-    assert "XLA's CPU code" in line and "oneDNN" not in line
