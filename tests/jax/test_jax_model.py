@@ -113,3 +113,33 @@ def test_the_jax_step_keeps_the_same_average():
     assert sum(k.startswith("ema/generator/") for k in state) == len(trainer.g_variables) > 0
     assert reset == 0
     assert max(float(np.abs(a - b).max()) for a, b in zip(trainer.ema_values(), got)) == 0
+
+
+def test_the_step_without_xla_computes_what_the_compiled_step_does(set_policy):
+    """--no-jit on JAX (compile_mode "off": the iteration run op by op) against the compiled step, from the
+    same state and batch: the same metrics to float32 rounding (XLA fuses and reorders sums), and the same
+    gradients, read as each optimizer's Adam first moments after the step ((1 - beta_1) times the gradient
+    it applied), all of an optimizer's as one vector, within test_jax_step's float32 bound (1e-4)."""
+    set_policy("float32")
+    models = networks.build_models((28, 28, 1), 10, width=0.125)
+    rng = np.random.default_rng(1)
+    batch = (rng.integers(0, 256, (8, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, 8).astype(np.int32),
+             rng.uniform(-1, 1, (8, 62)).astype(np.float32), rng.integers(0, 10, 8).astype(np.int32))
+    compiled = jax_step.JaxStep(models, 10, jit=True)
+    start = compiled.state()
+    eager = jax_step.JaxStep(models, 10, jit=False)
+    assert (compiled.compile_mode, eager.compile_mode) == ("step", "off")
+    eager.load_state(start)
+    results = []
+    for trainer in (compiled, eager):
+        trainer.load_state(start)
+        metrics = np.asarray(trainer.train_step(*batch).vector)
+        results.append((metrics, trainer.state()))
+    (m_compiled, s_compiled), (m_eager, s_eager) = results
+    np.testing.assert_allclose(m_eager, m_compiled, rtol=1e-4, atol=1e-6)
+    assert s_eager.keys() == s_compiled.keys()
+    for name in ("d", "g", "q"):
+        keys = [k for k in s_compiled if k.startswith(f"optimizers/{name}_optimizer_adam/") and k.endswith("_momentum")]
+        eager_moments, compiled_moments = (np.concatenate([np.asarray(s[k], np.float64).ravel() for k in keys])
+                                           for s in (s_eager, s_compiled))
+        assert keys and np.linalg.norm(eager_moments - compiled_moments) <= 1e-4 * np.linalg.norm(compiled_moments), name
