@@ -1,5 +1,14 @@
 """tf.distribute on two logical CPU devices: the same update as one device, loss scaling that agrees
-across replicas, two workers on localhost, and the clear errors."""
+across replicas, two workers on localhost, and the clear errors.
+
+Building a trainer and tracing its distributed step is most of what these tests cost, so the mixed_float16
+trainers are shared: the overflows are injected, and the guard switched off, through variables
+(`Overflows`) instead of patched functions and a retrace, so one trace serves a trainer's honest steps,
+every injected overflow and the unguarded step; the synchronized one also serves the one-device
+comparison under mixed_float16, restarting from its saved initial state. One pair of worker processes
+shows both what a two-worker run writes and how SIGTERM stops it.
+"""
+import contextlib
 import dataclasses
 import json
 import os
@@ -97,11 +106,128 @@ def _relative_difference(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(a))
 
 
-@pytest.mark.parametrize("policy", POLICIES)
-def test_two_replicas_match_one_device(policy, mirrored, set_policy):
+def _optimizers(trainer):
+    return {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
+
+
+def _state_variables(trainer):
+    """Everything a step reads or writes: the models' variables (BN statistics, spectral norms' u), the
+    optimizers' (iterations, rate, moments, loss-scale state), the step, the skip streak, G's average."""
+    return ([v for model in trainer.models for v in model.variables]
+            + [v for o in _optimizers(trainer).values() for v in o.variables]
+            + [trainer.step, trainer._scratch.skip_streak, *trainer.ema_checkpointable.weights])
+
+
+def _save(trainer):
+    """The trainer's state as host arrays: each variable's first replica's copy, which _restore writes to
+    every replica (equal copies but for the unsynchronized trainer's batch-norm statistics)."""
+    return [np.array(v.numpy()) for v in _state_variables(trainer)]
+
+
+def _restore(trainer, state):
+    for variable, value in zip(_state_variables(trainer), state):
+        variable.assign(value)  # in cross-replica context: every replica's copy
+
+
+class Overflows:
+    """The module's test hooks in the step, each switched by a variable that the step reads when it runs,
+    so switching needs no retrace.
+
+    precision.scale_loss: a registered optimizer's scaled loss on the second replica times its factor, 1
+    (the honest scaled loss, exactly: x * 1 rounds to x) or inf (an overflow on that replica only); every
+    other optimizer's is the honest one. distribute.agree_on_finite: the guard runs, and its result is
+    what the step gets unless `unguarded` (then the replicas' own gradients, as with no guard at all).
+    While guarded, every trainer the module traces after the fixture gets exactly the honest values."""
+
+    REPLICA = 1
+
+    def __init__(self, honest_scale_loss, honest_agree_on_finite):
+        self.honest_scale_loss, self.honest_agree_on_finite = honest_scale_loss, honest_agree_on_finite
+        self.factors = []  # (optimizer, its factor variable)
+        self.guarded = tf.Variable(True, trainable=False)
+
+    def register(self, trainer):
+        with trainer.strategy.scope():
+            for optimizer in _optimizers(trainer).values():
+                self.factors.append((optimizer, tf.Variable(1.0, trainable=False)))
+        return trainer
+
+    def scale_loss(self, optimizer, loss):
+        scaled = self.honest_scale_loss(optimizer, loss)
+        for registered, factor in self.factors:
+            if registered is optimizer:
+                replica_id = tf.distribute.get_replica_context().replica_id_in_sync_group
+                on_replica = tf.equal(replica_id, self.REPLICA)
+                return scaled * tf.where(on_replica, tf.cast(factor, scaled.dtype), tf.ones((), scaled.dtype))
+        return scaled
+
+    def agree_on_finite(self, grads):
+        agreed = self.honest_agree_on_finite(grads)
+        return [None if g is None else tf.where(self.guarded, a, g) for a, g in zip(agreed, grads)]
+
+    @contextlib.contextmanager
+    def overflowing(self, optimizer):
+        """The steps inside overflow `optimizer`'s loss on the second replica."""
+        factor = next(f for o, f in self.factors if o is optimizer)
+        factor.assign(np.float32("inf"))
+        try:
+            yield
+        finally:
+            factor.assign(1.0)
+
+    @contextlib.contextmanager
+    def unguarded(self):
+        """The steps inside apply each replica's own gradients, as if agree_on_finite did not exist."""
+        self.guarded.assign(False)
+        try:
+            yield
+        finally:
+            self.guarded.assign(True)
+
+
+@pytest.fixture(scope="module")
+def overflows():
+    with pytest.MonkeyPatch.context() as patch:
+        hooks = Overflows(tf_step.precision.scale_loss, tf_step.distribute.agree_on_finite)
+        patch.setattr(tf_step.precision, "scale_loss", hooks.scale_loss)
+        patch.setattr(tf_step.distribute, "agree_on_finite", hooks.agree_on_finite)
+        yield hooks
+
+
+@contextlib.contextmanager
+def _mixed_float16():
+    """Builds a shared trainer under mixed_float16, then restores the policy of the test that asked for it
+    first (fixtures asked for in a test body come up after its set_policy)."""
+    previous = keras.mixed_precision.global_policy()
+    tf_step.precision.set_policy("mixed_float16")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+@pytest.fixture(scope="module")
+def synchronized_float16(mirrored, overflows):
+    """The mixed_float16 trainer with synchronized batch norm, registered with `overflows`, and its initial
+    state: the one-device comparison under mixed_float16 and the synchronized overflow test both restart
+    from that state, so its step is traced once for the two."""
+    with _mixed_float16():
+        trainer = overflows.register(_trainer(mirrored))
+    return trainer, _save(trainer)
+
+
+# mixed_float16 last, and the overflow tests right after, synchronized batch norm first: the shared
+# trainer's step runs again soon after its first use (after other trainers' steps on the strategy, its
+# next call costs TensorFlow seconds of CPU to set the function up again; measured ~5 s).
+@pytest.mark.parametrize("policy", sorted(POLICIES, key=lambda policy: policy == "mixed_float16"))
+def test_two_replicas_match_one_device(policy, mirrored, set_policy, request):
     set_policy(policy)
     single = _trainer(tf.distribute.get_strategy())
-    distributed = _trainer(mirrored)
+    if policy == "mixed_float16":  # the shared trainer, back at its initial state (built like _trainer's)
+        distributed, initial = request.getfixturevalue("synchronized_float16")
+        _restore(distributed, initial)
+    else:
+        distributed = _trainer(mirrored)
     assert distributed.replicas == CPU_REPLICAS and distributed.synchronized_batch_norm
     for a, b in zip(_weights(single), _weights(distributed)):
         np.testing.assert_array_equal(a, b)
@@ -151,6 +277,77 @@ def test_two_replicas_match_one_device(policy, mirrored, set_policy):
     assert int(distributed.step.numpy()) == 3
 
 
+def _settle(trainer):
+    """A mixed_float16 trainer after one honest step, its loss scales pinned (no natural overflow later)."""
+    _pin_loss_scales(trainer)
+    trainer.train_step(*_distributed(trainer, _global_batch(0)))
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def unsynchronized_trainer(mirrored, overflows):
+    """One settled trainer for the overflow tests without synchronized batch norm, registered with
+    `overflows`: each injects its overflow from the state the previous one left (they compare against the
+    state just before their own step)."""
+    with _mixed_float16():
+        return _settle(overflows.register(_trainer(mirrored, sync_bn=False)))
+
+
+def _overflow_on_replica(trainer, victim, overflows):
+    """One step of a registered mixed_float16 trainer whose `victim` loss overflows on the second replica:
+    (optimizers, {name: (scales, iterations) per replica before the step}, the step's metrics read)."""
+    optimizers = _optimizers(trainer)
+    before = {k: (_per_replica(trainer, o.dynamic_scale), _per_replica(trainer, o.iterations))
+              for k, o in optimizers.items()}
+    with overflows.overflowing(optimizers[victim]):
+        metrics = trainer.train_step(*_distributed(trainer, _global_batch(1))).read()
+    return optimizers, before, metrics
+
+
+# Synchronized batch norm all-reduces in the backward pass too, which spreads a NaN to every replica's
+# gradients upstream of it; without it the overflow stays on its replica: the case Keras gets wrong.
+@pytest.mark.parametrize("victim, sync_bn", [("d", True), ("d", False), ("g", False), ("q", False)],
+                         ids=["d-sync_bn", "d", "g", "q"])
+def test_overflow_on_the_second_replica_skips_on_every_replica(victim, sync_bn, overflows, set_policy, request):
+    set_policy("mixed_float16")
+    if sync_bn:  # the shared trainer from its initial state, settled as a fresh one would be
+        trainer, initial = request.getfixturevalue("synchronized_float16")
+        _restore(trainer, initial)
+        _settle(trainer)
+    else:
+        trainer = request.getfixturevalue("unsynchronized_trainer")
+    optimizers, before, metrics = _overflow_on_replica(trainer, victim, overflows)
+    for name, optimizer in optimizers.items():
+        scales, iterations = _per_replica(trainer, optimizer.dynamic_scale), _per_replica(trainer, optimizer.iterations)
+        old_scales, old_iterations = before[name]
+        if name == victim:
+            assert scales == [s / 2 for s in old_scales], "the scale must halve on every replica"
+            assert iterations == old_iterations, "the step must be skipped on every replica"
+            assert int(metrics[f"{name}_skipped"]) == 1
+        else:
+            assert scales == old_scales and iterations == [i + 1 for i in old_iterations]
+    _assert_replicas_equal_and_finite(trainer, trainable_only=not sync_bn)
+
+
+def test_without_the_guard_keras_applies_another_replicas_overflow(unsynchronized_trainer, overflows, set_policy):
+    """Why agree_on_finite exists: Keras decides from the first replica's local gradients.
+
+    On the shared unsynchronized trainer with the guard's result unused (Overflows.unguarded); the trainer
+    gets its state back afterwards."""
+    set_policy("mixed_float16")
+    trainer = unsynchronized_trainer
+    saved = _save(trainer)
+    try:
+        with overflows.unguarded():
+            _, before, _ = _overflow_on_replica(trainer, "d", overflows)
+        if _per_replica(trainer, trainer.d_optimizer.iterations) == before["d"][1]:
+            pytest.skip("this Keras checks every replica's gradients itself; the guard is then belt and braces")
+        weights = trainer.models.d_head.trainable_variables
+        assert not all(np.isfinite(v.numpy()).all() for v in weights), "an inf update was expected"
+    finally:
+        _restore(trainer, saved)
+
+
 def test_per_replica_xla_runs_without_synchronized_batch_norm(mirrored):
     trainer = _trainer(mirrored, jit=True, sync_bn=False)
     assert trainer.compile_mode == "forward_backward" and not trainer.synchronized_batch_norm
@@ -173,80 +370,6 @@ def test_compile_plan(mirrored):
     assert distribute.compile_plan(mirrored, True, True)[0] == "off"   # CPU collectives: no XLA
     assert distribute.compile_plan(mirrored, True, False)[0] == "forward_backward"
     assert distribute.compile_plan(mirrored, False, False)[0] == "off"
-
-
-def _settled_trainer(strategy, sync_bn):
-    """A mixed_float16 trainer after one honest step, its loss scales pinned (no natural overflow later)."""
-    trainer = _trainer(strategy, sync_bn=sync_bn)
-    _pin_loss_scales(trainer)
-    trainer.train_step(*_distributed(trainer, _global_batch(0)))
-    return trainer
-
-
-@pytest.fixture(scope="module")
-def unsynchronized_trainer(mirrored):
-    """One settled trainer for the overflow tests without synchronized batch norm: each injects its overflow
-    from the state the previous one left (they compare against the state just before their own step)."""
-    try:
-        tf_step.precision.set_policy("mixed_float16")
-        return _settled_trainer(mirrored, sync_bn=False)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-
-
-def _overflow_on_replica(strategy, victim, replica, monkeypatch, sync_bn, guard=True, trainer=None):
-    """One step of a mixed_float16 trainer (`trainer`, else a new settled one) whose `victim` loss overflows on
-    `replica` only."""
-    trainer = trainer or _settled_trainer(strategy, sync_bn)
-    optimizers = {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
-    honest_scale_loss = tf_step.precision.scale_loss
-
-    def overflowing_scale_loss(optimizer, loss):
-        scaled = honest_scale_loss(optimizer, loss)
-        if optimizer is not optimizers[victim]:
-            return scaled
-        replica_id = tf.distribute.get_replica_context().replica_id_in_sync_group
-        return scaled * tf.where(tf.equal(replica_id, replica), np.float32("inf"), 1.0)
-
-    monkeypatch.setattr(tf_step.precision, "scale_loss", overflowing_scale_loss)
-    if not guard:
-        monkeypatch.setattr(tf_step.distribute, "agree_on_finite", lambda grads: grads)
-    trainer.retrace()
-    before = {k: (_per_replica(trainer, o.dynamic_scale), _per_replica(trainer, o.iterations))
-              for k, o in optimizers.items()}
-    metrics = trainer.train_step(*_distributed(trainer, _global_batch(1)))
-    return trainer, optimizers, before, metrics
-
-
-# Synchronized batch norm all-reduces in the backward pass too, which spreads a NaN to every replica's
-# gradients upstream of it; without it the overflow stays on its replica: the case Keras gets wrong.
-@pytest.mark.parametrize("victim, sync_bn", [("d", False), ("g", False), ("q", False), ("d", True)],
-                         ids=["d", "g", "q", "d-sync_bn"])
-def test_overflow_on_the_second_replica_skips_on_every_replica(victim, sync_bn, mirrored, unsynchronized_trainer,
-                                                               monkeypatch, set_policy):
-    set_policy("mixed_float16")
-    trainer, optimizers, before, metrics = _overflow_on_replica(mirrored, victim, 1, monkeypatch, sync_bn,
-                                                                trainer=None if sync_bn else unsynchronized_trainer)
-    for name, optimizer in optimizers.items():
-        scales, iterations = _per_replica(trainer, optimizer.dynamic_scale), _per_replica(trainer, optimizer.iterations)
-        old_scales, old_iterations = before[name]
-        if name == victim:
-            assert scales == [s / 2 for s in old_scales], "the scale must halve on every replica"
-            assert iterations == old_iterations, "the step must be skipped on every replica"
-            assert int(metrics[f"{name}_skipped"]) == 1
-        else:
-            assert scales == old_scales and iterations == [i + 1 for i in old_iterations]
-    _assert_replicas_equal_and_finite(trainer, trainable_only=not sync_bn)
-
-
-def test_without_the_guard_keras_applies_another_replicas_overflow(mirrored, monkeypatch, set_policy):
-    """Why agree_on_finite exists: Keras decides from the first replica's local gradients."""
-    set_policy("mixed_float16")
-    trainer, optimizers, before, _ = _overflow_on_replica(mirrored, "d", 1, monkeypatch, sync_bn=False, guard=False)
-    if _per_replica(trainer, trainer.d_optimizer.iterations) == before["d"][1]:
-        pytest.skip("this Keras checks every replica's gradients itself; the guard is then belt and braces")
-    weights = trainer.models.d_head.trainable_variables
-    assert not all(np.isfinite(v.numpy()).all() for v in weights), "an inf update was expected"
 
 
 def _free_ports(count):
@@ -287,31 +410,17 @@ def _finish(processes, timeout=300):
     return results
 
 
-def test_two_workers_on_localhost_agree_and_only_the_chief_writes(tmp_path, data_dir_with_doodles):
+def test_two_workers_on_localhost_agree_only_the_chief_writes_and_sigterm_stops_both_at_one_step(
+        tmp_path, data_dir_with_doodles):
+    """One pair of workers for both checks (starting a worker is most of their cost): SIGTERM to the
+    non-chief once the first checkpoint is written. An interrupted run ends as a completed one does (the
+    final grid, the report, the fingerprint line, the workers' scratch folder removed), only its exit
+    status and report status differ, so the same run shows that both workers stop at the same step with
+    equal weights and that only the chief wrote: the report, and a grid every 2 steps up to the stop."""
     run_dir = tmp_path / "run"
     data_dir_with_doodles(tmp_path / "data")
-    results = _finish(_start_two_workers(tmp_path, "--steps", "3", "--sample_every", "2", "--checkpoint_every", "2"))
-    for status, _, err in results:
-        assert status == 0, err[-3000:]
-    outputs = [out for _, out, _ in results]
-    fingerprints = [line.split()[-1] for out in outputs for line in out.splitlines()
-                    if line.startswith("weights fingerprint:")]
-    assert len(fingerprints) == 2 and fingerprints[0] == fingerprints[1], outputs
-    assert "run folder:" in outputs[0] and "worker done" in outputs[1]
-    report = json.loads((run_dir / "report.json").read_text())
-    assert report["distribution"]["workers"] == 2 and report["distribution"]["replicas"] == 2
-    assert report["weights_fingerprint"] == fingerprints[0]
-    assert report["timing"]["samples_per_second_per_replica"] == pytest.approx(
-        report["timing"]["samples_per_second"] / 2)
-    assert sorted(p.name for p in (run_dir / "samples").iterdir()) == ["final.png", "step_0000002.png"]
-    # Only the chief wrote: the other worker's scratch folder is gone and nothing else appeared.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "run"]
-
-
-def test_sigterm_to_one_worker_stops_both_at_the_same_step(tmp_path, data_dir_with_doodles):
-    data_dir_with_doodles(tmp_path / "data")
-    processes = _start_two_workers(tmp_path, "--steps", "100000", "--sample_every", "1000", "--checkpoint_every", "2")
-    checkpoints = tmp_path / "run" / "checkpoints"
+    processes = _start_two_workers(tmp_path, "--steps", "100000", "--sample_every", "2", "--checkpoint_every", "2")
+    checkpoints = run_dir / "checkpoints"
     deadline = time.time() + 240
     while tf.train.latest_checkpoint(str(checkpoints)) is None:
         assert time.time() < deadline and all(p.poll() is None for p in processes), "no checkpoint appeared"
@@ -323,8 +432,22 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_step(tmp_path, data_dir_wi
         assert status == 128 + signal.SIGTERM, err[-3000:]
         stops += [line for line in err.splitlines() if "stopped by SIGTERM at step" in line]
     assert len(stops) == 2 and stops[0] == stops[1], stops
-    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    outputs = [out for _, out, _ in results]
+    fingerprints = [line.split()[-1] for out in outputs for line in out.splitlines()
+                    if line.startswith("weights fingerprint:")]
+    assert len(fingerprints) == 2 and fingerprints[0] == fingerprints[1], outputs
+    assert "run folder:" in outputs[0] and "worker done" in outputs[1]
+    report = json.loads((run_dir / "report.json").read_text())
     assert report["status"] == "interrupted" and f"at step {report['steps']};" in stops[0]
+    assert report["distribution"]["workers"] == 2 and report["distribution"]["replicas"] == 2
+    assert report["weights_fingerprint"] == fingerprints[0]
+    assert report["timing"]["samples_per_second_per_replica"] == pytest.approx(
+        report["timing"]["samples_per_second"] / 2)
+    grids = [f"step_{step:07d}.png" for step in range(2, report["steps"] + 1, 2)]
+    assert "step_0000002.png" in grids  # the stop came after the first checkpoint (step 2)
+    assert sorted(p.name for p in (run_dir / "samples").iterdir()) == ["final.png"] + grids
+    # Only the chief wrote: the other worker's scratch folder is gone and nothing else appeared.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "run"]
 
 
 @pytest.mark.parametrize("tf_config, message", [

@@ -1,4 +1,12 @@
-"""Under mixed_float16 an overflow in one loss skips exactly that optimizer's step."""
+"""Under mixed_float16 an overflow in one loss skips exactly that optimizer's step.
+
+The mixed_float16 trainers are shared (`float16_trainer`): one per compile mode for the module, built and
+traced once. The overflow is injected through a variable (`Overflows`) instead of a patched function and
+a retrace, so one trace (one XLA compile) serves the honest steps and every victim; each test starts from
+a saved state of its trainer (`Shared.restore`), so it sees what a fresh trainer in that state would.
+"""
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -8,10 +16,16 @@ from acgan.data.batches import sample_noise
 from acgan.model import networks, precision
 from acgan.step import tf_step
 
+OPTIMIZERS = ("d", "g", "q")
+
 
 def _small_trainer(jit):
     m = networks.build_models((28, 28, 1), 10, width=0.125)
     return tf_step.TensorFlowStep(m, 10, jit=jit)
+
+
+def _optimizers(trainer):
+    return {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
 
 
 def _batch(n=8):
@@ -37,43 +51,139 @@ def _settle(trainer, batch, max_steps=30):
     raise AssertionError("loss scales did not settle")
 
 
+class Overflows:
+    """precision.scale_loss for the module: a registered optimizer's scaled loss times its factor variable,
+    1 (the honest scaled loss, exactly: x * 1 rounds to x) or inf (an overflow in that loss); every other
+    optimizer's is the honest one. The factor is read when the step runs, so flipping it needs no retrace."""
+
+    def __init__(self, honest):
+        self.honest = honest
+        self.factors = []  # (optimizer, its factor variable)
+
+    def register(self, trainer):
+        for optimizer in _optimizers(trainer).values():
+            self.factors.append((optimizer, tf.Variable(1.0, trainable=False)))
+
+    def scale_loss(self, optimizer, loss):
+        scaled = self.honest(optimizer, loss)
+        for registered, factor in self.factors:
+            if registered is optimizer:
+                return scaled * tf.cast(factor, scaled.dtype)
+        return scaled
+
+    @contextlib.contextmanager
+    def overflowing(self, optimizer):
+        """The steps inside overflow `optimizer`'s loss."""
+        factor = next(f for o, f in self.factors if o is optimizer)
+        factor.assign(np.float32("inf"))
+        try:
+            yield
+        finally:
+            factor.assign(1.0)
+
+
+@pytest.fixture(scope="module")
+def overflows():
+    with pytest.MonkeyPatch.context() as patch:
+        injector = Overflows(precision.scale_loss)
+        patch.setattr(tf_step.precision, "scale_loss", injector.scale_loss)
+        yield injector
+
+
+class Shared:
+    """A seeded mixed_float16 trainer, registered with `overflows`, its gradients' norms recorded as they
+    reach each optimizer (`handed`, written inside the step), and states to restart from."""
+
+    def __init__(self, jit, overflows):
+        previous = keras.mixed_precision.global_policy()
+        precision.set_policy("mixed_float16")
+        try:
+            keras.utils.set_random_seed(0)
+            self.trainer = trainer = _small_trainer(jit)
+        finally:
+            keras.mixed_precision.set_global_policy(previous)
+        overflows.register(trainer)
+        optimizers = _optimizers(trainer)
+        self.handed = {name: tf.Variable(0.0, trainable=False) for name in optimizers}
+        honest_apply = trainer._apply
+
+        def recording_apply(optimizer, grads, variables):
+            name = next(n for n, o in optimizers.items() if o is optimizer)
+            self.handed[name].assign(tf.linalg.global_norm(grads))
+            honest_apply(optimizer, grads, variables)
+
+        trainer._apply = recording_apply  # this trainer's own, for its life (the module's)
+        trainer.retrace()
+        # Everything a step reads or writes: the models' variables (BN statistics, spectral norms' u), the
+        # optimizers' (iterations, rate, moments, loss-scale state), the step, the skip streak, G's average.
+        self.variables = ([v for model in trainer.models for v in model.variables]
+                          + [v for o in optimizers.values() for v in o.variables]
+                          + [trainer.step, trainer._scratch.skip_streak, *trainer.ema_checkpointable.weights])
+        self.initial = self.save()
+        self._pinned = None
+
+    def save(self):
+        return [np.array(v.numpy()) for v in self.variables]
+
+    def restore(self, state):
+        for variable, value in zip(self.variables, state):
+            variable.assign(value)
+
+    def pinned(self, batch):
+        """The state after settling on `batch` from the initial one, then pinning every scale to 256."""
+        if self._pinned is None:
+            self.restore(self.initial)
+            _settle(self.trainer, batch)
+            # A modest scale leaves no room for a natural overflow on the injected step, so only the
+            # victim skips.
+            for optimizer in _optimizers(self.trainer).values():
+                optimizer.dynamic_scale.assign(256.0)
+            self._pinned = self.save()
+        return self._pinned
+
+
+@pytest.fixture(scope="module")
+def float16_trainer(overflows):
+    """Call with jit: the module's Shared trainer of that compile mode, built on first use. One per mode
+    because building and tracing (under jit, XLA-compiling) the step is most of what these tests cost."""
+    built = {}
+
+    def get(jit):
+        if jit not in built:
+            built[jit] = Shared(jit, overflows)
+        return built[jit]
+
+    return get
+
+
 @pytest.mark.parametrize("victim, jit", [("d", False), ("g", False), ("q", False), ("d", True)],
                          ids=["d", "g", "q", "d-xla"])
-def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy, monkeypatch):
+def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy, float16_trainer, overflows):
     set_policy("mixed_float16")
-    trainer = _small_trainer(jit)
-    optimizers = {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
+    shared = float16_trainer(jit)
+    trainer = shared.trainer
+    optimizers = _optimizers(trainer)
     # Only D trains d_head and only Q trains q_head; G is shared with Q, so G is judged by its optimizer.
     m = trainer.models
     exclusive = {"d": m.d_head.trainable_variables, "q": m.q_head.trainable_variables, "g": []}
     batch = _batch()
-    _settle(trainer, batch)
-    # A modest scale leaves no room for a natural overflow on the injected step, so only the victim skips.
-    for optimizer in optimizers.values():
-        optimizer.dynamic_scale.assign(256.0)
+    shared.restore(shared.pinned(batch))  # settled, scales pinned to 256: the same start for every victim
     settled = _settle(trainer, batch)
 
     victim_optimizer = optimizers[victim]
-    honest_scale_loss = precision.scale_loss
-
-    def overflowing_scale_loss(optimizer, loss):
-        scaled = honest_scale_loss(optimizer, loss)
-        return scaled * np.float32("inf") if optimizer is victim_optimizer else scaled
-
-    monkeypatch.setattr(tf_step.precision, "scale_loss", overflowing_scale_loss)
-    trainer.retrace()  # with the patch
-
     before_scale = {k: float(o.dynamic_scale) for k, o in optimizers.items()}
     before_iterations = {k: int(o.iterations) for k, o in optimizers.items()}
     before_state = _values(victim_optimizer.inner_optimizer.variables)
     before_exclusive = _values(exclusive[victim])
     others_weights_before = {k: _values(exclusive[k]) for k in exclusive if k != victim}
 
-    metrics = trainer.train_step(*batch)
+    with overflows.overflowing(victim_optimizer):
+        metrics = trainer.train_step(*batch)
+        skipped = {name: int(metrics[f"{name}_skipped"]) for name in OPTIMIZERS}
 
     assert float(victim_optimizer.dynamic_scale) == before_scale[victim] / 2
     assert int(victim_optimizer.iterations) == before_iterations[victim]
-    assert int(metrics[f"{victim}_skipped"]) == int(settled[f"{victim}_skipped"]) + 1
+    assert skipped[victim] == int(settled[f"{victim}_skipped"]) + 1
     for old, new in zip(before_state, _values(victim_optimizer.inner_optimizer.variables)):
         np.testing.assert_array_equal(old, new)
     for old, new in zip(before_exclusive, _values(exclusive[victim])):
@@ -83,7 +193,7 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
             continue
         assert int(optimizer.iterations) == before_iterations[name] + 1
         assert float(optimizer.dynamic_scale) == before_scale[name]
-        assert int(metrics[f"{name}_skipped"]) == int(settled[f"{name}_skipped"])
+        assert skipped[name] == int(settled[f"{name}_skipped"])
         for old, new in zip(others_weights_before[name], _values(exclusive[name])):
             assert not np.array_equal(old, new), f"{name}'s weights did not move"
     for model in trainer.models:
@@ -99,44 +209,37 @@ def test_no_loss_scaling_outside_float16(policy, set_policy):
     assert float(metrics["d_loss_scale"]) == 1.0 and int(metrics["q_skipped"]) == 0
 
 
-def _scaled_and_applied(scales, monkeypatch):
-    """One mixed_float16 step from seeded weights with each optimizer's scale pinned to scales[name]:
+def _scaled_and_applied(shared, scales):
+    """One mixed_float16 step from the shared trainer's initial (seeded) state with each optimizer's scale
+    pinned to scales[name]:
     ({name: norm of the still-scaled gradients handed to the optimizer},
      {name: Adam's first moments, i.e. (1 - beta_1) * the unscaled gradients it applied})."""
-    keras.utils.set_random_seed(0)
-    trainer = _small_trainer(jit=False)
-    optimizers = {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
+    trainer = shared.trainer
+    shared.restore(shared.initial)
+    optimizers = _optimizers(trainer)
     trainer.d_optimizer.learning_rate.assign(0.0)  # G and Q then see the same D in both runs
     for name, optimizer in optimizers.items():
         optimizer.dynamic_scale.assign(scales[name])
-    handed = {name: tf.Variable(0.0, trainable=False) for name in optimizers}  # written inside the step
-    honest_apply = trainer._apply
-
-    def recording_apply(optimizer, grads, variables):
-        name = next(n for n, o in optimizers.items() if o is optimizer)
-        handed[name].assign(tf.linalg.global_norm(grads))
-        honest_apply(optimizer, grads, variables)
-
-    monkeypatch.setattr(trainer, "_apply", recording_apply)
-    trainer.retrace()
     metrics = trainer.train_step(*_batch())
     assert all(int(metrics[f"{n}_skipped"]) == 0 for n in "dgq")
     applied = {name: np.concatenate([v.numpy().ravel() for v in o.inner_optimizer.variables
                                      if v.path.endswith("_momentum")]) for name, o in optimizers.items()}
-    return {name: float(norm.numpy()) for name, norm in handed.items()}, applied
+    return {name: float(norm.numpy()) for name, norm in shared.handed.items()}, applied
 
 
-def test_losses_are_scaled_by_their_own_optimizer(set_policy, monkeypatch):
+def test_losses_are_scaled_by_their_own_optimizer(set_policy, float16_trainer):
     """The scale reaches the gradients, each loss's by its own optimizer, and that optimizer removes it.
 
     Two runs from the same weights and batch with different pinned scales: each optimizer's gradients
     grow by exactly its own scale's factor (a power of two scales float16 exactly, short of underflow),
     and the unscaled gradients it applies do not change. Forgetting scale_loss, or scaling G's loss by
-    Q's optimizer, gives other factors (1, or Q's 1/2 instead of G's 8)."""
+    Q's optimizer, gives other factors (1, or Q's 1/2 instead of G's 8). Both runs start from the shared
+    trainer's initial state, seed 0, as the measurements below did (each from a fresh seeded trainer)."""
     set_policy("mixed_float16")
+    shared = float16_trainer(jit=False)
     first, second = {"d": 64.0, "g": 256.0, "q": 1024.0}, {"d": 256.0, "g": 2048.0, "q": 512.0}
-    handed_1, applied_1 = _scaled_and_applied(first, monkeypatch)
-    handed_2, applied_2 = _scaled_and_applied(second, monkeypatch)
+    handed_1, applied_1 = _scaled_and_applied(shared, first)
+    handed_2, applied_2 = _scaled_and_applied(shared, second)
     for name in "dgq":
         ratio = handed_2[name] / handed_1[name]
         change = np.linalg.norm(applied_2[name] - applied_1[name]) / np.linalg.norm(applied_1[name])
