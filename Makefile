@@ -22,7 +22,9 @@ train: $(STAMP)
 # The suite as two pytest sessions, one per Keras backend (KERAS_BACKEND: tests/conftest.py says which tests
 # each collects), each on $(TEST_WORKERS) pytest-xdist workers with a file's tests on one worker (so a module's
 # shared run is made once). ARGS goes to both (e.g. ARGS="-k cli"); a session that selects nothing is no failure.
-PYTEST = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+# -c: the settings file named, so an ARGS value that is an existing file (--cpu-times FILE, the second
+# session) cannot move pytest's root away from this folder.
+PYTEST = $(BIN)/python -m pytest -c pyproject.toml -q -n $(TEST_WORKERS) --dist loadfile
 define sessions
 	@status=0; for backend in tensorflow jax; do \
 	  echo "== KERAS_BACKEND=$$backend"; \

@@ -49,13 +49,6 @@ if BACKEND == "jax":  # before anything imports Keras
     sys.meta_path.insert(0, import_blocker)
 
 from api_runs import FAST_XLA, JaxRun, train_tf_run  # noqa: E402  (after the blocker)
-from cpu_times import (  # noqa: F401, E402  (pytest --cpu-times FILE: each test's CPU seconds; hooks, registered here)
-    pytest_addoption,
-    pytest_runtest_logreport,
-    pytest_runtest_makereport,
-    pytest_runtest_setup,
-    pytest_sessionfinish,
-)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # XLA compiles at backend optimisation level 0 in the tests and the processes they start (api_runs.FAST_XLA).
@@ -97,6 +90,21 @@ def pytest_configure(config):
     # keeping them costs memory the tests have, and saves a JAX learning run a tenth of its CPU time.
     for tunable in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_"):
         os.environ.setdefault(tunable, str(1 << 30))
+
+
+# `make check` runs the tests not marked slow. A test is slow when marked so (it trains, compiles a step or
+# starts a process), or when it uses one of these module fixtures, each of which does that once for the tests
+# of its file: the benchmark's sweeps, trained runs, trainers, judges, the float64 JAX scripts' results.
+SLOW_FIXTURES = {"sweep", "bench", "replicas", "runs", "jax_runs", "float32_runs", "float32_run", "tf_run", "jax_run",
+                 "exported", "loaded", "comparison", "judge", "splits", "synchronized_float16",
+                 "unsynchronized_trainer", "float16_trainer", "numerics", "measured"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m reads the marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_ignore_collect(collection_path, config):

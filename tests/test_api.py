@@ -22,6 +22,7 @@ def run(tf_run):
     return tf_run
 
 
+@pytest.mark.slow
 def test_train_returns_the_run_with_its_report_config_and_grid(run):
     assert isinstance(run, acgan.Run) and run.message is None
     report = run.report
@@ -70,6 +71,7 @@ def test_generate_returns_numpy_samples_and_writes_what_the_command_writes(run, 
                                   np.concatenate([v.numpy().ravel() for v in average.g_variables]))
 
 
+@pytest.mark.slow
 def test_evaluate_returns_the_quality_and_records_it_in_the_run(run):
     result = acgan.evaluate(run, num_samples=20)
     assert result["step"] == 2 and result["num_generated"] == 20
@@ -115,6 +117,7 @@ def test_a_bad_argument_raises_user_error_with_the_commands_message(case, tmp_pa
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.slow
 def test_the_commands_print_the_same_messages(tmp_path):
     """One case of BAD per command as `acgan COMMAND FLAGS`, each in a child process (none loads Keras):
     exit status 2 and the call's message as the one line on stderr."""

@@ -109,6 +109,7 @@ def loaded(exported, tmp_path_factory):
     return {backend: {name: dict(np.load(root / f"{backend}-{name}.npz")) for name in exported} for backend in BACKENDS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", EXPORTS)
 def test_the_exported_generator_samples_what_generate_does_without_acgan(exported, loaded, name, backend):

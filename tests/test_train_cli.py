@@ -114,6 +114,7 @@ def _run_in_process(argv, monkeypatch, capsys):
     return exit_info.value.code, capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
 def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys, set_policy, doodles_cache):
     make_args, message = BAD_INPUTS[case]
@@ -139,6 +140,7 @@ def test_generate_refuses_a_folder_without_a_run(tmp_path):
     assert result.returncode == 2 and "not a readable acgan run folder" in result.stderr
 
 
+@pytest.mark.slow
 def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path):
     """The preset's decay in a real run (8 steps): full rates to step 6, then 50% and 0 at steps 7 and 8,
     logged to TensorBoard; the report says so. Resumed to 12 steps, the rates are set from the new length

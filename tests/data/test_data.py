@@ -62,6 +62,7 @@ def doodle_test(doodle_dir):
     return load_dataset("doodles", split="test", data_dir=doodle_dir)
 
 
+@pytest.mark.slow
 def test_doodles_shapes_dtypes_and_balance(doodle_train, doodle_test):
     for data, per_class in ((doodle_train, 2000), (doodle_test, 500)):
         assert data.images.shape == (10 * per_class, 28, 28, 1) and data.images.dtype == np.uint8

@@ -66,6 +66,7 @@ def sweep(tmp_path_factory):
     return out, doc, {(r["policy"], r["batch"]): r for r in doc["results"]}, proc
 
 
+@pytest.mark.slow
 def test_jax_sweep_never_imports_tensorflow(sweep):
     """Neither the parent (which imports no framework at all) nor any worker: each log says its backend, and
     none mentions TensorFlow; the run's machine records JAX's version and no TensorFlow's."""

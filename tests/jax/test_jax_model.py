@@ -16,6 +16,7 @@ from acgan.step import jax_step
 from acgan.step.factory import build_step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
 def test_the_preset_trains_on_the_jax_backend(policy, set_policy):
     set_policy(policy)
@@ -38,6 +39,7 @@ def test_the_preset_trains_on_the_jax_backend(policy, set_policy):
     assert len(u_before) == 6 and all(not np.allclose(a, b) for a, b in zip(u_after, u_before))  # power iteration ran
 
 
+@pytest.mark.slow
 def test_a_fused_jax_training_step_gives_keras_losses(set_policy, monkeypatch):
     """One training step of the reference model under mixed_float16 from the same state, in keras mode and
     in fused mode (the step retraced after switching): its losses and the batch norms' moving statistics."""
@@ -70,6 +72,7 @@ def test_a_fused_jax_training_step_gives_keras_losses(set_policy, monkeypatch):
         assert np.linalg.norm(values - reference) <= 1e-3 * np.linalg.norm(reference), key
 
 
+@pytest.mark.slow
 def test_the_layers_count_agrees_with_xla_on_small_models(set_policy):
     """XLA's cost analysis of the compiled JAX step (every operation) against the layers' count (matrix
     products and convolutions): within 10%, on both presets; and XLA's count is the one used."""
@@ -87,6 +90,7 @@ def test_the_layers_count_agrees_with_xla_on_small_models(set_policy):
         assert list(flops.count_step_flops(trainer, inputs, batch)) == [xla, "xla"], arch
 
 
+@pytest.mark.slow
 def test_the_jax_step_keeps_the_same_average():
     """G's moving average on JAX: the ramped recurrence min(decay, (1 + t) / (10 + t)) to float32 rounding;
     a state without it starts the average at G; the state round-trips it."""
@@ -115,6 +119,7 @@ def test_the_jax_step_keeps_the_same_average():
     assert max(float(np.abs(a - b).max()) for a, b in zip(trainer.ema_values(), got)) == 0
 
 
+@pytest.mark.slow
 def test_the_step_without_xla_computes_what_the_compiled_step_does(set_policy):
     """--no-jit on JAX (compile_mode "off": the iteration run op by op) against the compiled step, from the
     same state and batch: the same metrics to float32 rounding (XLA fuses and reorders sums), and the same

@@ -50,6 +50,7 @@ def test_strategies_on_jax_validate():
         Config(backend="jax", strategy="multi_worker", num_processes=2, process_id=2).validate()
 
 
+@pytest.mark.slow
 def test_a_run_moves_from_one_device_to_four_and_back(tmp_path):
     """1 device (steps 1-2), 4 (3-8, the mirrored strategy), 1 again (9-10): checkpoints are full arrays,
     so a resume reads them on any number of devices, and the run reaches the step asked for."""
@@ -80,6 +81,7 @@ def test_a_run_moves_from_one_device_to_four_and_back(tmp_path):
     assert [(e["start_step"], e["end_step"], e["replicas"]) for e in report["earlier_sessions"]] == [(0, 2, 1), (2, 8, 4)]
 
 
+@pytest.mark.slow
 def test_a_global_batch_that_does_not_split_evenly_is_one_line(tmp_path):
     # --devices splits the host CPU into three (jax_num_cpu_devices), as TensorFlow's --devices does.
     done = _train_jax("--strategy", "mirrored", "--devices", "cpu:0,cpu:1,cpu:2", "--steps", "2", "--output_dir",
@@ -90,6 +92,7 @@ def test_a_global_batch_that_does_not_split_evenly_is_one_line(tmp_path):
     assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_multi_worker_without_a_coordinator_is_one_line(tmp_path):
     done = _train_jax("--strategy", "multi_worker", "--steps", "2", "--output_dir", str(tmp_path / "run"), *TINY)
     assert done.returncode == USER_ERROR_STATUS
@@ -123,6 +126,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_train_one_run_together(tmp_path):
     """Two localhost processes (jax.distributed, CPU collectives), one CPU device each, train one run:
     process 0 writes its files, process 1 none, and the weights are bit for bit those of one process

@@ -34,6 +34,7 @@ def _steps_saved(run_dir):
     return sorted(int(p.stem.split("-")[1]) for p in (run_dir / "checkpoints").glob("ckpt-*.npz"))
 
 
+@pytest.mark.slow
 def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy, capsys):
     run_dir = tmp_path / "run"
     common = dict(output_dir=str(run_dir), checkpoint_every=4, sample_every=4, **TINY)
@@ -90,6 +91,7 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy,
     assert images.shape == (20, 28, 28, 1) and images.dtype == np.uint8 and images.std() > 0
 
 
+@pytest.mark.slow
 def test_jax_resumes_after_sigkill(tmp_path):
     run_dir = tmp_path / "run"
     proc = _train_jax_child("--policy", "mixed_float16", "--steps", "100000", "--output_dir", str(run_dir),
@@ -115,6 +117,7 @@ def test_jax_resumes_after_sigkill(tmp_path):
     assert _steps_saved(run_dir)[-1] == killed_at + 2
 
 
+@pytest.mark.slow
 def test_jax_divergence_stops_without_a_checkpoint(tmp_path, monkeypatch, set_policy):
     honest = losses.bce
     monkeypatch.setattr(losses, "bce", lambda target, logits: honest(target, logits) * float("nan"))  # D's loss NaN

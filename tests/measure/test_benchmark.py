@@ -75,6 +75,7 @@ def bench(tmp_path_factory):
     return out, json.loads((out / "benchmark.json").read_text()), proc
 
 
+@pytest.mark.slow
 def test_rows_give_flops_tflops_and_a_profile(bench):
     out, doc, _ = bench
     with open(out / "benchmark.csv", newline="") as f:
@@ -349,6 +350,7 @@ def replicas(tmp_path_factory):
     return out, doc, {r["batch"]: r for r in doc["results"]}, proc
 
 
+@pytest.mark.slow
 def test_the_sweeps_own_process_imports_no_framework(replicas):
     """The parent only starts workers (a probe per backend describes the machine), so it holds no accelerator
     memory and one sweep can time both backends; the JAX sweep checks the same on JAX."""

@@ -12,6 +12,7 @@ from api_runs import FAST_XLA
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_jax_sweep_times_the_step_over_two_devices(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))

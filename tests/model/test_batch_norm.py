@@ -128,6 +128,7 @@ def numerics():
     return float64_jax_script(NUMERICS)
 
 
+@pytest.mark.slow
 def test_fused_equals_keras_in_float64(numerics):
     for case in numerics["float64"]:  # outputs, moving mean and variance, d/dgamma, d/dbeta, d/dx
         assert max(case.values()) < 1e-10, case  # measured: 2e-15 at most

@@ -54,6 +54,7 @@ def measured():
     return float64_jax_script(SCRIPT)
 
 
+@pytest.mark.slow
 def test_the_forward_is_kerass_and_the_gradients_autodiffs(measured):
     assert len(measured["cases"]) == 6
     for case in measured["cases"]:

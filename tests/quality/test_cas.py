@@ -30,6 +30,7 @@ def _samples(train, pick):
     return np.stack(images), labels
 
 
+@pytest.mark.slow
 def test_real_images_score_their_reference_copies_and_wrong_classes_score_far_below(splits):
     """A generator drawing the data (other real train images than the reference's) scores about its
     reference; one that draws a single image per class (which the judge would name correctly every
@@ -51,6 +52,7 @@ def test_real_images_score_their_reference_copies_and_wrong_classes_score_far_be
     assert shifted["accuracy"] < 0.1 and max(shifted["per_class"].values()) < 0.2
 
 
+@pytest.mark.slow
 def test_the_reference_trains_on_as_many_real_images_per_class_as_were_generated(splits):
     train, test = splits
     labels = np.repeat(np.arange(10), [20] * 9 + [5]).astype(np.int32)
@@ -61,6 +63,7 @@ def test_the_reference_trains_on_as_many_real_images_per_class_as_were_generated
         cas.classification_accuracy_score(images, labels + 1, test, train, epochs=1)
 
 
+@pytest.mark.slow
 def test_the_reference_is_cached_by_its_data_seed_and_epochs(splits, tmp_path):
     train, test = splits
     labels = np.repeat(np.arange(10), 12).astype(np.int32)

@@ -124,6 +124,7 @@ def _fake_run(folder, dataset, image_shape):
     return folder
 
 
+@pytest.mark.slow
 def test_evaluate_refuses_a_wrong_inception_setting_in_one_line_before_anything_runs(graph_file, tmp_path):
     rgb = _fake_run(tmp_path / "rgb", "swatches", [32, 32, 3])
     grey = _fake_run(tmp_path / "grey", "doodles", [28, 28, 1])

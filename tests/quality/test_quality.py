@@ -108,6 +108,7 @@ def judge(data_dir, test_set):
                                    test_set=test_set, echo=lambda line: None)
 
 
+@pytest.mark.slow
 def test_judge_is_accurate_cached_and_float32_under_a_mixed_policy(judge, data_dir, test_set, set_policy):
     from acgan.quality import judge as judge_lib
 
@@ -127,6 +128,7 @@ def test_judge_is_accurate_cached_and_float32_under_a_mixed_policy(judge, data_d
         "doodles", None, PER_CLASS, test_set)[0]
 
 
+@pytest.mark.slow
 def test_conditional_accuracy_of_real_images_is_the_judges_and_of_noise_is_chance(judge, test_set):
     features, probs = judge.predict(test_set.images)
     assert features.shape == (len(test_set), 128)
@@ -162,6 +164,7 @@ def comparison(judge, data_dir, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_compare_writes_its_page_and_figure(comparison):
     page = (comparison / "compare.md").read_text()
     assert "| | float32 | mixed_bfloat16 |" in page and "conditional accuracy" in page and "compare.png" in page
@@ -232,6 +235,7 @@ def test_compare_writes_its_page_and_figure(comparison):
     assert figure.width > figure.height  # two grids side by side
 
 
+@pytest.mark.slow
 def test_evaluate_cli_writes_quality_into_the_run(comparison, data_dir):
     run_dir = comparison / "float32"
     result = _run("acgan.evaluate", "--run", str(run_dir), "--num_samples", "100", "--data_dir", str(data_dir),
@@ -272,6 +276,7 @@ def test_evaluate_cli_writes_quality_into_the_run(comparison, data_dir):
     assert "Sample quality\" section of" in result.stdout
 
 
+@pytest.mark.slow
 def test_evaluate_cli_says_so_when_the_run_has_no_report_yet(comparison, data_dir, tmp_path):
     """A run killed before its report (or still training) has no report.md to write into: say so."""
     run_dir = tmp_path / "killed"
@@ -301,6 +306,7 @@ def test_compare_flag_errors_are_one_line_and_exit_2(args, message, tmp_path):
     assert not (tmp_path / "cmp").exists()
 
 
+@pytest.mark.slow
 def test_compare_names_the_policy_and_log_when_training_fails(tmp_path, data_dir):
     # 10 images (1 per class) cannot fill a batch of 16: the training process exits with an error.
     result = _run("acgan.compare", "--steps", "2", "--batch", "16", "--max_per_class", "1", "--width", "0.125",
@@ -317,6 +323,7 @@ def test_evaluate_refuses_a_folder_without_a_run(tmp_path):
     assert result.returncode == 2 and "not a readable acgan run folder" in result.stderr
 
 
+@pytest.mark.slow
 def test_evaluate_judges_with_other_judge_seeds(comparison, data_dir):
     """--judge_seed N: a judge trained from another initialisation and order, cached beside seed 0's;
     --judges 2: the same samples judged again by the next seed's judge, the spread reported."""

@@ -80,6 +80,7 @@ def test_the_gradient_is_the_transformation_run_backwards():
     np.testing.assert_array_equal(gradient[:, :2], 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_the_preset_step_trains_d_on_augmented_images_and_samples_stay_unaugmented(policy, set_policy):
     import dataclasses

@@ -219,6 +219,7 @@ def synchronized_float16(mirrored, overflows):
 # mixed_float16 last, and the overflow tests right after, synchronized batch norm first: the shared
 # trainer's step runs again soon after its first use (after other trainers' steps on the strategy, its
 # next call costs TensorFlow seconds of CPU to set the function up again; measured ~5 s).
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", sorted(POLICIES, key=lambda policy: policy == "mixed_float16"))
 def test_two_replicas_match_one_device(policy, mirrored, set_policy, request):
     set_policy(policy)
@@ -308,6 +309,7 @@ def _overflow_on_replica(trainer, victim, overflows):
 # gradients upstream of it; without it the overflow stays on its replica: the case Keras gets wrong.
 @pytest.mark.parametrize("victim, sync_bn", [("d", True), ("d", False), ("g", False), ("q", False)],
                          ids=["d-sync_bn", "d", "g", "q"])
+@pytest.mark.slow
 def test_overflow_on_the_second_replica_skips_on_every_replica(victim, sync_bn, overflows, set_policy, request):
     set_policy("mixed_float16")
     if sync_bn:  # the shared trainer from its initial state, settled as a fresh one would be
@@ -348,6 +350,7 @@ def test_without_the_guard_keras_applies_another_replicas_overflow(unsynchronize
         _restore(trainer, saved)
 
 
+@pytest.mark.slow
 def test_per_replica_xla_runs_without_synchronized_batch_norm(mirrored):
     trainer = _trainer(mirrored, jit=True, sync_bn=False)
     assert trainer.compile_mode == "forward_backward" and not trainer.synchronized_batch_norm
@@ -410,6 +413,7 @@ def _finish(processes, timeout=300):
     return results
 
 
+@pytest.mark.slow
 def test_two_workers_on_localhost_agree_only_the_chief_writes_and_sigterm_stops_both_at_one_step(
         tmp_path, data_dir_with_doodles):
     """One pair of workers for both checks (starting a worker is most of their cost): SIGTERM to the
@@ -484,6 +488,7 @@ def test_cost_counts_every_device():
     assert cpu["cost_per_million_batches"] is None
 
 
+@pytest.mark.slow
 def test_a_run_moves_between_two_replicas_and_one_device(tmp_path, set_policy, data_dir_with_doodles):
     """Preempted on one machine, resumed on another: the checkpoint does not depend on the replicas."""
     from acgan.config import Config

@@ -52,6 +52,7 @@ def _max_difference(a, b):
     return max(float(np.max(np.abs(np.asarray(x, np.float64) - y))) for x, y in zip(a, b))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy,jit", [("float32", True), ("mixed_float16", False)])
 def test_the_average_follows_the_ramped_recurrence_and_generate_samples_it(policy, jit, set_policy):
     set_policy(policy)
@@ -71,6 +72,7 @@ def test_the_average_follows_the_ramped_recurrence_and_generate_samples_it(polic
     np.testing.assert_allclose(np.asarray(trainer.generate(z, labels), np.float32), from_average, atol=2e-3)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_the_average_exactly(tmp_path, set_policy):
     set_policy("float32")
     straight = _step()
@@ -88,6 +90,7 @@ def test_a_resumed_run_continues_the_average_exactly(tmp_path, set_policy):
     assert _max_difference(resumed.ema_values(), [v.astype(np.float64) for v in straight.ema_values()]) < 1e-6
 
 
+@pytest.mark.slow
 def test_decay_0_keeps_none_and_a_checkpoint_without_one_starts_the_average_at_g(tmp_path, set_policy):
     set_policy("float32")
     old = _step(decay=0.0)  # --ema_decay 0: no average

@@ -47,6 +47,7 @@ def _state(run, mode, name):
     return {key: run[f"{mode}/{name}/state/{i}"] for i, key in enumerate(keys)}
 
 
+@pytest.mark.slow
 def test_the_sharded_step_equals_the_one_device_step(runs):
     # The batch of 16 is split 4 rows per device; the state is replicated, every copy the same.
     assert runs["steps/shard_rows"].tolist() == [[4] * 4] * 4

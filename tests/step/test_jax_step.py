@@ -248,6 +248,7 @@ def float32_runs(weights, jax_runs):
     return batch, tf_run, jax_runs["float32"]
 
 
+@pytest.mark.slow
 def test_the_jax_step_never_imports_tensorflow(jax_runs):
     """The runner blocks `import tensorflow` before importing Keras, acgan.step.jax_step,
     acgan.step.common and acgan.training.health: it gets that far, on JAX, with TensorFlow still blocked."""

@@ -158,6 +158,7 @@ def float16_trainer(overflows):
 
 @pytest.mark.parametrize("victim, jit", [("d", False), ("g", False), ("q", False), ("d", True)],
                          ids=["d", "g", "q", "d-xla"])
+@pytest.mark.slow
 def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy, float16_trainer, overflows):
     set_policy("mixed_float16")
     shared = float16_trainer(jit)
@@ -200,6 +201,7 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
         assert all(np.isfinite(v.numpy()).all() for v in model.variables)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_no_loss_scaling_outside_float16(policy, set_policy):
     set_policy(policy)
@@ -227,6 +229,7 @@ def _scaled_and_applied(shared, scales):
     return {name: float(norm.numpy()) for name, norm in shared.handed.items()}, applied
 
 
+@pytest.mark.slow
 def test_losses_are_scaled_by_their_own_optimizer(set_policy, float16_trainer):
     """The scale reaches the gradients, each loss's by its own optimizer, and that optimizer removes it.
 

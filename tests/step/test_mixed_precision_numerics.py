@@ -134,6 +134,7 @@ def float32_run():
     return weights, reference
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_first_step_gradients_agree_with_float32(policy, float32_run, set_policy):
     weights, reference = float32_run
@@ -147,6 +148,7 @@ def test_first_step_gradients_agree_with_float32(policy, float32_run, set_policy
     ("never unscaled", {"d", "g", "q"}),
     ("G scaled by Q's optimizer", {"g"}),
 ], ids=["scaled_twice", "never_unscaled", "wrong_optimizer"])
+@pytest.mark.slow
 def test_the_check_rejects_broken_loss_scaling(breakage, victims, float32_run, set_policy, monkeypatch):
     weights, reference = float32_run
     # Scaled twice, Q's loss (x 1024^2) overflows float16 and its step is skipped: zero moments, also caught.

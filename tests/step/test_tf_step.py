@@ -33,6 +33,7 @@ def _batch_mean(model, layer, inputs):
         return np.mean(np.asarray(source(inputs, training=True), np.float64), axis=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy,jit", [("float32", True), ("mixed_float16", False)])
 def test_g_batch_norm_moves_once_per_step_with_momentum_0_9(policy, jit, set_policy):
     set_policy(policy)
@@ -46,6 +47,7 @@ def test_g_batch_norm_moves_once_per_step_with_momentum_0_9(policy, jit, set_pol
         np.testing.assert_allclose(g.get_layer(name).moving_mean.numpy(), mean, rtol=2e-2, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow
 def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch(set_policy):
     set_policy("float32")
     trainer = _trainer(jit=False)
@@ -61,6 +63,7 @@ def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch(se
     np.testing.assert_allclose(trunk.get_layer("d_bn3").moving_mean.numpy(), expected, rtol=2e-2, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_metrics_are_one_vector_read_at_once(set_policy):
     set_policy("float32")
     trainer = _trainer(jit=False)
@@ -110,6 +113,7 @@ def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_clas
     np.testing.assert_allclose(np.asarray(results[False].q_loss), np.asarray(results[True].q_loss), rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("g_learns_from_q", [True, False])
 def test_without_g_learns_from_q_the_class_loss_does_not_reach_g(g_learns_from_q, set_policy):
     """g_learns_from_q=False (acgan_cifar): Q's optimizer holds the trunk and Q head only, and G's update
@@ -141,6 +145,7 @@ def test_without_g_learns_from_q_the_class_loss_does_not_reach_g(g_learns_from_q
         assert difference == 0.0
 
 
+@pytest.mark.slow
 def test_learning_rate_scale_sets_every_optimizers_rate_and_zero_stops_the_weights(set_policy):
     """set_learning_rate_scale(f): each optimizer's rate is its preset rate times f, read by the compiled
     step without a retrace; at 0 a step leaves every trainable weight where it was."""

@@ -58,6 +58,7 @@ def _overwrite_with_noise(path, start=64, length=4096):
         f.write(os.urandom(length))
 
 
+@pytest.mark.slow
 def test_damaged_checkpoints_resume_from_the_newest_intact_one(tmp_path):
     run_dir, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
     _ok(run_dir, ["--checkpoint_every", "2"], steps=6)  # ckpt-2, ckpt-4, ckpt-6
@@ -115,6 +116,7 @@ def _file_size_limit(limit):
     return apply
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["tmpfs", "file_size_limit"])
 def test_a_full_disk_stops_clearly_and_keeps_the_last_checkpoint(tmp_path, how):
     mount = tmp_path / "disk"
@@ -162,6 +164,7 @@ def _wait_for(condition, proc, timeout=240):
     raise AssertionError("timed out")
 
 
+@pytest.mark.slow
 def test_one_writer_per_run_folder_and_a_stale_lock_is_taken_over(tmp_path):
     run_dir = tmp_path / "run"
     first = _train("--steps", "100000", "--checkpoint_every", "2", "--output_dir", str(run_dir))

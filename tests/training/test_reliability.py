@@ -43,6 +43,7 @@ def _wait_for_checkpoint(run_dir, proc, at_least, timeout=240):
     raise AssertionError("no checkpoint appeared")
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_continues_from_the_checkpoint(tmp_path):
     run_dir = tmp_path / "run"
     args = ["--policy", "mixed_float16", "--output_dir", str(run_dir), "--checkpoint_every", "3", *TINY]
@@ -74,6 +75,7 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(tmp_path):
     assert _latest_step(run_dir) == killed_at + 2
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_the_report(tmp_path):
     run_dir = tmp_path / "run"
     proc = _train("--steps", "100000", "--checkpoint_every", "1000", "--output_dir", str(run_dir), *TINY)
@@ -105,6 +107,7 @@ def _weights(run_dir):
     return {k: reader.get_tensor(k) for k in keys}
 
 
+@pytest.mark.slow
 def test_resumed_run_matches_an_uninterrupted_one(tmp_path, set_policy):
     set_policy("float32")
     straight = loop.run(_config(tmp_path / "a", steps=6))
@@ -117,6 +120,7 @@ def test_resumed_run_matches_an_uninterrupted_one(tmp_path, set_policy):
         np.testing.assert_allclose(a[key], b[key], rtol=1e-4, atol=1e-5, err_msg=key)
 
 
+@pytest.mark.slow
 def test_same_seed_gives_the_same_first_steps(tmp_path, set_policy):
     set_policy("float32")
     one = loop.run(_config(tmp_path / "a", steps=2))
@@ -128,6 +132,7 @@ def test_same_seed_gives_the_same_first_steps(tmp_path, set_policy):
     assert m1["d_loss"] != pytest.approx(m3["d_loss"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, set_policy, monkeypatch):
     set_policy("float32")
     config = _config(tmp_path, steps=4)
@@ -147,6 +152,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, set_policy,
     # Reads 5 steps apart: the device counts the skips in a row between them.
     (5, 100, "q_optimizer skipped 5 steps in a row at step 5", None),
 ])
+@pytest.mark.slow
 def test_endless_float16_skips_stop_the_run(tmp_path, set_policy, monkeypatch, log_every, checkpoint_every, expected,
                                             last_checkpoint):
     set_policy("mixed_float16")
@@ -164,6 +170,7 @@ def test_endless_float16_skips_stop_the_run(tmp_path, set_policy, monkeypatch, l
     assert _latest_step(result.run_dir) == last_checkpoint
 
 
+@pytest.mark.slow
 def test_reads_far_apart_still_never_checkpoint_a_non_finite_step(tmp_path, set_policy, monkeypatch):
     """Metrics read every 7 steps: the NaN from step 5 is caught by the read before step 6's checkpoint."""
     set_policy("float32")
@@ -188,6 +195,7 @@ def test_monitor_reads_scale_below_one_as_divergence():
     assert "g_optimizer's loss scale fell to 0.5 at step 7" in monitor.check(7, metrics)
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_different_model_and_an_empty_folder(tmp_path, set_policy):
     set_policy("float32")
     config = _config(tmp_path, steps=2)
