@@ -114,7 +114,6 @@ def _run_in_process(argv, monkeypatch, capsys):
     return exit_info.value.code, capsys.readouterr().err
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
 def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys, set_policy, doodles_cache):
     make_args, message = BAD_INPUTS[case]
@@ -133,6 +132,27 @@ def test_bad_input_gives_one_line_and_exit_2(case, tmp_path, monkeypatch, capsys
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], stderr[-2000:]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_diverged_run_exits_3_with_one_line(tmp_path, monkeypatch, capsys, set_policy, doodles_cache):
+    """The command's exit status for a run whose losses turn non-finite (D's loss NaN from the first step):
+    3, one line, no checkpoint (the JAX session checks the same run's report in its own process)."""
+    from acgan.errors import DIVERGED_STATUS
+    from acgan.step import losses
+
+    honest = losses.bce
+    monkeypatch.setattr(losses, "bce", lambda target, logits: honest(target, logits) * float("nan"))
+    run_dir = tmp_path / "run"
+    status, stderr = _run_in_process(["--steps", "6", "--batch", "16", "--width", "0.125", "--no-jit",
+                                      "--checkpoint_every", "2", "--sample_every", "1000", "--warmup_steps", "0",
+                                      "--output_dir", str(run_dir), "--data_dir", str(doodles_cache)],
+                                     monkeypatch, capsys)
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert status == DIVERGED_STATUS and len(errors) == 1, stderr[-2000:]
+    assert "non-finite" in errors[0] or "diverged" in errors[0].lower()
+    assert not list((run_dir / "checkpoints").glob("ckpt-*"))
+    assert json.loads((run_dir / "report.json").read_text())["status"] == "diverged"
 
 
 def test_generate_refuses_a_folder_without_a_run(tmp_path):
