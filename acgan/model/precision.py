@@ -1,4 +1,5 @@
-"""All of precision: the dtype-policy switch, a float32 scope, and the loss-scaled optimizer factory."""
+"""All of precision: the dtype-policy switch, a policy scope (float32's for the judge), and the loss-scaled
+optimizer factory."""
 import contextlib
 
 import keras
@@ -13,15 +14,19 @@ def set_policy(name):
 
 
 @contextlib.contextmanager
-def float32_policy():
-    """Builds and loads under float32, then restores whatever global policy was set (the judge is
-    always float32, whatever policy the process trains under)."""
+def policy_scope(name):
+    """Builds and loads under policy `name`, then restores whatever global policy was set."""
     previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy("float32")
+    set_policy(name)
     try:
         yield
     finally:
         keras.mixed_precision.set_global_policy(previous)
+
+
+def float32_policy():
+    """policy_scope("float32"): the judge is always float32, whatever policy the process trains under."""
+    return policy_scope("float32")
 
 
 def needs_loss_scaling(policy_name):

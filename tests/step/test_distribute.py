@@ -3,8 +3,8 @@ across replicas, two workers on localhost, and the clear errors.
 
 Building a trainer and tracing its distributed step is most of what these tests cost, so the mixed_float16
 trainers are shared: the overflows are injected, and the guard switched off, through variables
-(`Overflows`) instead of patched functions and a retrace, so one trace serves a trainer's honest steps,
-every injected overflow and the unguarded step; the synchronized one also serves the one-device
+(`Overflows`, on overflow_injection.py) instead of patched functions and a retrace, so one trace serves a
+trainer's honest steps, every injected overflow and the unguarded step; the synchronized one also serves the one-device
 comparison under mixed_float16, restarting from its saved initial state. One pair of worker processes
 shows both what a two-worker run writes and how SIGTERM stops it.
 """
@@ -20,6 +20,7 @@ import time
 
 import keras
 import numpy as np
+import overflow_injection
 import pytest
 import tensorflow as tf
 from conftest import CPU_REPLICAS, POLICIES
@@ -106,74 +107,30 @@ def _relative_difference(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(a))
 
 
-def _optimizers(trainer):
-    return {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
-
-
-def _state_variables(trainer):
-    """Everything a step reads or writes: the models' variables (BN statistics, spectral norms' u), the
-    optimizers' (iterations, rate, moments, loss-scale state), the step, the skip streak, G's average."""
-    return ([v for model in trainer.models for v in model.variables]
-            + [v for o in _optimizers(trainer).values() for v in o.variables]
-            + [trainer.step, trainer._scratch.skip_streak, *trainer.ema_checkpointable.weights])
-
-
-def _save(trainer):
-    """The trainer's state as host arrays: each variable's first replica's copy, which _restore writes to
-    every replica (equal copies but for the unsynchronized trainer's batch-norm statistics)."""
-    return [np.array(v.numpy()) for v in _state_variables(trainer)]
-
-
-def _restore(trainer, state):
-    for variable, value in zip(_state_variables(trainer), state):
-        variable.assign(value)  # in cross-replica context: every replica's copy
-
-
-class Overflows:
+class Overflows(overflow_injection.OverflowInjection):
     """The module's test hooks in the step, each switched by a variable that the step reads when it runs,
     so switching needs no retrace.
 
-    precision.scale_loss: a registered optimizer's scaled loss on the second replica times its factor, 1
-    (the honest scaled loss, exactly: x * 1 rounds to x) or inf (an overflow on that replica only); every
-    other optimizer's is the honest one. distribute.agree_on_finite: the guard runs, and its result is
-    what the step gets unless `unguarded` (then the replicas' own gradients, as with no guard at all).
-    While guarded, every trainer the module traces after the fixture gets exactly the honest values."""
+    precision.scale_loss (overflow_injection.OverflowInjection): a registered optimizer's scaled loss on the
+    second replica times its factor, 1 or inf (an overflow on that replica only). distribute.agree_on_finite:
+    the guard runs, and its result is what the step gets unless `unguarded` (then the replicas' own
+    gradients, as with no guard at all). While guarded, every trainer the module traces after the fixture gets
+    exactly the honest values."""
 
     REPLICA = 1
 
     def __init__(self, honest_scale_loss, honest_agree_on_finite):
-        self.honest_scale_loss, self.honest_agree_on_finite = honest_scale_loss, honest_agree_on_finite
-        self.factors = []  # (optimizer, its factor variable)
+        super().__init__(honest_scale_loss)
+        self.honest_agree_on_finite = honest_agree_on_finite
         self.guarded = tf.Variable(True, trainable=False)
 
-    def register(self, trainer):
-        with trainer.strategy.scope():
-            for optimizer in _optimizers(trainer).values():
-                self.factors.append((optimizer, tf.Variable(1.0, trainable=False)))
-        return trainer
-
-    def scale_loss(self, optimizer, loss):
-        scaled = self.honest_scale_loss(optimizer, loss)
-        for registered, factor in self.factors:
-            if registered is optimizer:
-                replica_id = tf.distribute.get_replica_context().replica_id_in_sync_group
-                on_replica = tf.equal(replica_id, self.REPLICA)
-                return scaled * tf.where(on_replica, tf.cast(factor, scaled.dtype), tf.ones((), scaled.dtype))
-        return scaled
+    def applied(self, factor, dtype):
+        replica_id = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return tf.where(tf.equal(replica_id, self.REPLICA), tf.cast(factor, dtype), tf.ones((), dtype))
 
     def agree_on_finite(self, grads):
         agreed = self.honest_agree_on_finite(grads)
         return [None if g is None else tf.where(self.guarded, a, g) for a, g in zip(agreed, grads)]
-
-    @contextlib.contextmanager
-    def overflowing(self, optimizer):
-        """The steps inside overflow `optimizer`'s loss on the second replica."""
-        factor = next(f for o, f in self.factors if o is optimizer)
-        factor.assign(np.float32("inf"))
-        try:
-            yield
-        finally:
-            factor.assign(1.0)
 
     @contextlib.contextmanager
     def unguarded(self):
@@ -194,26 +151,14 @@ def overflows():
         yield hooks
 
 
-@contextlib.contextmanager
-def _mixed_float16():
-    """Builds a shared trainer under mixed_float16, then restores the policy of the test that asked for it
-    first (fixtures asked for in a test body come up after its set_policy)."""
-    previous = keras.mixed_precision.global_policy()
-    tf_step.precision.set_policy("mixed_float16")
-    try:
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
-
-
 @pytest.fixture(scope="module")
 def synchronized_float16(mirrored, overflows):
     """The mixed_float16 trainer with synchronized batch norm, registered with `overflows`, and its initial
     state: the one-device comparison under mixed_float16 and the synchronized overflow test both restart
     from that state, so its step is traced once for the two."""
-    with _mixed_float16():
+    with tf_step.precision.policy_scope("mixed_float16"):  # then back to the policy of the test asking first
         trainer = overflows.register(_trainer(mirrored))
-    return trainer, _save(trainer)
+    return trainer, overflow_injection.save_state(trainer)
 
 
 # mixed_float16 last, and the overflow tests right after, synchronized batch norm first: the shared
@@ -226,7 +171,7 @@ def test_two_replicas_match_one_device(policy, mirrored, set_policy, request):
     single = _trainer(tf.distribute.get_strategy())
     if policy == "mixed_float16":  # the shared trainer, back at its initial state (built like _trainer's)
         distributed, initial = request.getfixturevalue("synchronized_float16")
-        _restore(distributed, initial)
+        overflow_injection.restore_state(distributed, initial)
     else:
         distributed = _trainer(mirrored)
     assert distributed.replicas == CPU_REPLICAS and distributed.synchronized_batch_norm
@@ -290,14 +235,14 @@ def unsynchronized_trainer(mirrored, overflows):
     """One settled trainer for the overflow tests without synchronized batch norm, registered with
     `overflows`: each injects its overflow from the state the previous one left (they compare against the
     state just before their own step)."""
-    with _mixed_float16():
+    with tf_step.precision.policy_scope("mixed_float16"):  # then back to the policy of the test asking first
         return _settle(overflows.register(_trainer(mirrored, sync_bn=False)))
 
 
 def _overflow_on_replica(trainer, victim, overflows):
     """One step of a registered mixed_float16 trainer whose `victim` loss overflows on the second replica:
     (optimizers, {name: (scales, iterations) per replica before the step}, the step's metrics read)."""
-    optimizers = _optimizers(trainer)
+    optimizers = overflow_injection.optimizers(trainer)
     before = {k: (_per_replica(trainer, o.dynamic_scale), _per_replica(trainer, o.iterations))
               for k, o in optimizers.items()}
     with overflows.overflowing(optimizers[victim]):
@@ -314,7 +259,7 @@ def test_overflow_on_the_second_replica_skips_on_every_replica(victim, sync_bn, 
     set_policy("mixed_float16")
     if sync_bn:  # the shared trainer from its initial state, settled as a fresh one would be
         trainer, initial = request.getfixturevalue("synchronized_float16")
-        _restore(trainer, initial)
+        overflow_injection.restore_state(trainer, initial)
         _settle(trainer)
     else:
         trainer = request.getfixturevalue("unsynchronized_trainer")
@@ -338,7 +283,7 @@ def test_without_the_guard_keras_applies_another_replicas_overflow(unsynchronize
     gets its state back afterwards."""
     set_policy("mixed_float16")
     trainer = unsynchronized_trainer
-    saved = _save(trainer)
+    saved = overflow_injection.save_state(trainer)
     try:
         with overflows.unguarded():
             _, before, _ = _overflow_on_replica(trainer, "d", overflows)
@@ -347,7 +292,7 @@ def test_without_the_guard_keras_applies_another_replicas_overflow(unsynchronize
         weights = trainer.models.d_head.trainable_variables
         assert not all(np.isfinite(v.numpy()).all() for v in weights), "an inf update was expected"
     finally:
-        _restore(trainer, saved)
+        overflow_injection.restore_state(trainer, saved)
 
 
 @pytest.mark.slow

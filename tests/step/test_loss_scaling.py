@@ -1,31 +1,26 @@
 """Under mixed_float16 an overflow in one loss skips exactly that optimizer's step.
 
 The mixed_float16 trainers are shared (`float16_trainer`): one per compile mode for the module, built and
-traced once. The overflow is injected through a variable (`Overflows`) instead of a patched function and
-a retrace, so one trace (one XLA compile) serves the honest steps and every victim; each test starts from
+traced once. The overflow is injected through a variable (overflow_injection.py) instead of a patched
+function and a retrace, so one trace (one XLA compile) serves the honest steps and every victim; each test starts from
 a saved state of its trainer (`Shared.restore`), so it sees what a fresh trainer in that state would.
 """
-import contextlib
 
 import keras
 import numpy as np
+import overflow_injection
 import pytest
 import tensorflow as tf
 
 from acgan.data.batches import sample_noise
 from acgan.model import networks, precision
 from acgan.step import tf_step
-
-OPTIMIZERS = ("d", "g", "q")
+from acgan.step.common import OPTIMIZER_NAMES
 
 
 def _small_trainer(jit):
     m = networks.build_models((28, 28, 1), 10, width=0.125)
     return tf_step.TensorFlowStep(m, 10, jit=jit)
-
-
-def _optimizers(trainer):
-    return {"d": trainer.d_optimizer, "g": trainer.g_optimizer, "q": trainer.q_optimizer}
 
 
 def _batch(n=8):
@@ -51,41 +46,10 @@ def _settle(trainer, batch, max_steps=30):
     raise AssertionError("loss scales did not settle")
 
 
-class Overflows:
-    """precision.scale_loss for the module: a registered optimizer's scaled loss times its factor variable,
-    1 (the honest scaled loss, exactly: x * 1 rounds to x) or inf (an overflow in that loss); every other
-    optimizer's is the honest one. The factor is read when the step runs, so flipping it needs no retrace."""
-
-    def __init__(self, honest):
-        self.honest = honest
-        self.factors = []  # (optimizer, its factor variable)
-
-    def register(self, trainer):
-        for optimizer in _optimizers(trainer).values():
-            self.factors.append((optimizer, tf.Variable(1.0, trainable=False)))
-
-    def scale_loss(self, optimizer, loss):
-        scaled = self.honest(optimizer, loss)
-        for registered, factor in self.factors:
-            if registered is optimizer:
-                return scaled * tf.cast(factor, scaled.dtype)
-        return scaled
-
-    @contextlib.contextmanager
-    def overflowing(self, optimizer):
-        """The steps inside overflow `optimizer`'s loss."""
-        factor = next(f for o, f in self.factors if o is optimizer)
-        factor.assign(np.float32("inf"))
-        try:
-            yield
-        finally:
-            factor.assign(1.0)
-
-
 @pytest.fixture(scope="module")
 def overflows():
     with pytest.MonkeyPatch.context() as patch:
-        injector = Overflows(precision.scale_loss)
+        injector = overflow_injection.OverflowInjection(precision.scale_loss)
         patch.setattr(tf_step.precision, "scale_loss", injector.scale_loss)
         yield injector
 
@@ -95,39 +59,28 @@ class Shared:
     reach each optimizer (`handed`, written inside the step), and states to restart from."""
 
     def __init__(self, jit, overflows):
-        previous = keras.mixed_precision.global_policy()
-        precision.set_policy("mixed_float16")
-        try:
+        with precision.policy_scope("mixed_float16"):
             keras.utils.set_random_seed(0)
-            self.trainer = trainer = _small_trainer(jit)
-        finally:
-            keras.mixed_precision.set_global_policy(previous)
-        overflows.register(trainer)
-        optimizers = _optimizers(trainer)
-        self.handed = {name: tf.Variable(0.0, trainable=False) for name in optimizers}
+            self.trainer = trainer = overflows.register(_small_trainer(jit))
+        named = overflow_injection.optimizers(trainer)
+        self.handed = {name: tf.Variable(0.0, trainable=False) for name in named}
         honest_apply = trainer._apply
 
         def recording_apply(optimizer, grads, variables):
-            name = next(n for n, o in optimizers.items() if o is optimizer)
+            name = next(n for n, o in named.items() if o is optimizer)
             self.handed[name].assign(tf.linalg.global_norm(grads))
             honest_apply(optimizer, grads, variables)
 
         trainer._apply = recording_apply  # this trainer's own, for its life (the module's)
         trainer.retrace()
-        # Everything a step reads or writes: the models' variables (BN statistics, spectral norms' u), the
-        # optimizers' (iterations, rate, moments, loss-scale state), the step, the skip streak, G's average.
-        self.variables = ([v for model in trainer.models for v in model.variables]
-                          + [v for o in optimizers.values() for v in o.variables]
-                          + [trainer.step, trainer._scratch.skip_streak, *trainer.ema_checkpointable.weights])
         self.initial = self.save()
         self._pinned = None
 
     def save(self):
-        return [np.array(v.numpy()) for v in self.variables]
+        return overflow_injection.save_state(self.trainer)
 
     def restore(self, state):
-        for variable, value in zip(self.variables, state):
-            variable.assign(value)
+        overflow_injection.restore_state(self.trainer, state)
 
     def pinned(self, batch):
         """The state after settling on `batch` from the initial one, then pinning every scale to 256."""
@@ -136,7 +89,7 @@ class Shared:
             _settle(self.trainer, batch)
             # A modest scale leaves no room for a natural overflow on the injected step, so only the
             # victim skips.
-            for optimizer in _optimizers(self.trainer).values():
+            for optimizer in overflow_injection.optimizers(self.trainer).values():
                 optimizer.dynamic_scale.assign(256.0)
             self._pinned = self.save()
         return self._pinned
@@ -163,7 +116,7 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
     set_policy("mixed_float16")
     shared = float16_trainer(jit)
     trainer = shared.trainer
-    optimizers = _optimizers(trainer)
+    optimizers = overflow_injection.optimizers(trainer)
     # Only D trains d_head and only Q trains q_head; G is shared with Q, so G is judged by its optimizer.
     m = trainer.models
     exclusive = {"d": m.d_head.trainable_variables, "q": m.q_head.trainable_variables, "g": []}
@@ -180,7 +133,7 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
 
     with overflows.overflowing(victim_optimizer):
         metrics = trainer.train_step(*batch)
-        skipped = {name: int(metrics[f"{name}_skipped"]) for name in OPTIMIZERS}
+        skipped = {name: int(metrics[f"{name}_skipped"]) for name in OPTIMIZER_NAMES}
 
     assert float(victim_optimizer.dynamic_scale) == before_scale[victim] / 2
     assert int(victim_optimizer.iterations) == before_iterations[victim]
@@ -218,7 +171,7 @@ def _scaled_and_applied(shared, scales):
      {name: Adam's first moments, i.e. (1 - beta_1) * the unscaled gradients it applied})."""
     trainer = shared.trainer
     shared.restore(shared.initial)
-    optimizers = _optimizers(trainer)
+    optimizers = overflow_injection.optimizers(trainer)
     trainer.d_optimizer.learning_rate.assign(0.0)  # G and Q then see the same D in both runs
     for name, optimizer in optimizers.items():
         optimizer.dynamic_scale.assign(scales[name])
