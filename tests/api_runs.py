@@ -125,3 +125,23 @@ def acgan_command(*args, cwd=None, env=None, wait=True):
                                 env=env or child_env(), cwd=cwd or ROOT)
     return subprocess.run(command, capture_output=True, text=True, env=env or child_env(), cwd=cwd or ROOT,
                           timeout=600)
+
+
+# The figures every benchmark folder holds.
+BENCHMARK_FIGURES = ("time_per_batch.png", "time_per_1000_samples.png", "cost_per_million_batches.png", "tflops.png")
+# Runs python -m acgan.benchmark in this process's place and prints, at exit, which of Keras, TensorFlow
+# and JAX the sweep's own (parent) process imported: none, as the workers load their backends.
+PARENT_PROBE = """
+import atexit, runpy, sys
+atexit.register(lambda: print("parent imported:", sorted(m for m in ("keras", "tensorflow", "jax")
+                                                          if sys.modules.get(m) is not None)))
+sys.argv = ["acgan.benchmark"] + sys.argv[1:]
+runpy.run_module("acgan.benchmark", run_name="__main__")
+"""
+
+
+def run_parent_probe(*args, env=None, timeout=600):
+    """python -m acgan.benchmark ARGS through PARENT_PROBE: the CompletedProcess, its stdout ending in the
+    line "parent imported: [...]". env: more variables (PYTHONPATH goes after the checkout's)."""
+    return subprocess.run([sys.executable, "-c", PARENT_PROBE, *args], capture_output=True, text=True,
+                          env=child_env(**(env or {})), cwd=ROOT, timeout=timeout)

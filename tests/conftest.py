@@ -11,44 +11,19 @@ asks for one. `make test` runs each session on two pytest-xdist workers with --d
 run on one worker, so each module-scoped run is made once. No test asserts a speed: what is timed is checked
 by its structure (fields, units, windows, sums), speed claims live in the benchmark.
 """
-import contextlib
-import importlib.abc
 import os
-import sys
 import shutil
 from pathlib import Path
 
+from blocked_imports import TensorFlowBlocker
+
 TESTS = Path(__file__).resolve().parent
 BACKEND = os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-BLOCKED = ("tensorflow", "tensorflow_datasets")
+import_blocker = TensorFlowBlocker()
+if BACKEND == "jax":
+    import_blocker.install()
 
-
-class ImportBlocker(importlib.abc.MetaPathFinder):
-    """Makes every import of TensorFlow fail (ImportError) and records the attempt, caught or not."""
-
-    def __init__(self):
-        self.attempts = []
-
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCKED:
-            self.attempts.append(name)
-            raise ImportError(f"{name} is blocked in the JAX test session")
-        return None
-
-    @contextlib.contextmanager
-    def ignored(self):
-        """A test's own reading that tries TensorFlow and falls back without it (tensorboard's
-        EventAccumulator): still blocked, not held against the code under test."""
-        before = len(self.attempts)
-        yield
-        del self.attempts[before:]
-
-
-import_blocker = ImportBlocker()
-if BACKEND == "jax":  # before anything imports Keras
-    sys.meta_path.insert(0, import_blocker)
-
-from api_runs import FAST_XLA, JaxRun, train_tf_run  # noqa: E402  (after the blocker)
+from api_runs import FAST_XLA, JaxRun, train_tf_run  # noqa: E402  (after the blocker is installed)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # XLA compiles at backend optimisation level 0 in the tests and the processes they start (api_runs.FAST_XLA).

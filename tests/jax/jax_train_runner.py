@@ -8,24 +8,16 @@ exit the attempts are printed to stderr as `tensorflow imports attempted: [...]`
 attempt that something caught and went on from.
 """
 import atexit
-import importlib.abc
 import runpy
 import sys
+from pathlib import Path
 
-BLOCKED = ("tensorflow", "tensorflow_datasets")
-attempts = []
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for blocked_imports
+from blocked_imports import TensorFlowBlocker  # noqa: E402
 
-
-class BlockTensorFlow(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCKED:
-            attempts.append(name)
-            raise ImportError(f"{name} is blocked in this test process")
-        return None
-
-
-sys.meta_path.insert(0, BlockTensorFlow())
-atexit.register(lambda: sys.stderr.write(f"\ntensorflow imports attempted: {sorted(set(attempts))}\n"))
+blocker = TensorFlowBlocker()
+blocker.install()
+atexit.register(lambda: sys.stderr.write(f"\ntensorflow imports attempted: {sorted(set(blocker.attempts))}\n"))
 
 args = sys.argv[1:]
 sys.argv = ["acgan.train", "--backend", "jax", *args]

@@ -16,33 +16,17 @@ hence one sweep and tiny sizes.
 """
 import csv
 import json
-import os
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from api_runs import BENCHMARK_FIGURES, run_parent_probe
 
 from acgan.bench import sweep_runs, tables, worker
 from acgan.measure import advice
 
-ROOT = Path(__file__).resolve().parents[2]
-FIGURES = ("time_per_batch.png", "time_per_1000_samples.png", "cost_per_million_batches.png", "tflops.png")
 OK, KILLED, OOM = 8, 12, 16
 POLICIES = ("float32", "mixed_float16")
 STEPS, WARMUP, REPEATS = 2, 1, 2
-
-# Runs python -m acgan.benchmark in this process's place and prints, at exit, which of Keras, TensorFlow
-# and JAX the sweep's own (parent) process imported: none, as the workers load their backends.
-PARENT_PROBE = """
-import atexit, runpy, sys
-atexit.register(lambda: print("parent imported:", sorted(m for m in ("keras", "tensorflow", "jax")
-                                                          if sys.modules.get(m) is not None)))
-sys.argv = ["acgan.benchmark"] + sys.argv[1:]
-runpy.run_module("acgan.benchmark", run_name="__main__")
-"""
-
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
@@ -52,15 +36,14 @@ def sweep(tmp_path_factory):
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('tensorflow is blocked in this test')\n")
     out = tmp / "out"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join((str(ROOT), str(blocker.parent))),
-               **{worker.INJECT_VARIABLE: f"oom:{OOM},kill:{KILLED}"})
-    proc = subprocess.run(
-        [sys.executable, "-c", PARENT_PROBE, "--backends", "jax", "--synthetic", "--policies", ",".join(POLICIES),
-         "--batches", f"{OK},{KILLED},{OOM}", "--jit", "on", "--steps", str(STEPS), "--warmup", str(WARMUP),
-         "--repeats", str(REPEATS), "--width", "0.125", "--overhead_batch", str(OK), "--output_dir", str(out),
-         "--profile", str(tmp / "profiles"), "--profile_length", "1"],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    proc = run_parent_probe(
+        "--backends", "jax", "--synthetic", "--policies", ",".join(POLICIES), "--batches", f"{OK},{KILLED},{OOM}",
+        "--jit", "on", "--steps", str(STEPS), "--warmup", str(WARMUP), "--repeats", str(REPEATS), "--width", "0.125",
+        "--overhead_batch", str(OK), "--output_dir", str(out), "--profile", str(tmp / "profiles"),
+        "--profile_length", "1",
+        env={"JAX_PLATFORMS": "cpu", "PYTHONPATH": str(blocker.parent),
+             worker.INJECT_VARIABLE: f"oom:{OOM},kill:{KILLED}"},
+        timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "benchmark.json").read_text())
     return out, doc, {(r["policy"], r["batch"]): r for r in doc["results"]}, proc
@@ -172,7 +155,7 @@ def test_failing_configurations_are_recorded_and_the_sweep_goes_on(sweep):
         assert killed["time_per_1000_samples_ms"] is None and oom["time_per_1000_samples_ms"] is None
     md = (out / "benchmark.md").read_text()
     assert "**failed**: worker killed by SIGKILL" in md and "**oom**: JaxRuntimeError: RESOURCE_EXHAUSTED" in md
-    for name in FIGURES:
+    for name in BENCHMARK_FIGURES:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 

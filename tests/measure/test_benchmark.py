@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from api_runs import BENCHMARK_FIGURES, run_parent_probe
 
 from acgan.bench import jobs, plots, results, sweep, sweep_runs, tables, worker
 from acgan.measure import advice
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--width", "0.125", "--steps", "2", "--warmup", "1", "--repeats", "2", "--jit", "off"]
-FIGURES = ("time_per_batch.png", "time_per_1000_samples.png", "cost_per_million_batches.png", "tflops.png")
 
 
 def run_cli(module, *args, env=None, cwd=None):
@@ -32,24 +32,6 @@ def run_cli(module, *args, env=None, cwd=None):
     environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), environment.get("PYTHONPATH")) if p)
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                           env=environment, cwd=cwd or ROOT, timeout=600)
-
-
-# Runs python -m acgan.benchmark in this process's place and prints, at exit, which of Keras, TensorFlow
-# and JAX the sweep's own (parent) process imported: none, as the workers load their backends.
-PARENT_PROBE = """
-import atexit, runpy, sys
-atexit.register(lambda: print("parent imported:", sorted(m for m in ("keras", "tensorflow", "jax")
-                                                          if sys.modules.get(m) is not None)))
-sys.argv = ["acgan.benchmark"] + sys.argv[1:]
-runpy.run_module("acgan.benchmark", run_name="__main__")
-"""
-
-
-def run_parent_probe(*args, env=None):
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
-    environment["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), environment.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable, "-c", PARENT_PROBE, *args], capture_output=True, text=True,
-                          env=environment, cwd=ROOT, timeout=600)
 
 
 # The sweep of the `bench` fixture; its trainer-overhead run reads the metrics at every step (--log_every 1),
@@ -99,9 +81,9 @@ def test_rows_give_flops_tflops_and_a_profile(bench):
 
 def test_sweep_writes_every_file(bench):
     out, doc, proc = bench
-    for name in ("benchmark.json", "benchmark.csv", "benchmark.md") + FIGURES:
+    for name in ("benchmark.json", "benchmark.csv", "benchmark.md") + BENCHMARK_FIGURES:
         assert (out / name).stat().st_size > 0, name
-    for name in FIGURES:
+    for name in BENCHMARK_FIGURES:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "benchmark folder" in proc.stdout
     # One log per worker: the probe, each configuration, and the overhead section's trainer and G-EMA runs.
@@ -236,7 +218,7 @@ def test_report_merges_devices(bench, tmp_path):
     assert [run["device"] for run in merged["runs"]] == [here, "Tesla T4"]
     assert set(plots.series(merged["results"])) == {
         (d, "TensorFlow", p, False) for d in (here, "Tesla T4") for p in ("float32", "mixed_bfloat16")}
-    for name in ("benchmark.csv", "benchmark.md") + FIGURES:
+    for name in ("benchmark.csv", "benchmark.md") + BENCHMARK_FIGURES:
         assert (merged_dir / name).exists(), name
     md = (merged_dir / "benchmark.md").read_text()
     assert f"### {here}, TensorFlow, XLA off" in md and "### Tesla T4, TensorFlow, XLA off" in md
@@ -378,7 +360,7 @@ def test_failing_configurations_are_recorded_and_the_sweep_goes_on(replicas):
     assert rows[16]["time_per_1000_samples_ms"] is None
     md = (out / "benchmark.md").read_text()
     assert "**oom**: ResourceExhaustedError: injected" in md
-    for name in FIGURES:
+    for name in BENCHMARK_FIGURES:
         assert (out / name).exists()
 
 
