@@ -11,7 +11,7 @@ COMMANDS = {
     "compare": "train every policy on the same budget, judge each, and write one page",
     "benchmark": "time backend x policy x batch x XLA, each configuration in a fresh process",
     "benchmark_merge": "merge benchmark.json files from several machines into one report",
-    "export": "a run's generator as one Keras file that loads without acgan",
+    "export": "a run's generator as one file that loads without acgan (Keras, SavedModel or ONNX)",
 }
 
 

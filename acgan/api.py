@@ -47,7 +47,9 @@ from acgan.util import disk
 
 # Flags that take a list: a call takes a list, a tuple or a comma-separated string.
 LIST_SETTINGS = ("classes", "devices", "policies", "backends", "batches", "jit")
-EXPORT_FORMATS = ("keras", "savedmodel")
+EXPORT_FORMATS = ("keras", "savedmodel", "onnx")
+# Each file format and the suffix its --out must end in (savedmodel: a folder).
+EXPORT_SUFFIXES = {"keras": ".keras", "onnx": ".onnx"}
 
 
 # ---- What the calls return ----
@@ -112,14 +114,17 @@ class Samples:
 
 @dataclasses.dataclass(frozen=True)
 class Exported:
-    """acgan.export's file (or SavedModel folder) and the metadata it carries (acgan.json)."""
+    """acgan.export's file (.keras or .onnx, or a SavedModel folder) and the metadata it carries (acgan.json)."""
     path: Path
     metadata: dict
 
     def load(self):
-        """The exported generator as a Keras model (a .keras file; a SavedModel loads with tf.saved_model.load)."""
+        """The exported generator as a Keras model (a .keras file; a SavedModel loads with tf.saved_model.load,
+        an ONNX file with onnxruntime.InferenceSession)."""
         if self.path.is_dir():
             raise UserError(f"{self.path} is a SavedModel: load it with tf.saved_model.load")
+        if self.path.suffix.lower() == ".onnx":
+            raise UserError(f"{self.path} is an ONNX file: load it with onnxruntime.InferenceSession")
         import keras  # here: Keras loads on the backend this process chose
 
         return keras.saving.load_model(self.path)
@@ -303,16 +308,21 @@ def export(run=None, out=None, keep_policy=False, format="keras", ema=True, back
     acgan.export writes it: keras.saving.load_model(out) on TensorFlow or JAX gives a model from (noise,
     labels) to images in [0, 1], with acgan.json inside (noise size, image shape, class names).
     keep_policy: the layers keep the run's policy (default: float32). format="savedmodel": a SavedModel
-    folder for TF Serving (needs TensorFlow). ema: the moving average of G's weights where the run kept
-    one (False: G's own). Returns Exported."""
+    folder for TF Serving (needs TensorFlow); format="onnx": a .onnx file for onnxruntime (the onnx
+    extra; float32 only). ema: the moving average of G's weights where the run kept one (False: G's own).
+    Returns Exported."""
     _require_run(run)
     if out is None or not os.fspath(out):
         raise UserError("--out is required: the file to write, e.g. generator.keras")
     if format not in EXPORT_FORMATS:
-        raise UserError(f"unknown format {format!r}: choose {' or '.join(EXPORT_FORMATS)}")
+        raise UserError(f"unknown format {format!r}: choose {', '.join(EXPORT_FORMATS[:-1])} or {EXPORT_FORMATS[-1]}")
     out = Path(out)
     if format == "keras" and out.suffix.lower() != ".keras":
         raise UserError(f"--out must name a .keras file, not {out.name!r} (--format savedmodel writes a folder)")
+    if format == "onnx" and out.suffix.lower() != ".onnx":
+        raise UserError(f"--out must name a .onnx file with --format onnx, not {out.name!r}")
+    if format == "onnx" and keep_policy:
+        raise UserError("--keep_policy cannot go with --format onnx: Keras exports ONNX from float32 models only")
     if format == "savedmodel" and out.exists():
         raise UserError(f"--out {out} already exists: --format savedmodel writes a new folder")
     if not Path(run).is_dir():
@@ -321,7 +331,14 @@ def export(run=None, out=None, keep_policy=False, format="keras", ema=True, back
         if importlib.util.find_spec("tensorflow") is None:
             raise UserError("--format savedmodel needs tensorflow, which is not installed: "
                             + backend_lib.INSTALL["tensorflow"])
-    exporting = _use_for_run(backend, run).export
+    name = _backend_for_run(backend, run)
+    if format == "onnx":
+        converter = backend_lib.ONNX_CONVERTERS[name]
+        missing = [p for p in ("onnx", converter) if importlib.util.find_spec(p) is None]
+        if missing:
+            raise UserError(f"--format onnx on {name} needs {' and '.join(missing)}, which "
+                            f"{'is' if len(missing) == 1 else 'are'} not installed: {backend_lib.INSTALL['onnx']}")
+    exporting = _keras_side(name).export
     with _policy_restored():
         meta = exporting.export_run(Path(run), out, keep_policy=keep_policy, format=format, ema=ema)
     return Exported(out, meta)
@@ -396,12 +413,16 @@ def _choose_backend(name):
     return name or _running_backend() or backend_lib.default()
 
 
-def _use_for_run(name, run):
-    """_keras_side on the backend the run commands choose: the named one, else the one Keras runs on, else
-    KERAS_BACKEND, else the run's own. A folder that holds no run is refused first, before Keras loads
-    (seconds)."""
+def _backend_for_run(name, run):
+    """The backend the run commands choose: the named one, else the one Keras runs on, else KERAS_BACKEND,
+    else the run's own. A folder that holds no run is refused (UserError), before Keras loads (seconds)."""
     config, _ = read_run(Path(run))
-    return _keras_side(name or _running_backend() or os.environ.get("KERAS_BACKEND") or config.backend)
+    return name or _running_backend() or os.environ.get("KERAS_BACKEND") or config.backend
+
+
+def _use_for_run(name, run):
+    """_keras_side on the backend the run commands choose (_backend_for_run)."""
+    return _keras_side(_backend_for_run(name, run))
 
 
 def _keras_side(name):

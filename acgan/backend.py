@@ -13,9 +13,11 @@ import sys
 from acgan.config import validate_backend
 from acgan.errors import UserError
 
-# What to run to install a backend: acgan installs from its checkout (README, "Install").
+# What to run to install a backend (or the onnx extra): acgan installs from its checkout (README, "Install").
 INSTALL = {name: f"in the acgan checkout, pip install -c constraints.txt -e '.[{name}]'"
-           for name in ("tensorflow", "jax")}
+           for name in ("tensorflow", "jax", "onnx")}
+# The package Keras's ONNX export converts with, per backend (keras/src/export/onnx.py).
+ONNX_CONVERTERS = {"tensorflow": "tf2onnx", "jax": "jax2onnx"}
 
 
 def default():

@@ -1,5 +1,6 @@
-"""CLI: python -m acgan.export --run DIR --out generator.keras [--keep_policy] [--format keras|savedmodel]:
-the run's generator as one file that loads without acgan (keras.saving.load_model, TensorFlow or JAX).
+"""CLI: python -m acgan.export --run DIR --out generator.keras [--keep_policy] [--format keras|savedmodel|onnx]:
+the run's generator as one file that loads without acgan (keras.saving.load_model, TensorFlow or JAX; an
+ONNX file: onnxruntime).
 
 From Python: acgan.export(run, out="generator.keras", ...) returns an acgan.api.Exported."""
 import functools
@@ -13,11 +14,13 @@ from acgan import api, cli
 def define_flags():
     """The command's flags; cli.run_main defines them before parsing (importing the module defines none)."""
     flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
-    flags.DEFINE_string("out", None, "The file to write: a .keras file (--format savedmodel: a new folder).")
+    flags.DEFINE_string("out", None, "The file to write: a .keras file (--format savedmodel: a new folder; "
+                        "--format onnx: a .onnx file).")
     flags.DEFINE_boolean("keep_policy", False, "Keep the run's dtype policy in every layer (default: float32, "
                          "which samples the same on any machine).")
     flags.DEFINE_string("format", "keras", "keras: one .keras file for keras.saving.load_model; savedmodel: a "
-                        "TensorFlow SavedModel folder for TF Serving (needs TensorFlow).")
+                        "TensorFlow SavedModel folder for TF Serving (needs TensorFlow); onnx: one .onnx file for "
+                        "onnxruntime (float32; needs the onnx extra).")
     cli.define_ema_flag()
     cli.define_backend_flag(of_run=True)
 

@@ -4,7 +4,8 @@ fixtures), and helpers for tests that start acgan's commands:
 - tf_run: the reference preset on doodles, mixed_float16 with XLA (the fastest mixed run on a CPU),
   trained by acgan.train in the test process (TensorFlow);
 - jax_run: acgan_cifar on swatches in float32 on JAX, in a child process of its own (one backend per
-  process): trained by acgan.train, sampled by acgan.generate and exported by the `acgan export` command.
+  process): trained by acgan.train, sampled by acgan.generate, exported by acgan.export as a .keras file
+  and by the `acgan export --format onnx` command as an ONNX file (jax2onnx).
 """
 import json
 import os
@@ -21,7 +22,8 @@ TINY = dict(steps=2, batch=8, width=0.125, max_per_class=10, sample_every=2, che
 # compiles in about half the CPU time; what it computes is the same up to float rounding.
 FAST_XLA = "--xla_backend_optimization_level=0"
 
-# The export command runs through its main in the same process: the only command whose flags it defines.
+# The export command runs through its main in the same process (once: a second run would define its flags
+# again), after the call has exported the .keras file.
 JAX_RUN = """
 import json, sys
 import numpy as np
@@ -31,10 +33,12 @@ root, tiny = sys.argv[1], json.loads(sys.argv[2])
 run = acgan.train(backend="jax", dataset="swatches", output_dir=f"{root}/run", data_dir=f"{root}/data", **tiny)
 samples = acgan.generate(run, per_class=2, seed=3)
 np.savez(f"{root}/generated.npz", images=samples.images, noise=samples.noise, labels=samples.labels)
+acgan.export(run, out=f"{root}/generator.keras")
 try:
-    main(["export", "--run", f"{root}/run", "--out", f"{root}/generator.keras"])
+    main(["export", "--run", f"{root}/run", "--out", f"{root}/generator.onnx", "--format", "onnx"])
 except SystemExit as e:
     assert not e.code, e.code
+print("tensorflow imported:", sys.modules.get("tensorflow") is not None)  # installed, and not needed on JAX
 """
 
 
@@ -50,7 +54,8 @@ def train_tf_run(folder):
 class JaxRun:
     """The shared JAX run (conftest.py's session fixture `jax_run`): its child starts when made, so it trains
     while this process does other work; `finished()` waits for it and returns (its folder, holding run/,
-    generated.npz and generator.keras; the child's stdout)."""
+    generated.npz, generator.keras and generator.onnx; the child's stdout, ending in whether it imported
+    TensorFlow)."""
 
     def __init__(self, folder):
         self.folder = folder

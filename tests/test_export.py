@@ -1,7 +1,8 @@
 """acgan.export: a run's generator as one Keras file that a process where acgan cannot be imported loads
 on TensorFlow or on JAX (without TensorFlow there), and that samples what acgan.generate samples from the
 same noise and labels: both presets, both training backends, a mixed_float16 run exported in float32 and
-with its policy kept; SavedModel for TF Serving; one-line errors."""
+with its policy kept; SavedModel for TF Serving; ONNX from both backends, read by onnxruntime; one-line
+errors."""
 import json
 import subprocess
 import sys
@@ -70,8 +71,9 @@ def exported(jax_run, tf_run, tmp_path_factory):
     samples = acgan.generate(tf_run, per_class=2, seed=3)
     np.savez(root / "tf-generated.npz", images=samples.images, noise=samples.noise, labels=samples.labels)
     jax_dir, out = jax_run.finished()
-    assert f"wrote {jax_dir / 'generator.keras'}: G's moving average at step 2, float32; noise 100 (uniform in [-1, 1]), " \
+    assert f"wrote {jax_dir / 'generator.onnx'}: G's moving average at step 2, float32; noise 100 (uniform in [-1, 1]), " \
            "10 classes, images 32x32x3 in [0, 1] (acgan.json inside)" in out
+    assert out.strip().endswith("tensorflow imported: False")  # training, sampling, both exports on JAX
     return {
         "jax-acgan_cifar-float32": (jax_dir / "generator.keras", jax_dir / "generated.npz"),
         "tensorflow-reference-mixed_float16-as-float32": (root / "tf-float32.keras", root / "tf-generated.npz"),
@@ -186,11 +188,84 @@ def test_savedmodel_serves_the_same_images(tf_run, tmp_path_factory):
         acgan.export(run, out=out, format="savedmodel")
 
 
+# ONNX: how closely onnxruntime's images match acgan.generate's (measured: 1.2e-7 from the TensorFlow run,
+# which is mixed_float16 exported in float32, so up to float16's rounding as above; 6e-8 from the JAX run).
+ONNX = {
+    "jax-acgan_cifar-float32": ("jax", 1e-5),
+    "tensorflow-reference-mixed_float16-as-float32": ("tensorflow", EXPORTS["tensorflow-reference-mixed_float16-as-float32"]),
+}
+
+
+def onnx_snippet():
+    """docs/api.md's three lines that load an exported ONNX file in onnxruntime and sample ten images."""
+    lines = (ROOT / "docs" / "api.md").read_text().splitlines()
+    start = lines.index("    import numpy as np, onnxruntime")
+    assert lines[start + 1].startswith("    session = onnxruntime.InferenceSession(")
+    return "\n".join(line[4:] for line in lines[start:start + 3])
+
+
+@pytest.fixture(scope="module")
+def onnx_files(exported, jax_run, tf_run, tmp_path_factory):
+    """{name: (ONNX file, acgan.generate's npz)}: the TensorFlow run exported here by acgan.export (tf2onnx),
+    the JAX run by the `acgan export --format onnx` command in its child (jax2onnx)."""
+    path = tmp_path_factory.mktemp("onnx") / "tf.onnx"
+    assert acgan.export(tf_run, out=path, format="onnx").path == path
+    jax_dir, _ = jax_run.finished()
+    return {
+        "jax-acgan_cifar-float32": (jax_dir / "generator.onnx", exported["jax-acgan_cifar-float32"][1]),
+        "tensorflow-reference-mixed_float16-as-float32":
+            (path, exported["tensorflow-reference-mixed_float16-as-float32"][1]),
+    }
+
+
+@pytest.mark.parametrize("name", ONNX)
+def test_the_onnx_file_samples_what_generate_does_in_onnxruntime(onnx_files, name):
+    import onnxruntime
+
+    backend, tolerance = ONNX[name]
+    path, inputs = onnx_files[name]
+    session = onnxruntime.InferenceSession(str(path))
+    assert [(i.name, i.type, len(i.shape)) for i in session.get_inputs()] == [("z", "tensor(float)", 2),
+                                                                            ("labels", "tensor(int32)", 1)]
+    with np.load(inputs) as generated:
+        images = session.run(None, {"z": generated["noise"], "labels": generated["labels"]})[0]
+        expected = generated["images"]
+    assert images.shape == expected.shape and images.dtype == np.float32  # the batch is not fixed at export
+    difference = np.abs(images - expected).max()
+    assert difference <= tolerance, difference
+    assert np.ptp(expected) > 10 * tolerance
+    meta = json.loads(session.get_modelmeta().custom_metadata_map["acgan.json"])
+    assert meta == read_metadata(path)
+    assert (meta["format"], meta["policy"], meta["exported_on"]) == ("acgan-generator/1", "float32", backend)
+    docs = {}  # docs/api.md's three lines, as printed there
+    exec(onnx_snippet().replace('"generator.onnx"', repr(str(path))), docs)
+    assert docs["images"].shape == (10, *meta["image_shape"]) and 0 <= docs["images"].min() <= docs["images"].max() <= 1
+
+
+def test_onnx_without_its_converter_is_one_line(tmp_path, monkeypatch):
+    """Keras converts with tf2onnx on TensorFlow: where it is missing, one line naming it and the extra."""
+    import importlib.util
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(Config(dataset="doodles").to_json())
+    (tmp_path / "run" / "dataset.json").write_text(json.dumps({"class_names": ["a", "b"], "image_shape": [28, 28, 1]}))
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tf2onnx" else find_spec(name, *a))
+    with pytest.raises(acgan.UserError) as error:
+        acgan.export(tmp_path / "run", out=tmp_path / "g.onnx", format="onnx")
+    assert str(error.value) == ("--format onnx on tensorflow needs tf2onnx, which is not installed: in the acgan "
+                                "checkout, pip install -c constraints.txt -e '.[onnx]'")
+    assert not (tmp_path / "g.onnx").exists()
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(out="g.keras"), "--run is required: the folder of a training run"),
     (dict(run="r"), "--out is required: the file to write, e.g. generator.keras"),
-    (dict(run="r", out="g.keras", format="onnx"), "unknown format 'onnx': choose keras or savedmodel"),
-], ids=["no run", "no out", "unknown format"])
+    (dict(run="r", out="g.keras", format="tflite"), "unknown format 'tflite': choose keras, savedmodel or onnx"),
+    (dict(run="r", out="g.keras", format="onnx"), "--out must name a .onnx file with --format onnx, not 'g.keras'"),
+    (dict(run="r", out="g.onnx", format="onnx", keep_policy=True),
+     "--keep_policy cannot go with --format onnx: Keras exports ONNX from float32 models only"),
+], ids=["no run", "no out", "unknown format", "onnx: not a .onnx file", "onnx: keep_policy"])
 def test_export_errors_are_one_line(kwargs, message):
     with pytest.raises(acgan.UserError) as error:
         acgan.export(**kwargs)

@@ -22,14 +22,23 @@ samples the same anywhere, CPUs included. keep_policy: each layer keeps the run'
 or mixed_bfloat16 compute, float32 outputs), for serving on the hardware the run trained on.
 
 What a user needs besides the model travels inside the file: `acgan.json` in the .keras archive (a zip
-that Keras reads by name, so an extra member is left alone), or `assets.extra/acgan.json` in a SavedModel
-folder (TF Serving's place for extra files): METADATA_FORMAT, the noise size and distribution, the label
+that Keras reads by name, so an extra member is left alone), `assets.extra/acgan.json` in a SavedModel
+folder (TF Serving's place for extra files), or the metadata entry "acgan.json" of an ONNX file (onnxruntime:
+`session.get_modelmeta().custom_metadata_map`): METADATA_FORMAT, the noise size and distribution, the label
 and image contracts, the class names, and the run it came from.
+
+ONNX goes through Keras's own `model.export(format="onnx")`: tf2onnx on TensorFlow, jax2onnx on JAX, from
+a float32 model only (Keras's rule; api.export refuses --keep_policy with it). The inputs are named `z`
+(float32 [N, noise_dim]) and `labels` (int32 [N]); the batch is dynamic; the output's name depends on the
+backend that wrote the file, so read the first output.
 """
+import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -104,28 +113,34 @@ def metadata(config, info, generator, step, keep_policy, run_dir, which="raw"):
 
 
 def read_metadata(path):
-    """acgan.json of an exported file (.keras) or folder (SavedModel)."""
+    """acgan.json of an exported file (.keras, .onnx) or folder (SavedModel)."""
     path = Path(path)
     if path.is_dir():
         return json.loads((path / "assets.extra" / METADATA_NAME).read_text())
+    if path.suffix.lower() == ".onnx":
+        import onnx  # here: only ONNX files need it (the onnx extra)
+
+        model = onnx.load(str(path), load_external_data=False)
+        return json.loads({entry.key: entry.value for entry in model.metadata_props}[METADATA_NAME])
     with zipfile.ZipFile(path) as archive:
         return json.loads(archive.read(METADATA_NAME))
 
 
 def export_run(run_dir, out, keep_policy=False, format="keras", ema=True):
-    """Writes the generator of `run_dir`'s newest intact checkpoint to `out` (a .keras file, or with
-    format="savedmodel" a new SavedModel folder); returns its metadata. Sets the run's dtype policy
+    """Writes the generator of `run_dir`'s newest intact checkpoint to `out` (a .keras file; with
+    format="savedmodel" a new SavedModel folder; with format="onnx" a .onnx file); returns its metadata. Sets the run's dtype policy
     (as acgan.generate does). ema: G's moving average where the run kept one. Nothing is left half-written:
     the file or folder appears whole or not at all."""
     config, info, trainer = load_run(Path(run_dir), ema=ema)
-    generator = portable_generator(trainer.models.generator, keep_policy)
+    with backend.tensorflow_hidden():  # on JAX, each layer's get_config probes TensorFlow (a 10-second import)
+        generator = portable_generator(trainer.models.generator, keep_policy)
     meta = metadata(config, info, generator, int(trainer.step.numpy()), keep_policy, run_dir,
                     sampled_generator(trainer))
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with disk.full_disk_stops_clearly(out.parent):
-            (_save_savedmodel if format == "savedmodel" else _save_keras)(generator, meta, out)
+            SAVERS[format](generator, meta, out)
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}") from None
     return meta
@@ -155,3 +170,42 @@ def _save_savedmodel(generator, meta, out):
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _converters_quiet():
+    """What Keras's ONNX export says that is no news to a user: its numpy-2 patch of tf2onnx sets
+    np.object (a FutureWarning), and onnx_ir, under jax2onnx, logs a warning for every shape value whose
+    type it cannot name (the batch size's among them) and leaves that annotation out of the file."""
+    logger = logging.getLogger("onnx_ir.serde")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*np.object", category=FutureWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _save_onnx(generator, meta, out):
+    import onnx  # here: only ONNX export needs it (the onnx extra)
+
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".onnx")
+    os.close(fd)
+    # The signature given, not inferred: Keras 3.15's ONNX export takes a Functional model that was never
+    # called (a clone) for one it cannot trace unless a signature is passed.
+    signature = [[keras.InputSpec(dtype=x.dtype, shape=x.shape, name=x.name) for x in generator.inputs]]
+    try:
+        with _converters_quiet(), backend.tensorflow_hidden():
+            generator.export(tmp, format="onnx", verbose=False, input_signature=signature)
+        model = onnx.load(tmp)
+        model.metadata_props.add(key=METADATA_NAME, value=json.dumps(meta, indent=2) + "\n")
+        onnx.save(model, tmp)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+SAVERS = {"keras": _save_keras, "savedmodel": _save_savedmodel, "onnx": _save_onnx}
