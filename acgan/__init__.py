@@ -8,6 +8,8 @@ the others, run as python -m acgan.train; an explicit `import acgan.train` binds
 """
 from acgan.errors import DiskFull, UserError  # noqa: F401
 
+__version__ = "0.1.0"  # the one place it is written: pyproject.toml reads it (importlib.metadata.version("acgan"))
+
 CALLS = ("train", "generate", "evaluate", "compare", "benchmark", "export")
 RESULTS = ("Run", "Samples", "Exported", "Report")
 

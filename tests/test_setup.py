@@ -40,3 +40,17 @@ def test_make_and_ci_install_with_the_constraints():
     assert '-e ".[tensorflow,jax,test]"' in makefile  # both backends: the suite compares them
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
+
+def test_the_version_is_the_packages_one():
+    """acgan.__version__ is the one place the version is written: pyproject.toml reads it (dynamic), so the
+    installed package's metadata says the same."""
+    import importlib.metadata
+    import tomllib
+
+    import acgan
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+", acgan.__version__)
+    assert acgan.__version__ == importlib.metadata.version("acgan")
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" in pyproject["project"]["dynamic"] and "version" not in pyproject["project"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "acgan.__version__"}
