@@ -23,7 +23,7 @@
 # then merges the phases that finished into one benchmark.json / .md / .csv and figures
 # (python -m acgan.benchmark_merge) in an output folder given by $OUT when it is set, else in
 # outputs/gpu-benchmark-<time>/. Each phase's own report and worker logs are kept beside it, in phases/
-# (packed as one archive, phases.tgz, when $OUT is set, so the folder holds a few files, none deep),
+# (packed as one archive, phases.tgz, when $OUT is set),
 # with each configuration's profile (--profile: profile.md, profile.json and the step's hlo.txt; the
 # traces themselves are left out, being large) unless ACGAN_GPU_PROFILE=0.
 #
@@ -138,10 +138,10 @@ if [ ${#DONE[@]} -eq 0 ]; then
     exit 1
 fi
 "$PY" -m acgan.benchmark_merge "${DONE[@]}" --output_dir "$WORK/merged" > "$DEST/phases/merge.out" 2>&1 \
-    || { cat "$DEST/phases/merge.out" >&2; exit 1; }   # in phases/, packed with it: few files at the top
+    || { cat "$DEST/phases/merge.out" >&2; exit 1; }   # in phases/, packed with it
 cp "$WORK/merged"/benchmark.* "$WORK/merged"/*.png "$DEST/"
 if [ -n "${OUT:-}" ]; then
-    # In an output folder given by $OUT the phases travel as one archive: a few files, none deep.
+    # In an output folder given by $OUT the phases are packed as one archive.
     tar czf "$DEST/phases.tgz" -C "$DEST" phases && rm -rf "$DEST/phases"
 fi
 cat "$DEST/benchmark.md"
