@@ -1,6 +1,7 @@
 """The docs stay true to the code: in README.md and docs/*.md every relative link and anchor resolves,
-every `--flag` shown with a command is a flag of that command, and every acgan.X(...) shown takes the
-arguments it is shown with (a heading's signature: its names and defaults).
+every `--flag` shown with a command is a flag of that command, every default stated for a flag is its
+default, every acgan.X(...) shown takes the arguments it is shown with (a heading's signature: its names
+and defaults), and docs/api.md names every parameter of each call.
 
 A flag belongs to a command when it follows the command in a code line or code span (`python -m acgan.X
 ... --flag`, `acgan X --flag`, `acgan.X --flag`), or when it opens a code span in a table row, a heading
@@ -171,3 +172,88 @@ def test_every_call_shown_takes_the_arguments_it_is_shown_with(page):
     wrong = [f"{page}:{number}: acgan.{name}: {problem}" for number, name, node, heading in shown
              for problem in mismatches(inspect.signature(getattr(acgan, name)), node, heading)]
     assert len(shown) >= 4 and not wrong, "\n".join(wrong)
+
+
+def test_every_parameter_of_a_call_is_named_in_its_section_of_the_api_page():
+    """docs/api.md's section on each call (its heading, a signature, and the text below it) names every
+    parameter the call takes: in the heading, or as a code span of its own (`name` or `name=value`)."""
+    missing = {}
+    for section in re.split(r"\n(?=#{2,3} )", (ROOT / "docs" / "api.md").read_text()):
+        heading = re.match(r"### `acgan\.(\w+)\(([^\n]*)\n", section)
+        if heading:
+            named = set(re.findall(r"[(,]\s*\**(\w+)", "(" + heading.group(2))) | set(re.findall(r"`(\w+)(?:=[^`]*)?`",
+                                                                                               section))
+            parameters = inspect.signature(getattr(acgan, heading.group(1))).parameters
+            missing[heading.group(1)] = sorted(set(parameters) - named)
+    assert set(missing) == set(CALLS) and not any(missing.values()), missing
+
+
+# A default a page states for a command's flag: in a table whose columns are "flag | default | ...", the
+# default cell of a row whose first cell names the flags (one value per flag, ", "-separated); in prose,
+# `--flag` (VALUE) or `--flag`, default VALUE. Only literal values are compared (a number, on, off, or one code span); words ("the
+# preset's", "every GPU") and flags whose default is None (described in words) are left alone.
+TABLE_ROW = re.compile(r"^\|([^|]*)\|([^|]*)\|")
+VALUE = r"(\d[\d,]*(?:\.\d+)?|`[^`]+`)"
+PROSE_DEFAULT = re.compile(rf"`--([a-z][a-z0-9_]*)`(?: \({VALUE}\)|, default {VALUE})")
+
+
+def literal(text):
+    """A stated default as the value it names, or Ellipsis where it is words."""
+    text = text.strip()
+    if re.fullmatch(r"`[^`]+`", text) and not text.startswith("`--"):
+        return text.strip("`")
+    if re.fullmatch(r"\d[\d,]*(\.\d+)?", text):
+        return float(text.replace(",", ""))
+    return {"on": True, "off": False}.get(text, Ellipsis)
+
+
+def states(value, default):
+    """Whether a stated default (literal()) is the flag's default."""
+    if isinstance(value, bool):
+        return bool(default) == value or (isinstance(default, list) and default == ["on" if value else "off"])
+    if isinstance(value, float):
+        return not isinstance(default, bool) and isinstance(default, (int, float)) and float(default) == value
+    return (",".join(map(str, default)) if isinstance(default, list) else str(default)) == value
+
+
+def stated_defaults(path):
+    """(line number, command, flag, stated value) for each default the page states for a command's flag."""
+    found, context, columns = [], [PAGE_COMMAND.get(path.name)], None
+    for number, line, code in lines_of(path):
+        heading = None if code else HEADING.match(line)
+        if heading:
+            level, named = len(heading.group(1)), COMMAND.search(heading.group(2))
+            context = context[:level] + [context[-1]] * (level - len(context))
+            context.append(named.group(1) if named else context[-1])
+        row = None if code else TABLE_ROW.match(line)
+        if row and row.group(1).strip() == "flag":
+            columns = row.group(2).strip()
+        elif not row:
+            columns = None
+        if code or not context[-1]:
+            continue
+        if row and columns == "default":
+            flags = []
+            for flag in FLAG.findall(SPAN.sub(lambda m: m.group(0).split("(")[0], row.group(1))):
+                positive = re.sub(r"^no-?", "", flag)  # --no-jit, --nosync_bn: the boolean named before
+                if not (flag != positive and positive in flags):
+                    flags.append(flag)
+            values = [literal(v) for v in (row.group(2).split(", ") if len(flags) > 1 else [row.group(2)])]
+            if len(values) == len(flags) and Ellipsis not in values:
+                found += [(number, context[-1], flag, value) for flag, value in zip(flags, values)]
+        elif not row:
+            found += [(number, context[-1], flag, literal(in_brackets or after_default))
+                      for flag, in_brackets, after_default in PROSE_DEFAULT.findall(line)]
+    return found
+
+
+def test_every_default_a_page_states_is_the_flags_default():
+    known = command_flags(*COMMANDS)
+    stated = [(path, *use) for path in DOCS for use in stated_defaults(path)]
+    checked = [(path, number, command, flag, value) for path, number, command, flag, value in stated
+               if flag.replace("-", "_") in known[command] and known[command][flag.replace("-", "_")] is not None]
+    assert len(checked) > 40  # the parsing still finds them
+    wrong = [f"{path.relative_to(ROOT)}:{number}: --{flag} of acgan.{command}: the page says {value!r}, the default "
+             f"is {known[command][flag.replace('-', '_')]!r}" for path, number, command, flag, value in checked
+             if not states(value, known[command][flag.replace("-", "_")])]
+    assert not wrong, "\n".join(wrong)
