@@ -23,13 +23,6 @@ import_blocker = TensorFlowBlocker()
 if BACKEND == "jax":
     import_blocker.install()
 
-# One compute thread per process, set before a framework makes its pools: `make test` runs two pytest-xdist
-# workers on two cores, so a process's pool of one thread per core spins waiting for the core the other worker
-# holds. Measured on a 2-core AVX-512 EPYC, idle, a 400-step learning run: 7% less CPU time on TensorFlow,
-# 15% on JAX (docs/development.md#where-the-suites-time-goes). The processes the tests start inherit both.
-os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")  # TensorFlow's op pool, which its XLA programs use too
-os.environ.setdefault("PJRT_NPROC", "1")  # JAX's CPU client (xla/pjrt/utils.cc, DefaultThreadPoolSize)
-
 from api_runs import FAST_XLA, JaxRun, train_tf_run  # noqa: E402  (after the blocker is installed)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
