@@ -41,15 +41,12 @@ from acgan.config import POLICIES, Config, start_from_file
 from acgan.errors import UserError
 from acgan.quality import inception as inception_lib
 from acgan.quality.comparison import CompareSettings, train_runs
-from acgan.training import grids
+from acgan.training import export_request, grids
 from acgan.training.run_dir import config_to_resume, read_run
 from acgan.util import disk
 
 # Flags that take a list: a call takes a list, a tuple or a comma-separated string.
 LIST_SETTINGS = ("classes", "devices", "policies", "backends", "batches", "jit")
-EXPORT_FORMATS = ("keras", "savedmodel", "onnx")
-# Each file format and the suffix its --out must end in (savedmodel: a folder).
-EXPORT_SUFFIXES = {"keras": ".keras", "onnx": ".onnx"}
 
 
 # ---- What the calls return ----
@@ -312,32 +309,11 @@ def export(run=None, out=None, keep_policy=False, format="keras", ema=True, back
     extra; float32 only). ema: the moving average of G's weights where the run kept one (False: G's own).
     Returns Exported."""
     _require_run(run)
-    if out is None or not os.fspath(out):
-        raise UserError("--out is required: the file to write, e.g. generator.keras")
-    if format not in EXPORT_FORMATS:
-        raise UserError(f"unknown format {format!r}: choose {', '.join(EXPORT_FORMATS[:-1])} or {EXPORT_FORMATS[-1]}")
-    out = Path(out)
-    if format == "keras" and out.suffix.lower() != ".keras":
-        raise UserError(f"--out must name a .keras file, not {out.name!r} (--format savedmodel writes a folder)")
-    if format == "onnx" and out.suffix.lower() != ".onnx":
-        raise UserError(f"--out must name a .onnx file with --format onnx, not {out.name!r}")
-    if format == "onnx" and keep_policy:
-        raise UserError("--keep_policy cannot go with --format onnx: Keras exports ONNX from float32 models only")
-    if format == "savedmodel" and out.exists():
-        raise UserError(f"--out {out} already exists: --format savedmodel writes a new folder")
+    out = export_request.check_output(out, format, keep_policy)
     if not Path(run).is_dir():
         raise UserError(f"--run {os.fspath(run)} is not a folder")
-    if format == "savedmodel":
-        if importlib.util.find_spec("tensorflow") is None:
-            raise UserError("--format savedmodel needs tensorflow, which is not installed: "
-                            + backend_lib.INSTALL["tensorflow"])
     name = _backend_for_run(backend, run)
-    if format == "onnx":
-        converter = backend_lib.ONNX_CONVERTERS[name]
-        missing = [p for p in ("onnx", converter) if importlib.util.find_spec(p) is None]
-        if missing:
-            raise UserError(f"--format onnx on {name} needs {' and '.join(missing)}, which "
-                            f"{'is' if len(missing) == 1 else 'are'} not installed: {backend_lib.INSTALL['onnx']}")
+    export_request.check_installed(format, name)
     exporting = _keras_side(name).export
     with _policy_restored():
         meta = exporting.export_run(Path(run), out, keep_policy=keep_policy, format=format, ema=ema)
