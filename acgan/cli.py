@@ -15,7 +15,7 @@ from absl import app, flags, logging
 
 from acgan import backend
 from acgan.config import Config
-from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, DiskFull, UserError
+from acgan.errors import DISK_FULL_STATUS, LOST_WORKER_STATUS, USER_ERROR_STATUS, DiskFull, LostWorker, UserError
 
 # absl makes a flag a key flag (one --help lists) of the module that called DEFINE_*; the helpers below
 # define flags for a command, so the command, not this module, claims them.
@@ -163,6 +163,11 @@ def run_main(main, positional=False):
             fail(str(e))
         except DiskFull as e:
             fail(str(e), status=DISK_FULL_STATUS)
+        except LostWorker as e:  # now, not at exit: JAX's exit would wait for the lost peer, then abort
+            sys.stderr.write(f"error: {e}\n")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(LOST_WORKER_STATUS)
         finally:
             _COMMAND_LINE.reset(token)
 

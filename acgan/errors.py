@@ -3,6 +3,7 @@
 USER_ERROR_STATUS = 2   # a mistake the user can fix
 DIVERGED_STATUS = 3     # training diverged (acgan.train)
 DISK_FULL_STATUS = 4    # a write failed: no space left, a file-size limit or a disk quota
+LOST_WORKER_STATUS = 5  # a multi_worker run lost one of its processes (acgan.train)
 
 
 class UserError(Exception):
@@ -12,3 +13,8 @@ class UserError(Exception):
 class DiskFull(Exception):
     """A write failed for lack of space (or a file-size limit, or a quota). Its message is one line
     naming what could not be written and how much space is free; CLIs exit with DISK_FULL_STATUS."""
+
+
+class LostWorker(Exception):
+    """A multi_worker run lost a peer process. Its message is one line: what was lost, the step, the last
+    intact checkpoint and how to resume; CLIs exit with LOST_WORKER_STATUS without waiting for the peer."""

@@ -50,8 +50,9 @@ def tf_config():
     """The parsed TF_CONFIG of a multi-worker run; a clear error when it is missing or malformed."""
     text = os.environ.get("TF_CONFIG")
     if not text:
-        raise UserError("--strategy multi_worker needs TF_CONFIG (the cluster and this task) in the environment; "
-                        "see docs/scaling.md#several-workers")
+        raise UserError("--strategy multi_worker needs TF_CONFIG (the cluster and this task) in the environment "
+                        "(see docs/scaling.md#several-workers), or resume a multi_worker run on this one process "
+                        "with --strategy default")
     try:
         spec = json.loads(text)
         cluster, task = spec["cluster"], spec["task"]

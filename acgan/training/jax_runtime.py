@@ -19,7 +19,9 @@ from acgan.data.batches import BatchPlan, prefetched
 from acgan.errors import UserError
 from acgan.step.distribute import check_global_batch, short_device_name
 from acgan.step.factory import build_step
+from acgan.training import jax_checkpoints
 from acgan.training.jax_checkpoints import JaxCheckpoints
+from acgan.training.lost_worker import HEARTBEAT_SECONDS
 
 # acgan's own fallbacks for multi_worker's process count and id (JAX reads JAX_COORDINATOR_ADDRESS itself).
 PROCESS_ENV = {"num_processes": "JAX_NUM_PROCESSES", "process_id": "JAX_PROCESS_ID"}
@@ -37,11 +39,13 @@ def start_processes(config):
                 raise UserError(f"{variable} must be an integer, got {os.environ[variable]!r}") from None
         values[name] = value
     try:
-        jax.distributed.initialize(coordinator_address=config.coordinator_address, **values)
+        jax.distributed.initialize(coordinator_address=config.coordinator_address,
+                                   heartbeat_timeout_seconds=HEARTBEAT_SECONDS, **values)
     except (ValueError, TypeError, RuntimeError) as e:
         detail = " ".join(str(e).split())[:200]
         raise UserError(f"--strategy multi_worker on JAX: jax.distributed.initialize failed ({detail}); give "
-                        "--coordinator_address, --num_processes and --process_id (see docs/scaling.md)") from None
+                        "--coordinator_address, --num_processes and --process_id (see docs/scaling.md), or resume a "
+                        "multi_worker run on this one process with --strategy default") from None
 
 
 def _cpu_devices_named(devices):
@@ -147,3 +151,7 @@ class JaxRuntime:
     def wait_for_all_workers(self):
         if self.processes > 1:
             multihost_utils.sync_global_devices("acgan: run finished")
+
+    @staticmethod
+    def newest_checkpoint(directory):
+        return jax_checkpoints.newest_intact(directory)

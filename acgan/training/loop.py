@@ -24,7 +24,7 @@ from acgan.model.networks import run_preset
 from acgan.model.precision import needs_loss_scaling
 from acgan.step.common import learning_rate_scale
 from acgan.training import report as run_report
-from acgan.training import run_lock
+from acgan.training import lost_worker, run_lock
 from acgan.training.health import DivergenceMonitor
 from acgan.training.observers import Observers
 from acgan.training.report_content import assemble_report
@@ -114,14 +114,21 @@ def train_loop(setup, config, started):
         session.schedule_learning_rates(force=True)
         timing.start()
         going = True
-        while going:
-            block = timing.next_block(session.step)
-            observers.before_block(session, block)
-            batches = [next(session.batches) for _ in range(block.steps)]
-            observers.before_updates(session, block)
-            results = [setup.trainer.train_step(*batch) for batch in batches]
-            observers.after_updates(session, block, results)
-            going = session.after_block(results, block.read_now)
+        try:
+            while going:
+                block = timing.next_block(session.step)
+                observers.before_block(session, block)
+                batches = [next(session.batches) for _ in range(block.steps)]
+                observers.before_updates(session, block)
+                results = [setup.trainer.train_step(*batch) for batch in batches]
+                observers.after_updates(session, block, results)
+                going = session.after_block(results, block.read_now)
+        except Exception as error:  # a collective that failed because a peer process is gone: one line
+            lost = lost_worker.lost_peer(error, setup.runtime.name) if config.strategy == "multi_worker" else None
+            if lost is None:
+                raise
+            raise lost_worker.stopped(lost, session.step, config, setup.run_dir, setup.chief,
+                                      setup.runtime.newest_checkpoint) from None
 
         # -- the end: the last step's metrics, the final grid and checkpoint --
         session.read_last_step()  # the sync that ends its interval

@@ -123,3 +123,7 @@ class TensorFlowRuntime:
 
     def wait_for_all_workers(self):
         distribute.wait_for_all_workers(self.strategy)
+
+    @staticmethod
+    def newest_checkpoint(directory):
+        return checkpoint_files.newest_intact(directory)

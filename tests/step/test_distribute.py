@@ -27,6 +27,7 @@ from conftest import CPU_REPLICAS, POLICIES
 
 from acgan import presets
 from acgan.data.batches import sample_noise
+from acgan.errors import LOST_WORKER_STATUS
 from acgan.model.networks import build_models
 from acgan.step import distribute, tf_step
 
@@ -453,3 +454,39 @@ def test_a_run_moves_between_two_replicas_and_one_device(tmp_path, set_policy, d
     saved = tf.train.load_checkpoint(str(tmp_path / "run" / "checkpoints" / "ckpt-4"))
     scale = saved.get_tensor("gan/d_optimizer/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE")
     assert report["resumed_from"]["loss_scales"]["d"] == float(scale)
+
+
+@pytest.mark.slow
+def test_a_lost_worker_is_one_line_with_its_own_status_and_the_run_resumes_on_one_process(
+        tmp_path, data_dir_with_doodles):
+    """SIGKILL to worker 1 once the first checkpoint is written: worker 0's next collective fails at once
+    (the dead process's connections close), and it ends with one line naming the worker, the step and the
+    last intact checkpoint, exit status 5, the report saying so. Then the run resumes on one process."""
+    run_dir = tmp_path / "run"
+    data_dir_with_doodles(tmp_path / "data")
+    processes = _start_two_workers(tmp_path, "--steps", "100000", "--sample_every", "1000", "--checkpoint_every", "2",
+                                   "--no-jit")
+    deadline = time.time() + 240
+    while tf.train.latest_checkpoint(str(run_dir / "checkpoints")) is None:
+        assert time.time() < deadline and all(p.poll() is None for p in processes), "no checkpoint appeared"
+        time.sleep(0.2)
+    processes[1].kill()
+    processes[1].wait()
+    [(status, _, err)] = _finish(processes[:1], timeout=120)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]  # beside TensorFlow's own log lines
+    assert status == LOST_WORKER_STATUS and len(errors) == 1 and "Traceback" not in err, err[-3000:]
+    report = json.loads((run_dir / "report.json").read_text())
+    step, checkpoint = report["steps"], report["last_checkpoint"]
+    assert report["status"] == "lost_worker" and report["lost"] == "worker 1"
+    assert errors[0] == (f"error: lost worker 1 of this multi_worker run after step {step}; the last intact checkpoint "
+                         f"is {checkpoint}; resume on one process with python -m acgan.train --resume --output_dir "
+                         f"{run_dir} --strategy default, or start every process again with --resume")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    resumed = subprocess.run([sys.executable, "-m", "acgan.train", "--resume", "--output_dir", str(run_dir),
+                              "--strategy", "default", "--steps", str(step + 2)], env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "completed" and report["steps"] == step + 2
+    assert report["resumed_from"]["step"] == int(checkpoint.split("-")[-1])

@@ -1,0 +1,55 @@
+"""A multi_worker run that loses one of its processes ends in one line: what was lost, the step, the last
+intact checkpoint and the command that resumes; the chief's report says "status": "lost_worker".
+
+How a loss shows, measured with two processes on one machine and one killed with SIGKILL: the dead
+process's connections close, so the survivor's next collective fails within seconds. TensorFlow raises
+UnavailableError "Collective ops is aborted by: ..." naming the peer ("remote target
+/job:worker/replica:0/task:1"); JAX a Gloo error ("Connection closed by peer"), which names its address only.
+A process that vanishes without closing its connections (a host that dies) is found by the coordination
+service's heartbeat instead: TensorFlow's after 10 s (its default), JAX's after HEARTBEAT_SECONDS.
+"""
+import json
+import re
+from pathlib import Path
+
+from acgan.errors import LostWorker, UserError
+from acgan.util.files import write_json
+
+# JAX's heartbeat timeout (jax.distributed.initialize; JAX's own default is 100 s). Heartbeats come from a
+# thread of their own, so a slow step never misses one: only a process that is gone, or frozen, does.
+HEARTBEAT_SECONDS = 30
+
+_TF_PEER = re.compile(r"remote target /job:(\w+)/replica:\d+/task:(\d+)")
+_JAX_SIGNS = ("Connection closed by peer", "Connection reset by peer", "heartbeat timeout", "tasks are unhealthy")
+
+
+def lost_peer(error, backend):
+    """What `error` says was lost, as a multi_worker run's collective raised it ("worker 1", "a peer process"), or None when it is not a lost peer."""
+    text = str(error)
+    if backend == "tensorflow":
+        if type(error).__name__ not in ("UnavailableError", "CancelledError", "AbortedError", "InternalError"):
+            return None
+        if "Collective ops is aborted" not in text:
+            return None
+        peer = _TF_PEER.search(text)
+        return f"{peer.group(1)} {peer.group(2)}" if peer else "a peer worker"
+    sign = next((s for s in _JAX_SIGNS if s in text), None)
+    return f"a peer process ({sign.lower()})" if sign else None
+
+
+def stopped(lost, step, config, run_dir, chief, newest_checkpoint):
+    """The LostWorker to raise; on the chief, report.json first says "status": "lost_worker"."""
+    try:
+        checkpoint = newest_checkpoint(run_dir / "checkpoints") if (run_dir / "checkpoints").is_dir() else None
+    except UserError:  # every checkpoint damaged
+        checkpoint = None
+    name = Path(checkpoint).name if checkpoint else None
+    resume = f"python -m acgan.train --resume --output_dir {run_dir}"
+    if chief:
+        path = run_dir / "report.json"
+        report = json.loads(path.read_text()) if path.exists() else {}
+        report.update(status="lost_worker", steps=step, lost=lost, last_checkpoint=name, resume=resume)
+        write_json(path, report)
+    where = f"the last intact checkpoint is {name}" if name else f"no intact checkpoint in {run_dir / 'checkpoints'}"
+    return LostWorker(f"lost {lost} of this multi_worker run after step {step}; {where}; resume on one process with "
+                      f"{resume} --strategy default, or start every process again with --resume")
