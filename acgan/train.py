@@ -9,6 +9,7 @@ from absl import flags
 from acgan import api, backend, cli
 from acgan.config import Config, start_from_file
 from acgan.errors import DIVERGED_STATUS
+from acgan.training import jax_supervisor
 
 
 @functools.cache
@@ -40,6 +41,8 @@ def main(argv):
     if FLAGS.config:
         config, given = start_from_file(FLAGS.config, config, given)
     config = api.resolve_config(config, given)
+    if jax_supervisor.needed(config):  # JAX would abort this process for a lost coordinator: train in a child
+        sys.exit(jax_supervisor.supervise(config))
     result = api.train_with(config, command=cli.command_line())
     if config.strategy == "multi_worker":
         print(f"weights fingerprint: {result.weights_fingerprint}")

@@ -38,18 +38,24 @@ def lost_peer(error, backend):
 
 
 def stopped(lost, step, config, run_dir, chief, newest_checkpoint):
-    """The LostWorker to raise; on the chief, report.json first says "status": "lost_worker"."""
+    """The LostWorker to raise; on the chief, report.json first says "status": "lost_worker". step: the last
+    step this process trained (None where it is not known: jax_supervisor.py); run_dir None where not given."""
+    folder = run_dir / "checkpoints" if run_dir else None
     try:
-        checkpoint = newest_checkpoint(run_dir / "checkpoints") if (run_dir / "checkpoints").is_dir() else None
+        checkpoint = newest_checkpoint(folder) if folder and folder.is_dir() else None
     except UserError:  # every checkpoint damaged
         checkpoint = None
     name = Path(checkpoint).name if checkpoint else None
-    resume = f"python -m acgan.train --resume --output_dir {run_dir}"
-    if chief:
+    resume = f"python -m acgan.train --resume --output_dir {run_dir or 'RUN'}"
+    if chief and run_dir:
         path = run_dir / "report.json"
         report = json.loads(path.read_text()) if path.exists() else {}
-        report.update(status="lost_worker", steps=step, lost=lost, last_checkpoint=name, resume=resume)
+        report.update(status="lost_worker", lost=lost, last_checkpoint=name, resume=resume)
+        if step is not None:
+            report["steps"] = step
         write_json(path, report)
-    where = f"the last intact checkpoint is {name}" if name else f"no intact checkpoint in {run_dir / 'checkpoints'}"
-    return LostWorker(f"lost {lost} of this multi_worker run after step {step}; {where}; resume on one process with "
+    when = f" after step {step}" if step is not None else ""
+    where = (f"the last intact checkpoint is {name}" if name else
+             f"no intact checkpoint in {folder}" if folder else "its checkpoints are in the run's folder")
+    return LostWorker(f"lost {lost} of this multi_worker run{when}; {where}; resume on one process with "
                       f"{resume} --strategy default, or start every process again with --resume")

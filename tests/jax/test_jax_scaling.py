@@ -168,10 +168,12 @@ def test_two_processes_train_one_run_together(tmp_path):
     assert json.loads((tmp_path / "one" / "report.json").read_text())["weights_fingerprint"] == fingerprints.pop()
 
 
-def test_a_lost_process_is_one_line_with_its_own_status_and_the_run_resumes_on_one_process(tmp_path):
-    """SIGKILL to process 1 once the first checkpoint is written: process 0's next collective (Gloo) fails at
-    once, and it ends with one line, exit status 5 (not JAX's abort after its shutdown barrier times out), the
-    report saying so. Then the run resumes on one process with --strategy default."""
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_lost_process_is_one_line_with_its_own_status_and_the_run_resumes_on_one_process(tmp_path, victim):
+    """SIGKILL to one process once the first checkpoint is written; the other ends with one line, exit status 5,
+    and the run resumes on one process with --strategy default. Process 1 lost: process 0's next collective
+    (Gloo) fails, and as the chief it says the step and writes the report. Process 0 lost (the coordinator):
+    JAX aborts process 1's training child at once, and its parent (jax_supervisor.py) says what was lost."""
     run_dir, port = tmp_path / "run", _free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", JAX_PLATFORMS="cpu", XLA_FLAGS=FAST_XLA)
     env.pop("KERAS_BACKEND", None)
@@ -180,30 +182,39 @@ def test_a_lost_process_is_one_line_with_its_own_status_and_the_run_resumes_on_o
                                str(run_dir), "--steps", "100000", "--checkpoint_every", "2", *TINY], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
              for i in range(2)]
+    survivor = procs[1 - victim]
     try:
-        deadline = time.time() + 240
-        checkpoints = run_dir / "checkpoints"
+        deadline, checkpoints = time.time() + 240, run_dir / "checkpoints"
         while not (checkpoints.is_dir() and any(checkpoints.glob("ckpt-*.npz"))):
             assert time.time() < deadline and all(p.poll() is None for p in procs), "no checkpoint appeared"
             time.sleep(0.2)
-        procs[1].kill()
-        _, err = procs[0].communicate(timeout=120)
+        procs[victim].kill()  # the process started: its training child dies with it
+        _, err = survivor.communicate(timeout=120)
     finally:
         for proc in procs:
             proc.kill()
-    assert procs[0].returncode == LOST_WORKER_STATUS and "Traceback" not in err, err[-3000:]
-    report = json.loads((run_dir / "report.json").read_text())
-    step, checkpoint = report["steps"], report["last_checkpoint"]
-    assert report["status"] == "lost_worker" and report["lost"].startswith("a peer process (")
-    assert _error_lines(err) == [f"error: lost {report['lost']} of this multi_worker run after step {step}; the last "
-                                 f"intact checkpoint is {checkpoint}; resume on one process with python -m "
-                                 f"acgan.train --resume --output_dir {run_dir} --strategy default, or start every "
-                                 "process again with --resume"]
-    done = _train_jax("--resume", "--output_dir", str(run_dir), "--strategy", "default", "--steps", str(step + 2))
+    assert survivor.returncode == LOST_WORKER_STATUS and "Traceback" not in err, err[-3000:]
+    [line] = _error_lines(err)
+    resume = (f"resume on one process with python -m acgan.train --resume --output_dir {run_dir} --strategy default, "
+              "or start every process again with --resume")
+    if victim == 1:
+        report = json.loads((run_dir / "report.json").read_text())
+        step, checkpoint = report["steps"], report["last_checkpoint"]
+        assert report["status"] == "lost_worker" and report["lost"].startswith("a peer process (")
+        assert line == (f"error: lost {report['lost']} of this multi_worker run after step {step}; the last intact "
+                        f"checkpoint is {checkpoint}; {resume}")
+    else:  # the chief is gone, with the report it would have written
+        assert not (run_dir / "report.json").exists()
+        checkpoint = line.split("the last intact checkpoint is ")[1].split(";")[0]
+        assert line == f"error: lost process 0 (the coordinator) of this multi_worker run; the last intact " \
+                       f"checkpoint is {checkpoint}; {resume}"
+    resumed_step = int(checkpoint.removesuffix(".npz").split("-")[-1])
+    done = _train_jax("--resume", "--output_dir", str(run_dir), "--strategy", "default", "--steps",
+                      str(resumed_step + 2))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((run_dir / "report.json").read_text())
-    assert report["status"] == "completed" and report["steps"] == step + 2
-    assert report["resumed_from"]["step"] == int(checkpoint.removesuffix(".npz").split("-")[-1])
+    assert report["status"] == "completed" and report["steps"] == resumed_step + 2
+    assert report["resumed_from"]["step"] == resumed_step
 
 
 def test_a_resume_drops_the_old_devices_for_a_new_strategy_and_never_takes_a_saved_process_id(tmp_path):
