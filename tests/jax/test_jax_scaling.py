@@ -99,6 +99,7 @@ def test_multi_worker_without_a_coordinator_is_one_line(tmp_path):
     assert done.returncode == USER_ERROR_STATUS
     lines = _error_lines(done.stderr)
     assert len(lines) == 1 and "jax.distributed.initialize failed" in lines[0] and "--coordinator_address" in lines[0]
+    assert lines[0].endswith("or resume a multi_worker run on this one process with --strategy default")
     assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
 
 

@@ -401,10 +401,10 @@ def test_two_workers_on_localhost_agree_only_the_chief_writes_and_sigterm_stops_
 
 
 @pytest.mark.parametrize("tf_config, message", [
-    (None, "needs TF_CONFIG"),
+    (None, "needs TF_CONFIG .*, or resume a multi_worker run on this one process with --strategy default$"),
     ("{not json", "TF_CONFIG must be JSON"),
     ('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}', "TF_CONFIG must be JSON"),
-])
+], ids=["unset", "not json", "task outside the cluster"])
 def test_multi_worker_without_a_usable_tf_config(tf_config, message, monkeypatch):
     if tf_config is None:
         monkeypatch.delenv("TF_CONFIG", raising=False)
