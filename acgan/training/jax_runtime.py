@@ -155,3 +155,7 @@ class JaxRuntime:
     @staticmethod
     def newest_checkpoint(directory):
         return jax_checkpoints.newest_intact(directory)
+
+    def peers(self):
+        """The other processes, by name ("process 1")."""
+        return [f"process {i}" for i in range(self.processes) if i != jax.process_index()]

@@ -124,7 +124,8 @@ def train_loop(setup, config, started):
                 observers.after_updates(session, block, results)
                 going = session.after_block(results, block.read_now)
         except Exception as error:  # a collective that failed because a peer process is gone: one line
-            lost = lost_worker.lost_peer(error, setup.runtime.name) if config.strategy == "multi_worker" else None
+            lost = (lost_worker.lost_peer(error, setup.runtime.name, setup.runtime.peers())
+                    if config.strategy == "multi_worker" else None)
             if lost is None:
                 raise
             raise lost_worker.stopped(lost, session.step, config, setup.run_dir, setup.chief,

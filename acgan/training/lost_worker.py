@@ -4,7 +4,8 @@ intact checkpoint and the command that resumes; the chief's report says "status"
 How a loss shows, measured with two processes on one machine and one killed with SIGKILL: the dead
 process's connections close, so the survivor's next collective fails within seconds. TensorFlow raises
 UnavailableError "Collective ops is aborted by: ..." naming the peer ("remote target
-/job:worker/replica:0/task:1"); JAX a Gloo error ("Connection closed by peer"), which names its address only.
+/job:worker/replica:0/task:1"); JAX a Gloo error ("Connection closed by peer"), which names its address only. With
+two processes the lost one is the other, named from the cluster.
 A process that vanishes without closing its connections (a host that dies) is found by the coordination
 service's heartbeat instead: TensorFlow's after 10 s (its default), JAX's after HEARTBEAT_SECONDS.
 """
@@ -23,8 +24,10 @@ _TF_PEER = re.compile(r"remote target /job:(\w+)/replica:\d+/task:(\d+)")
 _JAX_SIGNS = ("Connection closed by peer", "Connection reset by peer", "heartbeat timeout", "tasks are unhealthy")
 
 
-def lost_peer(error, backend):
-    """What `error` says was lost, as a multi_worker run's collective raised it ("worker 1", "a peer process"), or None when it is not a lost peer."""
+def lost_peer(error, backend, peers):
+    """What `error` says was lost, as a multi_worker run's collective raised it ("worker 1", "a peer
+    process"), or None when it is not a lost peer. peers: the other processes' names; where there is one,
+    it is the one lost whatever the error names (TensorFlow's text names the task only sometimes)."""
     text = str(error)
     if backend == "tensorflow":
         if type(error).__name__ not in ("UnavailableError", "CancelledError", "AbortedError", "InternalError"):
@@ -32,9 +35,12 @@ def lost_peer(error, backend):
         if "Collective ops is aborted" not in text:
             return None
         peer = _TF_PEER.search(text)
-        return f"{peer.group(1)} {peer.group(2)}" if peer else "a peer worker"
+        named = f"{peer.group(1)} {peer.group(2)}" if peer else None
+        return named or (peers[0] if len(peers) == 1 else "a peer worker")
     sign = next((s for s in _JAX_SIGNS if s in text), None)
-    return f"a peer process ({sign.lower()})" if sign else None
+    if sign is None:
+        return None
+    return f"{peers[0] if len(peers) == 1 else 'a peer process'} ({sign.lower()})"
 
 
 def stopped(lost, step, config, run_dir, chief, newest_checkpoint):

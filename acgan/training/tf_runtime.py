@@ -127,3 +127,11 @@ class TensorFlowRuntime:
     @staticmethod
     def newest_checkpoint(directory):
         return checkpoint_files.newest_intact(directory)
+
+    def peers(self):
+        """The other tasks of a multi_worker cluster, by name ("worker 1")."""
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        if resolver is None or distribute.strategy_name(self.strategy) != "multi_worker":
+            return []
+        return [f"{job} {i}" for job, tasks in resolver.cluster_spec().as_dict().items() for i in range(len(tasks))
+                if (job, i) != (resolver.task_type, resolver.task_id)]

@@ -201,7 +201,7 @@ def test_a_lost_process_is_one_line_with_its_own_status_and_the_run_resumes_on_o
     if victim == 1:
         report = json.loads((run_dir / "report.json").read_text())
         step, checkpoint = report["steps"], report["last_checkpoint"]
-        assert report["status"] == "lost_worker" and report["lost"].startswith("a peer process (")
+        assert report["status"] == "lost_worker" and report["lost"].startswith("process 1 (")
         assert line == (f"error: lost {report['lost']} of this multi_worker run after step {step}; the last intact "
                         f"checkpoint is {checkpoint}; {resume}")
     else:  # the chief is gone, with the report it would have written
