@@ -23,6 +23,7 @@ from acgan.quality.metrics import (
     classifier_score,
     conditional_accuracy,
     frechet_distance_of,
+    kernel_distance,
     per_class_frechet,
     per_class_subset,
     real_subset,
@@ -118,6 +119,8 @@ def evaluate_gan(trainer, test_set, judge, num_samples=1000, seed=0, with_q=True
         "conditional_accuracy": overall,
         "conditional_accuracy_per_class": dict(zip(test_set.class_names, per_class)),
         "frechet_distance": frechet_distance_of(real_features, fake_features),
+        # KID: unbiased, so comparable across sample counts where the Fréchet distance is not.
+        "kernel_distance": kernel_distance(real_features, fake_features, seed=seed),
         # Intra-class: each class's real test images against the samples generated for that class.
         "frechet_distance_per_class": dict(zip(test_set.class_names, class_fd)),
         "frechet_distance_class_mean": class_fd_mean,
@@ -179,6 +182,7 @@ def real_reference(judge, test_set, train_set, num_samples, seed=0):
     class_fd, class_fd_mean = per_class_frechet(real_features, real_labels, class_features, class_labels, num_classes)
     return {
         "frechet_distance": frechet_distance_of(real_features, train_features),
+        "kernel_distance": kernel_distance(real_features, train_features, seed=seed),
         "num_real": int(len(real_labels)),
         "num_train": int(len(train_images)),
         "frechet_distance_per_class": dict(zip(test_set.class_names, class_fd)),
@@ -371,6 +375,8 @@ def scalars(result):
         out["quality/classification_accuracy_score"] = score["accuracy"]
         out.update({f"quality/classification_accuracy_score_class/{name}": value
                     for name, value in score["per_class"].items() if value is not None})
+    if result.get("kernel_distance"):
+        out["quality/kernel_distance"] = result["kernel_distance"]["mean"]
     if (result.get("inception") or {}).get("fid") is not None:
         out["quality/inception_fid"] = result["inception"]["fid"]
         out["quality/inception_score"] = result["inception"]["inception_score"]

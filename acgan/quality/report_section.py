@@ -109,6 +109,15 @@ def render_markdown(result):
     return "\n".join(lines) + "\n"
 
 
+def _kid_text(result):
+    """KID's mean and spread over its subsets, and the real-vs-real reference where there is one."""
+    kid = result["kernel_distance"]
+    text = (f"{kid['mean']:.4f} ± {kid['std']:.4f} (unbiased, so it can read below 0; {kid['subsets']} subsets of "
+            f"{kid['subset_size']:,} a side")
+    reference = (result.get("real_reference") or {}).get("kernel_distance")
+    return text + (f"; real vs real: {reference['mean']:.4f} ± {reference['std']:.4f})" if reference else ")")
+
+
 def summary_rows(result):
     """The section's (name, value) rows: the judge's numbers, their references, Q's, D's margin, CAS, FID."""
     score = result.get("classification_accuracy_score") or {}
@@ -125,6 +134,7 @@ def summary_rows(result):
         ("Fréchet distance, judge features", f"{result['frechet_distance']:.2f} ({sizes})"),
         *([("Fréchet distance, real vs real (reference)", _reference_text(result["real_reference"]))]
           if result.get("real_reference") else []),
+        *([("kernel distance (KID), judge features", _kid_text(result))] if result.get("kernel_distance") else []),
         *([("mean per-class Fréchet distance (intra-class)",
             f"{result['frechet_distance_class_mean']:.2f} ({_class_sizes(result)})")]
           if result.get("frechet_distance_class_mean") is not None else []),

@@ -251,10 +251,15 @@ def test_evaluate_cli_writes_quality_into_the_run(comparison, data_dir):
     assert f"classification accuracy score {score['accuracy']:.1%} (real train images instead: " in result.stdout
     scalars = evaluation.scalars(saved)
     assert scalars["quality/classification_accuracy_score"] == score["accuracy"]
+    # KID in the judge's features: 100 a side, so one subset of the whole of both (metrics.kernel_distance).
+    kid = saved["kernel_distance"]
+    assert (kid["subsets"], kid["subset_size"], kid["std"]) == (1, 100, 0) and np.isfinite(kid["mean"])
+    assert scalars["quality/kernel_distance"] == kid["mean"]
     name = next(iter(score["per_class"]))
     assert scalars[f"quality/classification_accuracy_score_class/{name}"] == score["per_class"][name]
     report = (run_dir / "report.md").read_text()
     assert "| classification accuracy score (CAS) |" in report and "| CAS | CAS, real |" in report
+    assert f"| kernel distance (KID), judge features | {kid['mean']:.4f} ± 0.0000 (unbiased" in report
     assert (run_dir / "report.md").read_text().count("## Sample quality") == 1  # replaced, not appended twice
     # Precision, recall, density and coverage (k = 5): 100 samples, 10 a class, against 100 real test images.
     from acgan.quality.report_section import _class_prdc_text, prdc_text
