@@ -152,14 +152,23 @@ def scores(graph, fake, train_images, dataset, cache_dir=None, echo=print):
         "sha256": graph.sha256,
         "feature_dim": int(graph.weight.shape[0]),
         "protocol": PROTOCOL,
-        "note": comparability(dataset),
+        "note": comparability(dataset, len(fake), int(real["count"])),
     }
 
 
-def comparability(dataset):
+# The counts of the protocol papers print CIFAR-10's FID and Inception score at.
+PAPERS_GENERATED = PAPERS_REAL = 50_000
+
+
+def comparability(dataset, num_generated, num_real):
+    """What the numbers compare with: papers' only at their protocol's counts on CIFAR-10's whole train set."""
+    if dataset == "cifar10" and (num_generated, num_real) == (PAPERS_GENERATED, PAPERS_REAL):
+        return ("comparable with papers' CIFAR-10 FID and Inception score (50,000 generated against the 50,000 "
+                "train images)")
     if dataset == "cifar10":
-        return ("comparable with papers' CIFAR-10 FID and Inception score at the same sample counts (50,000 "
-                "generated against the 50,000 train images)")
+        return (f"not the papers' protocol: {num_generated:,} generated against {num_real:,} train images (papers: "
+                "50,000 against all 50,000; FID falls as the counts grow), so comparable only with runs at "
+                "these counts")
     return (f"on {dataset}, comparable only with other runs on it at the same sample counts: papers print "
             "these numbers for CIFAR-10 and other photograph sets")
 
