@@ -132,6 +132,29 @@ def data_dir_with_doodles(doodles_cache):
     return make
 
 
+# The doodles' judge of the quality and learning tests: trained on this many train images a class (5,000 in
+# all, a quick judge), tested on the whole 5,000-image test split.
+JUDGE_PER_CLASS = 500
+
+
+@pytest.fixture(scope="session")
+def judged_data_dir(tmp_path_factory, data_dir_with_doodles):
+    """A data folder with the doodles whose judge (`judge`) is cached in it once per test process, for the
+    tests that judge samples (with the data_dir their commands take) and those that test the judge."""
+    return data_dir_with_doodles(tmp_path_factory.mktemp("judged-data"))
+
+
+@pytest.fixture(scope="session")
+def judge(judged_data_dir):
+    """The doodles' judge (JUDGE_PER_CLASS a class), trained on first use and cached in judged_data_dir."""
+    from acgan.data import load_dataset
+    from acgan.quality import judge as judge_lib
+
+    test_set = load_dataset("doodles", split="test", data_dir=str(judged_data_dir), max_per_class=JUDGE_PER_CLASS)
+    return judge_lib.load_or_train("doodles", data_dir=str(judged_data_dir), max_per_class=JUDGE_PER_CLASS,
+                                   test_set=test_set, echo=lambda line: None)
+
+
 @pytest.fixture(scope="session")
 def tf_run(tmp_path_factory):
     """The API and export tests' TensorFlow run (api_runs.train_tf_run): an acgan.Run."""

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import JUDGE_PER_CLASS
 from PIL import Image
 
 from acgan.quality import evaluation, metrics
 
-PER_CLASS = 500  # doodles: 5,000 train images (a quick judge and GAN), the full 5,000-image test split
+PER_CLASS = JUDGE_PER_CLASS  # doodles: 5,000 train images (a quick judge and GAN), the full 5,000-image test split
 
 
 # ---- metrics (numpy only) ----
@@ -89,8 +90,8 @@ def test_real_subset_and_sample_inputs_are_fixed_by_the_seed():
 # ---- the judge ----
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory, data_dir_with_doodles):
-    return data_dir_with_doodles(tmp_path_factory.mktemp("data"))
+def data_dir(judged_data_dir):
+    return judged_data_dir  # the doodles, with the judge (conftest's `judge`) cached in it
 
 
 @pytest.fixture(scope="module")
@@ -98,14 +99,6 @@ def test_set(data_dir):
     from acgan.data import load_dataset
 
     return load_dataset("doodles", split="test", data_dir=str(data_dir), max_per_class=PER_CLASS)
-
-
-@pytest.fixture(scope="module")
-def judge(data_dir, test_set):
-    from acgan.quality import judge as judge_lib
-
-    return judge_lib.load_or_train("doodles", data_dir=str(data_dir), max_per_class=PER_CLASS,
-                                   test_set=test_set, echo=lambda line: None)
 
 
 @pytest.mark.slow

@@ -20,14 +20,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from api_runs import FAST_XLA, child_env
-from conftest import POLICIES
+from conftest import JUDGE_PER_CLASS, POLICIES
 from PIL import Image
 
 import acgan
 from acgan.quality import evaluation
 
 ROOT = Path(__file__).resolve().parents[2]
-PER_CLASS = 500  # doodles: 5,000 train images (a quick judge and GAN), the full 5,000-image test split
+PER_CLASS = JUDGE_PER_CLASS  # doodles: 5,000 train images (a quick judge and GAN), the full 5,000-image test split
 LEARNING_STEPS = 400
 # mixed_bfloat16 trains 100 steps longer. bfloat16 keeps 8 mantissa bits to float32's 24, and its
 # 400-step runs scatter further below float32's: on an AVX2-only EPYC (XLA adds up in float32 there too),
@@ -43,18 +43,8 @@ def learning_steps(policy):
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory, data_dir_with_doodles):
-    return data_dir_with_doodles(tmp_path_factory.mktemp("data"))
-
-
-@pytest.fixture(scope="module")
-def judge(data_dir):
-    from acgan.data import load_dataset
-    from acgan.quality import judge as judge_lib
-
-    test_set = load_dataset("doodles", split="test", data_dir=str(data_dir), max_per_class=PER_CLASS)
-    return judge_lib.load_or_train("doodles", data_dir=str(data_dir), max_per_class=PER_CLASS,
-                                   test_set=test_set, echo=lambda line: None)
+def data_dir(judged_data_dir):
+    return judged_data_dir  # where the judge is cached: the learning runs read their doodles from it too
 
 
 def _learning_run(runner, policy, data_dir, run_dir, *extra):
