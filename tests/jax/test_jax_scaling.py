@@ -169,6 +169,7 @@ def test_two_processes_train_one_run_together(tmp_path):
     assert json.loads((tmp_path / "one" / "report.json").read_text())["weights_fingerprint"] == fingerprints.pop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", [1, 0])
 def test_a_lost_process_is_one_line_with_its_own_status_and_the_run_resumes_on_one_process(tmp_path, victim):
     """SIGKILL to one process once the first checkpoint is written; the other ends with one line, exit status 5,
