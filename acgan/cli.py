@@ -74,8 +74,14 @@ def settings_from_flags(settings_class, flag_values=flags.FLAGS, **given):
     return settings_class(**values, **given)
 
 
-def fail(message, status=USER_ERROR_STATUS):
+def fail(message, status=USER_ERROR_STATUS, at_once=False):
+    """One line on stderr, then exit with `status`; at_once: without the exit handlers (os._exit), where
+    one would wait (JAX's shutdown barrier waits for a lost peer, then aborts)."""
     sys.stderr.write(f"error: {message}\n")
+    if at_once:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
     sys.exit(status)
 
 
@@ -163,11 +169,8 @@ def run_main(main, positional=False):
             fail(str(e))
         except DiskFull as e:
             fail(str(e), status=DISK_FULL_STATUS)
-        except LostWorker as e:  # now, not at exit: JAX's exit would wait for the lost peer, then abort
-            sys.stderr.write(f"error: {e}\n")
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(LOST_WORKER_STATUS)
+        except LostWorker as e:
+            fail(str(e), status=LOST_WORKER_STATUS, at_once=True)
         finally:
             _COMMAND_LINE.reset(token)
 

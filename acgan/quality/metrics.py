@@ -1,6 +1,6 @@
 """Sample-quality metrics in pure numpy (no TensorFlow, no Keras): conditional accuracy, classifier
-score, the Fréchet and kernel distances between two feature sets, and the fixed subset of real images they are
-measured against."""
+score, the Fréchet and kernel distances between two feature sets, and the fixed subset of real images
+they are measured against."""
 import numpy as np
 
 
@@ -103,8 +103,9 @@ def kernel_distance(features1, features2, subsets=KID_SUBSETS, subset_size=KID_S
     """The kernel inception distance (Bińkowski et al. 2018, "Demystifying MMD GANs") in any features: the
     unbiased estimate of the squared MMD under the cubic polynomial kernel k(x, y) = (x.y / d + 1)^3, over
     `subsets` pairs of random subsets of min(subset_size, n1, n2) rows each (drawn without replacement),
-    as torch-fidelity computes it (one subset where both sets have no more rows than that). Unbiased, so it can fall below 0 and does not grow as samples shrink,
-    unlike the Fréchet distance. Returns {"mean", "std" (over the subsets), "subsets", "subset_size"}."""
+    as torch-fidelity computes it (one subset where both sets have no more rows than that). Unbiased, so it
+    can fall below 0 and does not grow as samples shrink, unlike the Fréchet distance. Returns {"mean",
+    "std" (over the subsets), "subsets", "subset_size"}."""
     x_all, y_all = np.asarray(features1, np.float64), np.asarray(features2, np.float64)
     m = min(subset_size, len(x_all), len(y_all))
     if m < 2:

@@ -128,8 +128,8 @@ def read_metadata(path):
 
 def export_run(run_dir, out, keep_policy=False, format="keras", ema=True):
     """Writes the generator of `run_dir`'s newest intact checkpoint to `out` (a .keras file; with
-    format="savedmodel" a new SavedModel folder; with format="onnx" a .onnx file); returns its metadata. Sets the run's dtype policy
-    (as acgan.generate does). ema: G's moving average where the run kept one. Nothing is left half-written:
+    format="savedmodel" a new SavedModel folder; with format="onnx" a .onnx file); returns its metadata.
+    Sets the run's dtype policy (as acgan.generate does). ema: G's moving average where the run kept one. Nothing is left half-written:
     the file or folder appears whole or not at all."""
     config, info, trainer = load_run(Path(run_dir), ema=ema)
     with backend.tensorflow_hidden():  # on JAX, each layer's get_config probes TensorFlow (a 10-second import)

@@ -4,8 +4,9 @@ peer's heartbeat timed out) by aborting it from a thread of its own (jaxlib's cl
 before Python can act, and the hook it offers, the client's missed-heartbeat callback, fails to convert
 the status it is called with (std::bad_cast). A peer lost any other way is found in the child
 (lost_worker.py). This parent imports no framework: it passes stdout through, copies stderr line by line,
-forwards SIGINT and SIGTERM and dies with it (the child has a process group of its own, so a terminal's Ctrl-C reaches it
-once), and turns that abort into the line, exit status LOST_WORKER_STATUS and the chief's report."""
+forwards SIGINT and SIGTERM (the child has a process group of its own, so a terminal's Ctrl-C reaches it
+once), takes the child with it when killed, and turns that abort into LostWorker (the line and exit
+status LOST_WORKER_STATUS) and the chief's report."""
 import ctypes
 import ctypes.util
 import os
@@ -15,7 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from acgan.errors import LOST_WORKER_STATUS
 from acgan.training import jax_checkpoints, lost_worker
 
 CHILD = "ACGAN_JAX_TRAINING_PROCESS"  # set in the child, which then trains itself
@@ -45,8 +45,8 @@ def _lost(stderr):
 
 
 def supervise(config):
-    """Runs this command again as the training process; its exit status, or LOST_WORKER_STATUS after the
-    line when JAX aborted it for a lost peer."""
+    """Runs this command again as the training process and returns its exit status; raises LostWorker
+    (the CLI's line and LOST_WORKER_STATUS) when JAX aborted it for a lost peer."""
     child = subprocess.Popen(sys.orig_argv, env=dict(os.environ, **{CHILD: "1"}), stderr=subprocess.PIPE,
                              text=True, errors="replace", process_group=0, preexec_fn=_die_with_parent)
     for stop in (signal.SIGINT, signal.SIGTERM):
@@ -62,8 +62,5 @@ def supervise(config):
     if not seen:
         return status if status >= 0 else 128 - status
     process_id = config.process_id if config.process_id is not None else int(os.environ.get("JAX_PROCESS_ID", -1))
-    error = lost_worker.stopped(_lost("".join(seen)), None, config, Path(config.output_dir) if config.output_dir else None,
-                                process_id == 0,
-                                jax_checkpoints.newest_intact)
-    sys.stderr.write(f"error: {error}\n")
-    return LOST_WORKER_STATUS
+    run_dir = Path(config.output_dir) if config.output_dir else None
+    raise lost_worker.stopped(_lost("".join(seen)), None, run_dir, process_id == 0, jax_checkpoints.newest_intact)

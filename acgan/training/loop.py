@@ -128,7 +128,7 @@ def train_loop(setup, config, started):
                     if config.strategy == "multi_worker" else None)
             if lost is None:
                 raise
-            raise lost_worker.stopped(lost, session.step, config, setup.run_dir, setup.chief,
+            raise lost_worker.stopped(lost, session.step, setup.run_dir, setup.chief,
                                       setup.runtime.newest_checkpoint) from None
 
         # -- the end: the last step's metrics, the final grid and checkpoint --

@@ -43,7 +43,7 @@ def lost_peer(error, backend, peers):
     return f"{peers[0] if len(peers) == 1 else 'a peer process'} ({sign.lower()})"
 
 
-def stopped(lost, step, config, run_dir, chief, newest_checkpoint):
+def stopped(lost, step, run_dir, chief, newest_checkpoint):
     """The LostWorker to raise; on the chief, report.json first says "status": "lost_worker". step: the last
     step this process trained (None where it is not known: jax_supervisor.py); run_dir None where not given."""
     folder = run_dir / "checkpoints" if run_dir else None
