@@ -150,3 +150,14 @@ def run_parent_probe(*args, env=None, timeout=600):
     line "parent imported: [...]". env: more variables (PYTHONPATH goes after the checkout's)."""
     return subprocess.run([sys.executable, "-c", PARENT_PROBE, *args], capture_output=True, text=True,
                           env=child_env(**(env or {})), cwd=ROOT, timeout=timeout)
+
+
+def newest_checkpoint_step(run_dir):
+    """The step --resume restores: the newest intact checkpoint on disk (None before the first). Not
+    tf.train.latest_checkpoint, which reads only the state file: a run killed between writing a checkpoint
+    and updating that file leaves it one save behind what resume finds, and a test that asked for a step
+    between the two failed (about once in three full runs of the suite)."""
+    from acgan.training import checkpoints
+
+    latest = checkpoints.newest_intact(Path(run_dir) / "checkpoints")
+    return None if latest is None else checkpoints.step_of(latest)

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from api_runs import newest_checkpoint_step
 import tensorflow as tf
 
 from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, UserError
@@ -41,15 +42,6 @@ def _ok(run_dir, args, steps):
     report = json.loads((run_dir / "report.json").read_text())
     assert report["status"] == "completed" and report["steps"] == steps
     return report, out, err
-
-
-def _latest_step(run_dir):
-    """The step --resume restores: the newest intact checkpoint on disk. Not tf.train.latest_checkpoint,
-    which reads only the state file: a run killed between writing a checkpoint and updating that file
-    leaves it one save behind what resume finds (this test then asked for too few steps: once in
-    three full runs of the suite)."""
-    latest = checkpoints.newest_intact(run_dir / "checkpoints")
-    return None if latest is None else checkpoints.step_of(latest)
 
 
 def _overwrite_with_noise(path, start=64, length=4096):
@@ -148,7 +140,7 @@ def test_a_full_disk_stops_clearly_and_keeps_the_last_checkpoint(tmp_path, how):
 
         (mount / "filler").unlink(missing_ok=True)  # space again: the run goes on from step 2
         report, _, _ = _ok(run_dir, ["--checkpoint_every", "2", "--resume"], steps=6)
-        assert report["resumed_from"]["step"] == 2 and _latest_step(run_dir) == 6
+        assert report["resumed_from"]["step"] == 2 and newest_checkpoint_step(run_dir) == 6
     finally:
         if how == "tmpfs":
             _unmount(mount)
@@ -169,7 +161,7 @@ def test_one_writer_per_run_folder_and_a_stale_lock_is_taken_over(tmp_path):
     run_dir = tmp_path / "run"
     first = _train("--steps", "100000", "--checkpoint_every", "2", "--output_dir", str(run_dir))
     try:
-        _wait_for(lambda: (_latest_step(run_dir) or 0) >= 2, first)
+        _wait_for(lambda: (newest_checkpoint_step(run_dir) or 0) >= 2, first)
         lock = json.loads((run_dir / ".lock").read_text())
         assert lock["pid"] == first.pid and lock["host"] == socket.gethostname()
 
@@ -186,7 +178,7 @@ def test_one_writer_per_run_folder_and_a_stale_lock_is_taken_over(tmp_path):
         if first.poll() is None:
             first.kill()
             first.wait()
-    killed_at = _latest_step(run_dir)
+    killed_at = newest_checkpoint_step(run_dir)
     report, out, err = _ok(run_dir, ["--resume"], steps=killed_at + 2)
     assert f"note: took over a stale lock left by pid {first.pid} on host {socket.gethostname()}" in out
     assert report["resumed_from"]["step"] == killed_at

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from api_runs import newest_checkpoint_step
 import tensorflow as tf
 
 from acgan.config import Config
@@ -27,15 +28,10 @@ def _train(*args):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _latest_step(run_dir):
-    latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
-    return None if latest is None else int(latest.rsplit("-", 1)[1])
-
-
 def _wait_for_checkpoint(run_dir, proc, at_least, timeout=240):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        step = _latest_step(run_dir)
+        step = newest_checkpoint_step(run_dir)
         if step is not None and step >= at_least:
             return step
         assert proc.poll() is None, proc.communicate()[1][-3000:]
@@ -51,7 +47,7 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(tmp_path):
     _wait_for_checkpoint(run_dir, proc, at_least=6)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    killed_at = _latest_step(run_dir)
+    killed_at = newest_checkpoint_step(run_dir)
     saved = tf.train.load_checkpoint(str(run_dir / "checkpoints" / f"ckpt-{killed_at}"))
     scales = {n: float(saved.get_tensor(f"gan/{n}_optimizer/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE"))
               for n in "dgq"}
@@ -72,7 +68,7 @@ def test_sigkill_then_resume_continues_from_the_checkpoint(tmp_path):
     assert report["timing"]["measured_steps"] == 1
     assert len(report["compile_seconds_per_session"]) == 2
     assert report["config"]["policy"] == "mixed_float16"  # taken from the saved run, not the defaults
-    assert _latest_step(run_dir) == killed_at + 2
+    assert newest_checkpoint_step(run_dir) == killed_at + 2
 
 
 @pytest.mark.slow
@@ -90,7 +86,7 @@ def test_sigterm_saves_a_checkpoint_and_the_report(tmp_path):
     assert "stopped by SIGTERM" in err and "Traceback" not in err
     report = json.loads((run_dir / "report.json").read_text())
     assert report["status"] == "interrupted"
-    assert _latest_step(run_dir) == report["steps"] > 0
+    assert newest_checkpoint_step(run_dir) == report["steps"] > 0
     assert (run_dir / "samples" / "final.png").is_file()
 
 
@@ -142,7 +138,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, set_policy,
     result = loop.run(dataclasses.replace(config, steps=10, resume=True, log_every=1))
     assert result.status == "diverged"
     assert "d loss is nan at step 5" in result.message
-    assert _latest_step(result.run_dir) == 4
+    assert newest_checkpoint_step(result.run_dir) == 4
     report = json.loads((result.run_dir / "report.json").read_text())
     assert report["status"] == "diverged" and report["message"] == result.message
 
@@ -167,7 +163,7 @@ def test_endless_float16_skips_stop_the_run(tmp_path, set_policy, monkeypatch, l
                               log_every=log_every, checkpoint_every=checkpoint_every))
     assert result.status == "diverged"
     assert result.message.startswith(expected)
-    assert _latest_step(result.run_dir) == last_checkpoint
+    assert newest_checkpoint_step(result.run_dir) == last_checkpoint
 
 
 @pytest.mark.slow
@@ -184,7 +180,7 @@ def test_reads_far_apart_still_never_checkpoint_a_non_finite_step(tmp_path, set_
     result = loop.run(_config(tmp_path, steps=20, log_every=7))
     assert result.status == "diverged"
     assert "d loss is nan at step 6" in result.message
-    assert _latest_step(result.run_dir) == 4
+    assert newest_checkpoint_step(result.run_dir) == 4
 
 
 def test_monitor_reads_scale_below_one_as_divergence():
