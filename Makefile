@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 TEST_WORKERS ?= 2
 
-.PHONY: setup train test check benchmark clean
+.PHONY: setup train lint test check benchmark clean
 
 setup: $(STAMP)
 
@@ -33,13 +33,17 @@ define sessions
 	done; exit $$status
 endef
 
-test: $(STAMP)
+# The style is held by tools, as the tests hold behaviour: ruff's formatter and linter (pyproject.toml) first.
+lint: $(STAMP)
+	$(BIN)/ruff format --check acgan tests scripts
+	$(BIN)/ruff check acgan tests scripts
+
+test: lint
 	$(call sessions,)
 
 # The inner loop: the linter, then both sessions without the tests marked slow (those that train, compile a
 # step or start a process).
-check: $(STAMP)
-	$(BIN)/ruff check .
+check: lint
 	$(call sessions,-m "not slow")
 
 benchmark: $(STAMP)

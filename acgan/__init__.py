@@ -6,6 +6,7 @@ acgan.UserError with its one-line messages. Each is its acgan.api call, looked u
 `acgan` loads neither acgan.api nor a command module, nor Keras. (The command modules, acgan/train.py and
 the others, run as python -m acgan.train; an explicit `import acgan.train` binds acgan.train to the module.)
 """
+
 from acgan.errors import DiskFull, LostWorker, UserError  # noqa: F401
 
 __version__ = "0.1.0"  # the one place it is written: pyproject.toml reads it (importlib.metadata.version("acgan"))

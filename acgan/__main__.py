@@ -1,5 +1,6 @@
 """The `acgan` command: `acgan COMMAND [FLAGS]` runs python -m acgan.COMMAND [FLAGS] (both forms work);
 `acgan --help` lists the commands, `acgan COMMAND --help` a command's flags."""
+
 import runpy
 import sys
 
@@ -17,9 +18,16 @@ COMMANDS = {
 
 def usage():
     width = max(len(name) for name in COMMANDS)
-    lines = ["usage: acgan COMMAND [FLAGS]   (or: python -m acgan.COMMAND [FLAGS])", "", "commands:"]
+    lines = [
+        "usage: acgan COMMAND [FLAGS]   (or: python -m acgan.COMMAND [FLAGS])",
+        "",
+        "commands:",
+    ]
     lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
-    lines += ["", "acgan COMMAND --help lists a command's flags; from Python: acgan.train(...) etc. (docs/api.md)."]
+    lines += [
+        "",
+        "acgan COMMAND --help lists a command's flags; from Python: acgan.train(...) etc. (docs/api.md).",
+    ]
     return "\n".join(lines)
 
 
@@ -32,7 +40,9 @@ def main(argv=None):
         return 0 if argv else 2
     name = argv[0]
     if name not in COMMANDS:
-        sys.stderr.write(f"error: unknown command {name!r}: choose one of {', '.join(COMMANDS)} (acgan --help)\n")
+        sys.stderr.write(
+            f"error: unknown command {name!r}: choose one of {', '.join(COMMANDS)} (acgan --help)\n"
+        )
         return 2
     sys.argv = [f"acgan {name}", *argv[1:]]  # what --help and the reports show as the command
     runpy.run_module(f"acgan.{name}", run_name="__main__")  # as python -m acgan.COMMAND runs it

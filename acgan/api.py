@@ -18,13 +18,10 @@ tensorflow (for the calls that read a run: else the run's own). Keras takes one 
 later call naming the other raises UserError. Dtype policy: a call sets the run's while it works and puts
 back the one it found.
 """
-import contextlib
+
 import dataclasses
-import importlib.util
 import inspect
-import json
 import os
-import sys
 import types
 from pathlib import Path
 from typing import Any, Optional
@@ -35,6 +32,7 @@ from PIL import Image
 # (_keras_side imports those that do).
 from acgan import backend as backend_lib
 from acgan import cli, data
+from acgan import config as config_lib
 from acgan.bench import sweep, tables
 from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
 from acgan.config import POLICIES, Config, start_from_file
@@ -44,23 +42,22 @@ from acgan.quality.comparison import CompareSettings, train_runs
 from acgan.training import export_request, grids
 from acgan.training.run_dir import config_to_resume, read_run
 from acgan.util import disk
-
-# Flags that take a list: a call takes a list, a tuple or a comma-separated string.
-LIST_SETTINGS = ("classes", "devices", "policies", "backends", "batches", "jit")
-
+from acgan.util.files import read_json
 
 # ---- What the calls return ----
+
 
 @dataclasses.dataclass(frozen=True)
 class Run:
     """A run folder. `report`, `quality` and `config` are read from its files when asked, so they show
     what a later acgan.evaluate added. acgan.Run("outputs/...") opens an existing run; a Run is accepted
     wherever a run folder is (it is os.PathLike)."""
+
     folder: Path
-    status: Optional[str] = None     # acgan.train's: "completed", "interrupted" or "diverged"
-    message: Optional[str] = None    # why it stopped early
-    signal: Optional[int] = None     # the signal that interrupted it
-    chief: bool = True               # False on a multi-worker task whose files the chief keeps
+    status: Optional[str] = None  # acgan.train's: "completed", "interrupted" or "diverged"
+    message: Optional[str] = None  # why it stopped early
+    signal: Optional[int] = None  # the signal that interrupted it
+    chief: bool = True  # False on a multi-worker task whose files the chief keeps
     weights_fingerprint: Optional[str] = None
 
     def __post_init__(self):
@@ -72,23 +69,25 @@ class Run:
     @property
     def config(self):
         """config.json: every setting the run trained with."""
-        return _read_json(self.folder / "config.json")
+        return read_json(self.folder / "config.json")
 
     @property
     def report(self):
         """report.json: timing, cost, memory, final metrics (None before the run has written it)."""
-        return _read_json(self.folder / "report.json")
+        return read_json(self.folder / "report.json")
 
     @property
     def quality(self):
         """quality.json: the last acgan.evaluate's result (None before one)."""
-        return _read_json(self.folder / "quality.json")
+        return read_json(self.folder / "quality.json")
 
     def grid(self, step=None):
         """The sample grid saved at the end (or at `step`) as a PIL image, which a notebook shows."""
         path = self.folder / "samples" / ("final.png" if step is None else f"step_{step:07d}.png")
         if not path.is_file():
-            raise UserError(f"{path} does not exist (the grids are saved every --sample_every steps and at the end)")
+            raise UserError(
+                f"{path} does not exist (the grids are saved every --sample_every steps and at the end)"
+            )
         with Image.open(path) as picture:
             return picture.copy()
 
@@ -96,9 +95,10 @@ class Run:
 @dataclasses.dataclass(frozen=True, eq=False)  # arrays: no element-wise ==
 class Samples:
     """acgan.generate's samples, class-major (per_class of class 0, then of class 1, ...)."""
-    images: Any                 # float32 [N, H, W, C] in [0, 1], as G (and an exported generator) returns them
-    labels: Any                 # int32 [N]
-    noise: Any                  # float32 [N, noise_dim], uniform in [-1, 1]: G's input for these images
+
+    images: Any  # float32 [N, H, W, C] in [0, 1], as G (and an exported generator) returns them
+    labels: Any  # int32 [N]
+    noise: Any  # float32 [N, noise_dim], uniform in [-1, 1]: G's input for these images
     class_names: tuple
     path: Optional[Path] = None  # the file written (`out`), if any
 
@@ -112,6 +112,7 @@ class Samples:
 @dataclasses.dataclass(frozen=True)
 class Exported:
     """acgan.export's file (.keras or .onnx, or a SavedModel folder) and the metadata it carries (acgan.json)."""
+
     path: Path
     metadata: dict
 
@@ -121,7 +122,9 @@ class Exported:
         if self.path.is_dir():
             raise UserError(f"{self.path} is a SavedModel: load it with tf.saved_model.load")
         if self.path.suffix.lower() == ".onnx":
-            raise UserError(f"{self.path} is an ONNX file: load it with onnxruntime.InferenceSession")
+            raise UserError(
+                f"{self.path} is an ONNX file: load it with onnxruntime.InferenceSession"
+            )
         import keras  # here: Keras loads on the backend this process chose
 
         return keras.saving.load_model(self.path)
@@ -130,6 +133,7 @@ class Exported:
 @dataclasses.dataclass(frozen=True)
 class Report:
     """acgan.compare's or acgan.benchmark's output folder and its JSON (compare.json, benchmark.json)."""
+
     folder: Path
     report: dict
 
@@ -149,17 +153,20 @@ class Report:
 
 # ---- The calls ----
 
+
 def train(config=None, **settings):
     """Trains (or resumes) one AC-GAN, as python -m acgan.train does; the settings are its flags (every
     field of acgan.config.Config), `config` a settings file to start from (--config). Returns a Run; a
     run that diverged or was interrupted (Ctrl-C: it saves a checkpoint and its report) returns too, with
     its status and message."""
-    values = _settings(Config, "train", settings)
-    values["backend"] = _choose_backend(values.get("backend"))
+    values = config_lib.settings_from(Config, "train", settings)
+    values["backend"] = backend_lib.chosen(values.get("backend"))
     start, given = Config(**values), set(settings)
     if config is not None:
         start, given = start_from_file(config, start, given)
-    command = _command("train", dict(settings, **({"config": str(config)} if config is not None else {})))
+    command = cli.command_text(
+        "train", dict(settings, **({"config": str(config)} if config is not None else {}))
+    )
     return train_with(resolve_config(start, given=given), command=command)
 
 
@@ -176,13 +183,22 @@ def train_with(config, command=None):
     """Trains as a resolved Config says (resolve_config): what python -m acgan.train and acgan.train both
     do. command: what the report records as the command."""
     data.validate_dataset_name(config.dataset, classes=config.classes)
-    side = _keras_side(config.backend)  # after the settings are known good; a resumed run keeps its backend
+    # after the settings are known good; a resumed run keeps its backend
+    side = _keras_side(config.backend)
     disk.ignore_file_size_signal()  # past a file-size limit a write fails (EFBIG) instead of killing us
-    with _policy_restored():
+    with backend_lib.policy_restored():
         side.precision.set_policy(config.policy)
-        result = side.loop.run(config, command=command, make_evaluator=side.evaluation.TrainingEvaluator)
-    return Run(result.run_dir, result.status, result.message, result.signal, result.chief,
-               result.weights_fingerprint)
+        result = side.loop.run(
+            config, command=command, make_evaluator=side.evaluation.TrainingEvaluator
+        )
+    return Run(
+        result.run_dir,
+        result.status,
+        result.message,
+        result.signal,
+        result.chief,
+        result.weights_fingerprint,
+    )
 
 
 def generate(run=None, per_class=10, out=None, seed=0, labels=True, ema=True, backend=None):
@@ -193,102 +209,162 @@ def generate(run=None, per_class=10, out=None, seed=0, labels=True, ema=True, ba
     _require_run(run)
     if out is not None and Path(out).suffix.lower() not in (".png", ".npz"):
         raise UserError("--out must name a .png or .npz file")
-    _check_int("per_class", per_class, 1, f"--per_class must be a positive integer, got {per_class}")
-    _check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
+    config_lib.check_int(
+        "per_class", per_class, 1, f"--per_class must be a positive integer, got {per_class}"
+    )
+    config_lib.check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
     sampling = _use_for_run(backend, run).sampling
-    with _policy_restored():
+    with backend_lib.policy_restored():
         _, info, trainer = sampling.load_run(Path(run), ema=ema)
         class_names = tuple(info["class_names"])
-        z, labels_of = sampling.generator_inputs(len(class_names), trainer.noise_dim, per_class, seed)
+        z, labels_of = sampling.generator_inputs(
+            len(class_names), trainer.noise_dim, per_class, seed
+        )
         images = sampling.generator_images(trainer, z, labels_of)
     if out is not None:
-        sampling.write_samples(grids.to_uint8(images), labels_of, list(class_names), Path(out), row_names=labels)
+        sampling.write_samples(
+            grids.to_uint8(images), labels_of, list(class_names), Path(out), row_names=labels
+        )
     return Samples(images, labels_of, z, class_names, Path(out) if out is not None else None)
 
 
-def evaluate(run=None, num_samples=10_000, seed=0, judge_seed=0, judges=1, data_dir=None, cas=False, inception=None,
-             inception_samples=inception_lib.SAMPLES, ema=True, backend=None):
+def evaluate(
+    run=None,
+    num_samples=10_000,
+    seed=0,
+    judge_seed=0,
+    judges=1,
+    data_dir=None,
+    cas=False,
+    inception=None,
+    inception_samples=inception_lib.SAMPLES,
+    ema=True,
+    backend=None,
+):
     """The sample quality of a run's newest checkpoint, as python -m acgan.evaluate judges it and records
     it in the run (quality.json, report.md); returns that result as a dict. inception: the path of the 2015
     Inception graph, for the standard FID and Inception score of inception_samples samples (on TensorFlow).
     ema: judge the moving average of G's weights where the run kept one; False: G's own (recorded in
     quality_no_ema.json, beside the average's)."""
     _require_run(run)
-    _check_int("num_samples", num_samples, 2,
-               f"--num_samples must be at least 2 (a covariance needs two), got {num_samples}")
-    _check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
-    _check_int("judge_seed", judge_seed, 0, f"--judge_seed must be non-negative, got {judge_seed}")
-    _check_int("judges", judges, 1, f"--judges must be at least 1, got {judges}")
-    _check_int("inception_samples", inception_samples, inception_lib.SPLITS, "--inception_samples must be at least "
-               f"{inception_lib.SPLITS} (the Inception score's splits), got {inception_samples}")
+    config_lib.check_int(
+        "num_samples",
+        num_samples,
+        2,
+        f"--num_samples must be at least 2 (a covariance needs two), got {num_samples}",
+    )
+    config_lib.check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
+    config_lib.check_int(
+        "judge_seed", judge_seed, 0, f"--judge_seed must be non-negative, got {judge_seed}"
+    )
+    config_lib.check_int("judges", judges, 1, f"--judges must be at least 1, got {judges}")
+    config_lib.check_int(
+        "inception_samples",
+        inception_samples,
+        inception_lib.SPLITS,
+        "--inception_samples must be at least "
+        f"{inception_lib.SPLITS} (the Inception score's splits), got {inception_samples}",
+    )
     if not Path(run).is_dir():
         raise UserError(f"--run {os.fspath(run)} is not a folder")
-    settings = _changed(evaluate, dict(locals()))
+    settings = config_lib.changed(evaluate, dict(locals()))
     if inception is not None:
         inception_lib.graph_path(inception)  # a missing file: refused before anything loads
-        backend = _inception_backend(backend, run)
-    evaluation = _use_for_run(backend, run).evaluation
-    graph = inception_lib.read_graph(inception) if inception is not None else None  # loads TensorFlow
-    with _policy_restored():
-        return evaluation.evaluate_run(Path(run), num_samples, seed, data_dir=data_dir,
-                                       command=_command("evaluate", settings), judge_seed=judge_seed,
-                                       judges=judges, cas=cas, inception=graph, inception_samples=inception_samples,
-                                       ema=ema)
-
-
-def _inception_backend(backend, run):
-    """TensorFlow, which runs the Inception graph: the backend of an evaluation with --inception. UserError
-    (one line) for a run whose images are not RGB, another backend chosen, or no TensorFlow installed."""
-    config, info = read_run(Path(run))
-    inception_lib.check_rgb(config.dataset, info.get("image_shape") or [])
-    chosen = backend or _running_backend() or os.environ.get("KERAS_BACKEND")
-    if chosen not in (None, "tensorflow"):
-        raise UserError(f"--inception runs the Inception graph on TensorFlow, not {chosen}: evaluate with "
-                        "--backend tensorflow" + (" in a new process" if _running_backend() else ""))
-    if importlib.util.find_spec("tensorflow") is None:
-        raise UserError(f"--inception needs TensorFlow, which is not installed: {backend_lib.INSTALL['tensorflow']}")
-    return "tensorflow"
+        backend = inception_lib.backend_for(backend, run)
+    run_evaluation = _use_for_run(backend, run).run_evaluation
+    # Loads TensorFlow:
+    graph = inception_lib.read_graph(inception) if inception is not None else None
+    with backend_lib.policy_restored():
+        return run_evaluation.evaluate_run(
+            Path(run),
+            num_samples,
+            seed,
+            data_dir=data_dir,
+            command=cli.command_text("evaluate", settings),
+            judge_seed=judge_seed,
+            judges=judges,
+            cas=cas,
+            inception=graph,
+            inception_samples=inception_samples,
+            ema=ema,
+        )
 
 
 def compare(**settings):
     """Trains every policy on the same budget (each in its own python -m acgan.train process), judges each
     and writes the page, as python -m acgan.compare does; the settings are its flags (every field of
     acgan.quality.comparison.CompareSettings). Returns a Report of compare.json."""
-    values = _settings(CompareSettings, "compare", settings)
-    values["backend"] = _choose_backend(values.get("backend"))
+    values = config_lib.settings_from(CompareSettings, "compare", settings)
+    values["backend"] = backend_lib.chosen(values.get("backend"))
     if "policies" in values:
         values["policies"] = values["policies"] or ()
-    return compare_with(CompareSettings(**values), command=_command("compare", settings))
+    return compare_with(CompareSettings(**values), command=cli.command_text("compare", settings))
 
 
 def compare_with(settings, command=None):
     """acgan.compare on a CompareSettings: what the command and the call both do. The runs train in their
     own processes; this one loads Keras only then, so none of it runs beside a timed run."""
     out, runs, states = train_runs(settings.validate())
-    _keras_side(settings.backend).compare_judging.judge_runs(settings, out, runs, states, command=command)
-    return Report(out, _read_json(out / "compare.json"))
+    _keras_side(settings.backend).compare_judging.judge_runs(
+        settings, out, runs, states, command=command
+    )
+    return Report(out, read_json(out / "compare.json"))
 
 
-def benchmark(backends=None, policies=POLICIES, batches=(64, 256, 1024, 2048), jit=("on",), dataset="doodles",
-              data_dir="data", max_per_class=None, synthetic=False, arch="auto", width=1.0, steps=20, warmup=3,
-              repeats=3, seed=0, device_name=None, price_per_hour=None, output_dir=None, strategy="auto",
-              devices=None, overhead=True, overhead_batch=256, log_every=None, profile=None, profile_length=5,
-              max_seconds=None):
+def benchmark(
+    backends=None,
+    policies=POLICIES,
+    batches=(64, 256, 1024, 2048),
+    jit=("on",),
+    dataset="doodles",
+    data_dir="data",
+    max_per_class=None,
+    synthetic=False,
+    arch="auto",
+    width=1.0,
+    steps=20,
+    warmup=3,
+    repeats=3,
+    seed=0,
+    device_name=None,
+    price_per_hour=None,
+    output_dir=None,
+    strategy="auto",
+    devices=None,
+    overhead=True,
+    overhead_batch=256,
+    log_every=None,
+    profile=None,
+    profile_length=5,
+    max_seconds=None,
+):
     """Times every backend x policy x batch x XLA setting, each in a fresh worker process, as python -m
     acgan.benchmark does (this process never loads Keras). backends=None: KERAS_BACKEND, else tensorflow;
     jit takes "on", "off" (or True, False). Returns a Report of benchmark.json."""
     given = dict(locals())
-    lists = {name: _as_tuple(given[name]) for name in ("backends", "policies", "batches", "jit", "devices")}
-    jit_words = tuple({True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else str(v)
-                      for v in lists["jit"] or ())
+    lists = {
+        name: config_lib.as_tuple(given[name])
+        for name in ("backends", "policies", "batches", "jit", "devices")
+    }
+    jit_words = tuple(
+        {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else str(v)
+        for v in lists["jit"] or ()
+    )
     values = {f.name: given[f.name] for f in dataclasses.fields(SweepSettings) if f.name in given}
     values.update(
-        backends=parse_backends(lists["backends"] if backends is not None else (backend_lib.default(),)),
+        backends=parse_backends(
+            lists["backends"] if backends is not None else (backend_lib.default(),)
+        ),
         policies=tuple(dict.fromkeys(lists["policies"] or ())),
         batches=parse_batches([str(b) for b in lists["batches"] or ()]),
-        jits=parse_jit(jit_words), devices=lists["devices"] or None)
-    return benchmark_with(SweepSettings(**values).validate(), output_dir,
-                          command=_command("benchmark", _changed(benchmark, given)))
+        jits=parse_jit(jit_words),
+        devices=lists["devices"] or None,
+    )
+    return benchmark_with(
+        SweepSettings(**values).validate(),
+        output_dir,
+        command=cli.command_text("benchmark", config_lib.changed(benchmark, given)),
+    )
 
 
 def benchmark_with(settings, output_dir=None, command=None):
@@ -297,7 +373,7 @@ def benchmark_with(settings, output_dir=None, command=None):
         data.validate_dataset_name(settings.dataset)
     folder, doc = sweep.run_sweep(settings, output_dir, command=command)
     tables.write_outputs(doc, folder)
-    return Report(folder, _read_json(folder / "benchmark.json"))
+    return Report(folder, read_json(folder / "benchmark.json"))
 
 
 def export(run=None, out=None, keep_policy=False, format="keras", ema=True, backend=None):
@@ -315,63 +391,19 @@ def export(run=None, out=None, keep_policy=False, format="keras", ema=True, back
     name = _backend_for_run(backend, run)
     export_request.check_installed(format, name)
     exporting = _keras_side(name).export
-    with _policy_restored():
+    with backend_lib.policy_restored():
         meta = exporting.export_run(Path(run), out, keep_policy=keep_policy, format=format, ema=ema)
     return Exported(out, meta)
 
 
 # ---- Settings, backend, policy ----
 
-def _settings(settings_class, command, given):
-    """`given` keyword arguments as settings_class's fields: UserError for an unknown name; list settings
-    as tuples (a comma-separated string split; an empty one None, as an empty list flag gives)."""
-    names = [f.name for f in dataclasses.fields(settings_class)]
-    for name in given:
-        if name not in names:
-            raise UserError(f"acgan.{command}() has no setting {name!r} (python -m acgan.{command} --help "
-                            "lists the flags, which are its settings)")
-    values = dict(given)
-    for name in LIST_SETTINGS:
-        if values.get(name) is not None:
-            values[name] = _as_tuple(values[name]) or None
-    return values
 
-
-def _as_tuple(value):
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return tuple(part.strip() for part in value.split(",") if part.strip())
-    if isinstance(value, (list, tuple)):
-        return tuple(value)
-    return (value,)
-
-
-def _signature(settings_class, **defaults):
-    """Keyword-only parameters named and defaulted as settings_class's fields (for help() and notebooks)."""
-    return inspect.Signature([
-        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(f.name, f.default))
-        for f in dataclasses.fields(settings_class)])
-
-
-_train_settings = _signature(Config, backend=None).parameters.values()
-train.__signature__ = inspect.Signature([*_train_settings, inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY,
-                                                                            default=None)])
-compare.__signature__ = _signature(CompareSettings, backend=None)
-
-
-def _changed(function, values):
-    """The arguments in `values` that differ from `function`'s defaults (what a report shows of a call)."""
-    defaults = {name: p.default for name, p in inspect.signature(function).parameters.items()}
-    return {name: v for name, v in values.items() if name in defaults and v != defaults[name]}
-
-
-def _check_int(name, value, lowest, message):
-    """UserError(message) for an integer below `lowest`; another for a value that is not an integer."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise UserError(f"--{name} must be an integer, got {value!r}")
-    if lowest is not None and value < lowest:
-        raise UserError(message)
+_train_settings = config_lib.signature(Config, backend=None).parameters.values()
+train.__signature__ = inspect.Signature(
+    [*_train_settings, inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None)]
+)
+compare.__signature__ = config_lib.signature(CompareSettings, backend=None)
 
 
 def _require_run(run):
@@ -379,21 +411,11 @@ def _require_run(run):
         raise UserError("--run is required: the folder of a training run")
 
 
-def _running_backend():
-    keras = sys.modules.get("keras")
-    return keras.backend.backend() if keras is not None else None
-
-
-def _choose_backend(name):
-    """backend=None: the one Keras runs on in this process, else KERAS_BACKEND, else tensorflow."""
-    return name or _running_backend() or backend_lib.default()
-
-
 def _backend_for_run(name, run):
     """The backend the run commands choose: the named one, else the one Keras runs on, else KERAS_BACKEND,
     else the run's own. A folder that holds no run is refused (UserError), before Keras loads (seconds)."""
     config, _ = read_run(Path(run))
-    return name or _running_backend() or os.environ.get("KERAS_BACKEND") or config.backend
+    return name or backend_lib.running() or os.environ.get("KERAS_BACKEND") or config.backend
 
 
 def _use_for_run(name, run):
@@ -407,39 +429,15 @@ def _keras_side(name):
     backend_lib.use(name)
     # The one place this module imports them: Keras reads its backend once, when it is first imported.
     from acgan.model import precision
-    from acgan.quality import compare_judging, evaluation
+    from acgan.quality import compare_judging, evaluation, run_evaluation
     from acgan.training import export, loop, sampling
 
-    return types.SimpleNamespace(precision=precision, compare_judging=compare_judging, evaluation=evaluation,
-                                 export=export, loop=loop, sampling=sampling)
-
-
-@contextlib.contextmanager
-def _policy_restored():
-    """Puts the global dtype policy back as it was: a call sets the run's policy while it builds models."""
-    import keras  # here: after the call has chosen the backend
-
-    previous = keras.mixed_precision.global_policy()
-    try:
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
-
-
-def _command(name, settings):
-    """What a report records as its command: the command line under a command, else this call."""
-    line = cli.running_command_line()
-    if line:
-        return line
-    shown = ", ".join(f"{key}={os.fspath(v) if isinstance(v, os.PathLike) else v!r}"
-                      for key, v in settings.items())
-    return f"acgan.{name}({shown})"
-
-
-def _read_json(path):
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path} cannot be read ({e.__class__.__name__})") from None
+    return types.SimpleNamespace(
+        precision=precision,
+        compare_judging=compare_judging,
+        evaluation=evaluation,
+        run_evaluation=run_evaluation,
+        export=export,
+        loop=loop,
+        sampling=sampling,
+    )

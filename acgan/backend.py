@@ -5,6 +5,7 @@ imports Keras: each acgan.api call runs `use(backend)` and only then imports the
 Keras (a command passes its --backend flag to the call). The flag's default is KERAS_BACKEND when that
 names a backend acgan supports, so the environment variable is honoured.
 """
+
 import contextlib
 import importlib.util
 import os
@@ -14,8 +15,10 @@ from acgan.config import validate_backend
 from acgan.errors import UserError
 
 # What to run to install a backend (or the onnx extra): acgan installs from its checkout (README, "Install").
-INSTALL = {name: f"in the acgan checkout, pip install -c constraints.txt -e '.[{name}]'"
-           for name in ("tensorflow", "jax", "onnx")}
+INSTALL = {
+    name: f"in the acgan checkout, pip install -c constraints.txt -e '.[{name}]'"
+    for name in ("tensorflow", "jax", "onnx")
+}
 # The package Keras's ONNX export converts with, per backend (keras/src/export/onnx.py).
 ONNX_CONVERTERS = {"tensorflow": "tf2onnx", "jax": "jax2onnx"}
 
@@ -32,7 +35,9 @@ def use(name):
     if "keras" in sys.modules:
         running = sys.modules["keras"].backend.backend()
         if running != name:
-            raise UserError(f"Keras already runs on {running} in this process; --backend {name} needs a new one")
+            raise UserError(
+                f"Keras already runs on {running} in this process; --backend {name} needs a new one"
+            )
         return name
     if importlib.util.find_spec(name) is None:
         raise UserError(f"--backend {name} needs {name}, which is not installed: {INSTALL[name]}")
@@ -57,7 +62,9 @@ def tensorflow_hidden():
     if keras.backend.backend() == "tensorflow" or "tensorflow" in sys.modules:
         yield
         return
-    sys.modules["tensorflow"] = None  # `import tensorflow` raises ImportError: Keras takes it as absent
+    sys.modules["tensorflow"] = (
+        None  # `import tensorflow` raises ImportError: Keras takes it as absent
+    )
     try:
         yield
     finally:
@@ -70,3 +77,25 @@ def set_random_seed(seed):
 
     with tensorflow_hidden():
         keras.utils.set_random_seed(seed)
+
+
+def running():
+    keras = sys.modules.get("keras")
+    return keras.backend.backend() if keras is not None else None
+
+
+def chosen(name):
+    """backend=None: the one Keras runs on in this process, else KERAS_BACKEND, else tensorflow."""
+    return name or running() or default()
+
+
+@contextlib.contextmanager
+def policy_restored():
+    """Puts the global dtype policy back as it was: a call sets the run's policy while it builds models."""
+    import keras  # here: after the call has chosen the backend
+
+    previous = keras.mixed_precision.global_policy()
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy(previous)

@@ -5,6 +5,7 @@ This process never imports Keras: each configuration runs in a worker process on
 From Python: acgan.benchmark(backends=None, policies=..., batches=(64, 256, 1024, 2048), ...) returns an
 acgan.api.Report of benchmark.json.
 """
+
 import functools
 
 from absl import flags
@@ -17,18 +18,30 @@ from acgan.config import STRATEGIES
 @functools.cache
 def define_flags():
     """The command's flags; cli.run_main defines them before parsing (importing the module defines none)."""
-    flags.DEFINE_list("backends", [backend.default()], "Keras backends to time: tensorflow, jax or tensorflow,jax "
-                      "(default: the KERAS_BACKEND environment variable, else tensorflow).")
+    flags.DEFINE_list(
+        "backends",
+        [backend.default()],
+        "Keras backends to time: tensorflow, jax or tensorflow,jax "
+        "(default: the KERAS_BACKEND environment variable, else tensorflow).",
+    )
     flags.DEFINE_alias("backend", "backends")
     default = SweepSettings()
     flags.DEFINE_list("policies", list(default.policies), "Dtype policies to time.")
     flags.DEFINE_list("batches", [str(b) for b in default.batches], "Batch sizes to time.")
-    flags.DEFINE_list("jit", ["on" if jit else "off" for jit in default.jits], "XLA settings to time: on, off or "
-                      "on,off.")
+    flags.DEFINE_list(
+        "jit",
+        ["on" if jit else "off" for jit in default.jits],
+        "XLA settings to time: on, off or on,off.",
+    )
     # The rest, one per SweepSettings field; each configuration is one process, so no multi_worker.
-    cli.define_setting_flags(SweepSettings, [name for name in SweepSettings.__dataclass_fields__ if name not in SWEPT],
-                             choices={"strategy": [s for s in STRATEGIES if s != "multi_worker"]})
-    flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/benchmark-<timestamp>/).")
+    cli.define_setting_flags(
+        SweepSettings,
+        [name for name in SweepSettings.__dataclass_fields__ if name not in SWEPT],
+        choices={"strategy": [s for s in STRATEGIES if s != "multi_worker"]},
+    )
+    flags.DEFINE_string(
+        "output_dir", None, "Output folder (default: outputs/benchmark-<timestamp>/)."
+    )
 
 
 # The sweep's dimensions, defined above as list flags that settings_from_flags parses (--jit: jits).
@@ -40,8 +53,12 @@ FLAGS = flags.FLAGS
 
 def settings_from_flags():
     return cli.settings_from_flags(
-        SweepSettings, backends=parse_backends(FLAGS.backends), policies=tuple(dict.fromkeys(FLAGS.policies)),
-        batches=parse_batches(FLAGS.batches), jits=parse_jit(FLAGS.jit)).validate()
+        SweepSettings,
+        backends=parse_backends(FLAGS.backends),
+        policies=tuple(dict.fromkeys(FLAGS.policies)),
+        batches=parse_batches(FLAGS.batches),
+        jits=parse_jit(FLAGS.jit),
+    ).validate()
 
 
 def main(argv):

@@ -1,4 +1,5 @@
 """CLI: python -m acgan.benchmark_merge FILE... [--output_dir DIR]: one comparison of benchmark.json files."""
+
 import functools
 from datetime import datetime
 from pathlib import Path
@@ -22,9 +23,13 @@ FLAGS = flags.FLAGS
 def main(argv):
     files = argv[1:]
     if not files:
-        raise UserError("give one or more benchmark.json files: python -m acgan.benchmark_merge FILE... [--output_dir DIR]")
+        raise UserError(
+            "give one or more benchmark.json files: python -m acgan.benchmark_merge FILE... [--output_dir DIR]"
+        )
     docs = [results.load_benchmark(f) for f in files]
-    output_dir = Path(FLAGS.output_dir or Path("outputs") / f"report-{datetime.now():%Y%m%d-%H%M%S}")
+    output_dir = Path(
+        FLAGS.output_dir or Path("outputs") / f"report-{datetime.now():%Y%m%d-%H%M%S}"
+    )
     output_dir = sweep.prepare_output_dir(output_dir)
     doc = results.merge(docs, sources=files, command=cli.command_line())
     tables.write_outputs(doc, output_dir)

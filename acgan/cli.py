@@ -5,6 +5,7 @@ importing one defines nothing and any number load side by side; its main() reads
 acgan.api (acgan.train(steps=10) is python -m acgan.train --steps 10). A command's flags are generated
 from its settings record's fields (define_setting_flags) and belong to the command that defines them:
 its --help (-h) lists every flag it takes."""
+
 import contextvars
 import dataclasses
 import os
@@ -15,7 +16,14 @@ from absl import app, flags, logging
 
 from acgan import backend
 from acgan.config import Config
-from acgan.errors import DISK_FULL_STATUS, LOST_WORKER_STATUS, USER_ERROR_STATUS, DiskFull, LostWorker, UserError
+from acgan.errors import (
+    DISK_FULL_STATUS,
+    LOST_WORKER_STATUS,
+    USER_ERROR_STATUS,
+    DiskFull,
+    LostWorker,
+    UserError,
+)
 
 # absl makes a flag a key flag (one --help lists) of the module that called DEFINE_*; the helpers below
 # define flags for a command, so the command, not this module, claims them.
@@ -41,22 +49,34 @@ def define_setting_flags(record, names=None, helps=None, choices=None, defaults=
         elif kind is tuple:
             flags.DEFINE_list(name, None if default is None else list(default), help_text)
         else:
-            define = {int: flags.DEFINE_integer, float: flags.DEFINE_float, str: flags.DEFINE_string}[kind]
+            define = {
+                int: flags.DEFINE_integer,
+                float: flags.DEFINE_float,
+                str: flags.DEFINE_string,
+            }[kind]
             define(name, default, help_text)
 
 
 def define_ema_flag():
     """--ema / --no-ema: sample from G's average or from G's own weights, for the commands that read a run."""
-    flags.DEFINE_boolean("ema", True, "Sample from the moving average of G's weights where the run kept one "
-                         "(--no-ema: from G's own weights).")
+    flags.DEFINE_boolean(
+        "ema",
+        True,
+        "Sample from the moving average of G's weights where the run kept one "
+        "(--no-ema: from G's own weights).",
+    )
 
 
 def define_backend_flag(of_run=False):
     """--backend tensorflow|jax; the acgan.api call chooses it before Keras loads. Default: KERAS_BACKEND,
     else tensorflow, or (of_run: commands that read a run) None, meaning the run's own backend."""
     if of_run:
-        flags.DEFINE_string("backend", os.environ.get("KERAS_BACKEND"), "Keras backend: tensorflow or jax "
-                            "(default: the KERAS_BACKEND environment variable, else the run's own).")
+        flags.DEFINE_string(
+            "backend",
+            os.environ.get("KERAS_BACKEND"),
+            "Keras backend: tensorflow or jax "
+            "(default: the KERAS_BACKEND environment variable, else the run's own).",
+        )
     else:
         define_setting_flags(Config, ["backend"], defaults={"backend": backend.default()})
 
@@ -89,7 +109,7 @@ def _spell_negations(argv):
     """Accepts `--no-jit` for absl's `--nojit` (boolean flags only)."""
     out = []
     for arg in argv:
-        name = arg[len("--no-"):]
+        name = arg[len("--no-") :]
         if arg.startswith("--no-") and name in flags.FLAGS and flags.FLAGS[name].boolean:
             arg = "--no" + name
         out.append(arg)
@@ -97,8 +117,8 @@ def _spell_negations(argv):
 
 
 def _help_asked(argv):
-    """"full" for --helpfull, "short" for -h, --help or --helpshort (before any `--`), else None."""
-    options = set(argv[1:argv.index("--")] if "--" in argv else argv[1:])
+    """ "full" for --helpfull, "short" for -h, --help or --helpshort (before any `--`), else None."""
+    options = set(argv[1 : argv.index("--")] if "--" in argv else argv[1:])
     if "--helpfull" in options:
         return "full"
     return "short" if options & {"-h", "-?", "--help", "--helpshort"} else None
@@ -107,7 +127,8 @@ def _help_asked(argv):
 def _print_help(main, full):
     """The command's docstring and its flags (its key flags: its own and the shared ones it defined), or
     with `full` every flag absl knows; absl's own --help would exit 1 and skip the shared flags."""
-    module = sys.argv[0] if main.__module__ == "__main__" else main.__module__  # absl's name for __main__
+    # absl's name for __main__
+    module = sys.argv[0] if main.__module__ == "__main__" else main.__module__
     doc = (main.__globals__.get("__doc__") or f"usage: {sys.argv[0]} [flags]").rstrip()
     listed = flags.FLAGS.get_help() if full else flags.FLAGS.module_help(module)
     more = "" if full else "Try --helpfull to get a list of all flags (absl's own among them).\n"
@@ -137,7 +158,9 @@ def command_line():
     argv = sys.argv
     name = os.path.basename(argv[0])
     if name == "__main__.py" or name.endswith(".py"):
-        name = "python -m " + (sys.modules["__main__"].__spec__.name if sys.modules["__main__"].__spec__ else name)
+        name = "python -m " + (
+            sys.modules["__main__"].__spec__.name if sys.modules["__main__"].__spec__ else name
+        )
     return " ".join([name] + argv[1:])
 
 
@@ -155,7 +178,8 @@ def run_main(main, positional=False):
     holds the statuses). `positional`: argv may hold arguments besides the flags (else an error)."""
     # Quieten TensorFlow's C++ start-up chatter unless the user asked for it.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    define_flags = main.__globals__.get("define_flags")  # the module's, however it was loaded (-m, runpy)
+    # the module's, however it was loaded (-m, runpy)
+    define_flags = main.__globals__.get("define_flags")
     if define_flags is not None:
         define_flags()
 
@@ -175,3 +199,15 @@ def run_main(main, positional=False):
             _COMMAND_LINE.reset(token)
 
     app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, main, positional))
+
+
+def command_text(name, settings):
+    """What a report records as its command: the command line under a command, else this call."""
+    line = running_command_line()
+    if line:
+        return line
+    shown = ", ".join(
+        f"{key}={os.fspath(v) if isinstance(v, os.PathLike) else v!r}"
+        for key, v in settings.items()
+    )
+    return f"acgan.{name}({shown})"

@@ -4,12 +4,15 @@
 
 From Python: acgan.compare(steps=N, policies=("float32", "mixed_float16"), ...) returns an acgan.api.Report
 of compare.json."""
+
 import functools
 
 from absl import flags
 
 from acgan import api, backend, cli
-from acgan.quality.comparison import CompareSettings  # no framework loads: Keras loads after the training
+from acgan.quality.comparison import (
+    CompareSettings,  # no framework loads: Keras loads after the training
+)
 
 
 @functools.cache
@@ -23,7 +26,9 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    settings = cli.settings_from_flags(CompareSettings, policies=tuple(FLAGS.policies or ())).validate()
+    settings = cli.settings_from_flags(
+        CompareSettings, policies=tuple(FLAGS.policies or ())
+    ).validate()
     out = api.compare_with(settings, command=cli.command_line()).folder
     print(f"wrote {out / 'compare.md'} and {out / 'compare.png'}")
 

@@ -1,5 +1,7 @@
 """Every training setting in one frozen dataclass, validated up front with one-line errors."""
+
 import dataclasses
+import inspect
 import json
 import os
 from pathlib import Path
@@ -44,8 +46,10 @@ def validate_backend(name, strategy="auto"):
     if name not in BACKENDS:
         raise UserError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
     if name == "jax" and strategy == "tpu":
-        raise UserError("--strategy tpu is TensorFlow's TPUStrategy; on JAX, --strategy auto or mirrored trains on "
-                        "every local TPU core")
+        raise UserError(
+            "--strategy tpu is TensorFlow's TPUStrategy; on JAX, --strategy auto or mirrored trains on "
+            "every local TPU core"
+        )
 
 
 def validate_strategy(name, devices=None):
@@ -74,73 +78,129 @@ def same_setting(record, name, default=dataclasses.MISSING, help=None):
     """The setting `name` of the settings record `record`, for another record that carries it too (its
     default and help, unless given)."""
     field = record.__dataclass_fields__[name]
-    return setting(field.default if default is dataclasses.MISSING else default, help or field.metadata["help"],
-                   field.metadata.get("choices"))
+    return setting(
+        field.default if default is dataclasses.MISSING else default,
+        help or field.metadata["help"],
+        field.metadata.get("choices"),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Every training setting: acgan.train's flags and keyword arguments, and a run's config.json."""
-    dataset: str = setting("doodles", "doodles, swatches, quickdraw, cifar10, npz:PATH or folder:PATH.")
-    classes: Optional[tuple] = setting(None, "Quick-Draw classes (default: airplane,apple,bee,bird,book,clock,cow,"
-                                       "dog,eye,fish).")
+
+    dataset: str = setting(
+        "doodles", "doodles, swatches, quickdraw, cifar10, npz:PATH or folder:PATH."
+    )
+    classes: Optional[tuple] = setting(
+        None, "Quick-Draw classes (default: airplane,apple,bee,bird,book,clock,cow,dog,eye,fish)."
+    )
     data_dir: str = setting("data", "Folder for downloads, caches and the judge.")
     max_per_class: Optional[int] = setting(None, "Use at most this many images per class.")
     # On JAX the strategies are a jax.sharding mesh (no tpu strategy). The commands' flag defaults to
     # KERAS_BACKEND (acgan.backend.default).
-    backend: str = setting("tensorflow", "Keras backend: tensorflow or jax (default: the KERAS_BACKEND "
-                           "environment variable, else tensorflow).")
+    backend: str = setting(
+        "tensorflow",
+        "Keras backend: tensorflow or jax (default: the KERAS_BACKEND "
+        "environment variable, else tensorflow).",
+    )
     policy: str = setting("float32", "Keras dtype policy.", choices=POLICIES)
     batch: int = setting(64, "Global batch size.")
     width: float = setting(1.0, "Channel multiplier (channels stay multiples of 8).")
     # A run saves the resolved preset; a saved config without the field is a run of the reference model.
-    arch: str = setting("auto", "Model preset: reference (the original experiment's design), acgan_cifar (the "
-                        "AC-GAN paper's CIFAR-10 networks) or auto: acgan_cifar for 32x32x3 images, else reference.")
+    arch: str = setting(
+        "auto",
+        "Model preset: reference (the original experiment's design), acgan_cifar (the "
+        "AC-GAN paper's CIFAR-10 networks) or auto: acgan_cifar for 32x32x3 images, else reference.",
+    )
     # A run saves the resolved loss; a saved config without the field is a run of the nonsaturating loss.
-    loss: str = setting("auto", "D's and G's real/fake loss: nonsaturating (the AC-GAN paper's binary "
-                        "cross-entropy), hinge, or auto: the preset's (nonsaturating for both).")
+    loss: str = setting(
+        "auto",
+        "D's and G's real/fake loss: nonsaturating (the AC-GAN paper's binary "
+        "cross-entropy), hinge, or auto: the preset's (nonsaturating for both).",
+    )
     # A run saves the resolved value; a saved config without it kept no average.
-    ema_decay: Optional[float] = setting(None, "Decay of the moving average of G's weights that grids and "
-                                         "evaluations sample from (G-EMA; 0: none; default: the preset's).")
+    ema_decay: Optional[float] = setting(
+        None,
+        "Decay of the moving average of G's weights that grids and "
+        "evaluations sample from (G-EMA; 0: none; default: the preset's).",
+    )
     # Length: exactly one of steps / epochs / minutes; none given means DEFAULT_STEPS steps.
-    steps: Optional[int] = setting(None, f"Train this many steps (default {DEFAULT_STEPS} when no length is given).")
+    steps: Optional[int] = setting(
+        None, f"Train this many steps (default {DEFAULT_STEPS} when no length is given)."
+    )
     epochs: Optional[int] = setting(None, "Train this many passes over the data.")
     minutes: Optional[float] = setting(None, "Train for this much wall-clock time.")
     # On several replicas XLA compiles each replica's forward/backward pass.
     jit: bool = setting(True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
-    strategy: str = setting("auto", "tf.distribute strategy, or on JAX a device mesh (auto: mirrored when more than "
-                            "one GPU is visible; on JAX, every local device when there are several).",
-                            choices=STRATEGIES)
-    devices: Optional[tuple] = setting(None, "Devices for --strategy mirrored, e.g. gpu:0,gpu:1 (cpu:0,cpu:1 splits "
-                                       "the CPU).")
-    sync_bn: bool = setting(True, "With several replicas, batch-norm statistics over the global batch.")
+    strategy: str = setting(
+        "auto",
+        "tf.distribute strategy, or on JAX a device mesh (auto: mirrored when more than "
+        "one GPU is visible; on JAX, every local device when there are several).",
+        choices=STRATEGIES,
+    )
+    devices: Optional[tuple] = setting(
+        None, "Devices for --strategy mirrored, e.g. gpu:0,gpu:1 (cpu:0,cpu:1 splits the CPU)."
+    )
+    sync_bn: bool = setting(
+        True, "With several replicas, batch-norm statistics over the global batch."
+    )
     # JAX's multi_worker (jax.distributed.initialize); None: the JAX_* variables, or JAX's cluster detection
     # (SLURM, Open MPI, Kubernetes, Cloud TPU). TensorFlow's multi_worker reads TF_CONFIG.
-    coordinator_address: Optional[str] = setting(None, "JAX multi_worker: process 0's host:port (default: "
-                                                 "JAX_COORDINATOR_ADDRESS, or JAX's cluster detection).")
-    num_processes: Optional[int] = setting(None, "JAX multi_worker: how many processes (default: JAX_NUM_PROCESSES).")
-    process_id: Optional[int] = setting(None, "JAX multi_worker: this process's id, 0 to num_processes - 1 (default: "
-                                        "JAX_PROCESS_ID); process 0 writes the run's files.")
+    coordinator_address: Optional[str] = setting(
+        None,
+        "JAX multi_worker: process 0's host:port (default: "
+        "JAX_COORDINATOR_ADDRESS, or JAX's cluster detection).",
+    )
+    num_processes: Optional[int] = setting(
+        None, "JAX multi_worker: how many processes (default: JAX_NUM_PROCESSES)."
+    )
+    process_id: Optional[int] = setting(
+        None,
+        "JAX multi_worker: this process's id, 0 to num_processes - 1 (default: "
+        "JAX_PROCESS_ID); process 0 writes the run's files.",
+    )
     seed: int = setting(0, "Random seed for weights, noise, data order and grids.")
     sample_every: Optional[int] = setting(250, "Save a sample grid every N steps (and at the end).")
-    labels: bool = setting(True, "Label each row of a sample grid with its class name (--no-labels: the bare grid).")
-    eval_every: Optional[int] = setting(None, "Judge sample quality every N steps (conditional accuracy, FID).")
+    labels: bool = setting(
+        True, "Label each row of a sample grid with its class name (--no-labels: the bare grid)."
+    )
+    eval_every: Optional[int] = setting(
+        None, "Judge sample quality every N steps (conditional accuracy, FID)."
+    )
     eval_samples: int = setting(1000, "Generated samples per evaluation during training.")
     checkpoint_every: int = setting(500, "Save a checkpoint every N steps.")
     keep_checkpoints: int = setting(3, "How many checkpoints to keep.")
     # The bare-step window runs on batches fetched beforehand (training/observers.py).
-    warmup_steps: int = setting(5, "Steps after compilation left out of the timing; as many more, run back to back, "
-                                "time the bare step.")
+    warmup_steps: int = setting(
+        5,
+        "Steps after compilation left out of the timing; as many more, run back to back, "
+        "time the bare step.",
+    )
     # Between reads the host only enqueues steps; checkpoints always check the step they save.
-    log_every: int = setting(25, "Read the metrics (TensorBoard, progress, divergence check) every N steps.")
-    output_dir: Optional[str] = setting(None, "The run's folder (default: a new folder under outputs/).")
-    price_per_hour: Optional[float] = setting(None, "USD per hour of this machine, for the cost of 10^6 batches "
-                                              "(overrides the shipped price table).")
+    log_every: int = setting(
+        25, "Read the metrics (TensorBoard, progress, divergence check) every N steps."
+    )
+    output_dir: Optional[str] = setting(
+        None, "The run's folder (default: a new folder under outputs/)."
+    )
+    price_per_hour: Optional[float] = setting(
+        None,
+        "USD per hour of this machine, for the cost of 10^6 batches "
+        "(overrides the shipped price table).",
+    )
     # Re-running with an existing run's output_dir resumes it too.
-    resume: bool = setting(False, "Continue the run in --output_dir (default: the newest run under outputs/).")
-    max_skipped_in_a_row: int = setting(20, "mixed_float16: stop when an optimizer skips more steps in a row.")
-    profile_steps: Optional[str] = setting(None, "A:B (e.g. 20:24): record a profiler trace of steps A to B in the "
-                                           "run's profile/ folder, with profile.md: where the device time went.")
+    resume: bool = setting(
+        False, "Continue the run in --output_dir (default: the newest run under outputs/)."
+    )
+    max_skipped_in_a_row: int = setting(
+        20, "mixed_float16: stop when an optimizer skips more steps in a row."
+    )
+    profile_steps: Optional[str] = setting(
+        None,
+        "A:B (e.g. 20:24): record a profiler trace of steps A to B in the "
+        "run's profile/ folder, with profile.md: where the device time went.",
+    )
 
     def validate(self):
         """Raises UserError on the first bad setting; cheap (loads no data, builds nothing)."""
@@ -158,14 +218,22 @@ class Config:
         positive_number("width", self.width)
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
         if len(lengths) > 1:
-            raise UserError(f"give only one of --steps, --epochs, --minutes (got {', '.join(lengths)})")
+            raise UserError(
+                f"give only one of --steps, --epochs, --minutes (got {', '.join(lengths)})"
+            )
         for name in ("steps", "epochs", "max_per_class", "sample_every", "eval_every"):
             if getattr(self, name) is not None:
                 positive_int(name, getattr(self, name))
         if self.minutes is not None:
             positive_number("minutes", self.minutes)
         non_negative_int("warmup_steps", self.warmup_steps)
-        for name in ("checkpoint_every", "keep_checkpoints", "max_skipped_in_a_row", "eval_samples", "log_every"):
+        for name in (
+            "checkpoint_every",
+            "keep_checkpoints",
+            "max_skipped_in_a_row",
+            "eval_samples",
+            "log_every",
+        ):
             positive_int(name, getattr(self, name))
         if self.price_per_hour is not None:
             positive_number("price_per_hour", self.price_per_hour)
@@ -181,16 +249,24 @@ class Config:
         return self
 
     def validate_processes(self):
-        given = [n for n in ("coordinator_address", "num_processes", "process_id") if getattr(self, n) is not None]
+        given = [
+            n
+            for n in ("coordinator_address", "num_processes", "process_id")
+            if getattr(self, n) is not None
+        ]
         if given and (self.backend, self.strategy) != ("jax", "multi_worker"):
-            raise UserError(f"--{given[0]} applies to --backend jax --strategy multi_worker (TensorFlow's "
-                            "multi_worker reads TF_CONFIG)")
+            raise UserError(
+                f"--{given[0]} applies to --backend jax --strategy multi_worker (TensorFlow's "
+                "multi_worker reads TF_CONFIG)"
+            )
         if self.num_processes is not None:
             positive_int("num_processes", self.num_processes)
         if self.process_id is not None:
             non_negative_int("process_id", self.process_id)
             if self.num_processes is not None and self.process_id >= self.num_processes:
-                raise UserError(f"--process_id {self.process_id} must be below --num_processes {self.num_processes}")
+                raise UserError(
+                    f"--process_id {self.process_id} must be below --num_processes {self.num_processes}"
+                )
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -200,8 +276,10 @@ class Config:
         values = json.loads(text)
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in values.items() if k in known}
-        values.setdefault("arch", "reference")  # runs from before --arch trained the reference model
-        values.setdefault("loss", "nonsaturating")  # and runs from before --loss the nonsaturating loss
+        # runs from before --arch trained the reference model
+        values.setdefault("arch", "reference")
+        # and runs from before --loss the nonsaturating loss
+        values.setdefault("loss", "nonsaturating")
         values.setdefault("ema_decay", 0.0)  # and runs from before --ema_decay kept no average of G
         for name in ("classes", "devices"):
             if values.get(name) is not None:
@@ -232,7 +310,9 @@ def saved_config(run_dir):
     try:
         return Config.from_json(path.read_text())
     except (ValueError, TypeError) as e:
-        raise UserError(f"{path} is not a valid acgan config ({e.__class__.__name__}); cannot resume") from None
+        raise UserError(
+            f"{path} is not a valid acgan config ({e.__class__.__name__}); cannot resume"
+        ) from None
 
 
 # Where a run lives is not a setting a file hands on: --config takes every other one.
@@ -251,8 +331,71 @@ def start_from_file(path, config, given):
         text = path.read_text()
         values, saved = json.loads(text), Config.from_json(text)
     except (ValueError, TypeError, AttributeError) as e:
-        raise UserError(f"--config {path} is not a valid acgan config ({e.__class__.__name__})") from None
+        raise UserError(
+            f"--config {path} is not a valid acgan config ({e.__class__.__name__})"
+        ) from None
     fields = {f.name for f in dataclasses.fields(Config)}
     taken = (set(values) & fields) - set(RUN_PLACE) - set(given)
     config = dataclasses.replace(config, **{name: getattr(saved, name) for name in taken})
     return config, set(given) | taken
+
+
+# ---- The Python calls' keywords: the same settings as the flags ----
+
+
+# Flags that take a list: a call takes a list, a tuple or a comma-separated string.
+LIST_SETTINGS = ("classes", "devices", "policies", "backends", "batches", "jit")
+
+
+def settings_from(settings_class, command, given):
+    """`given` keyword arguments as settings_class's fields: UserError for an unknown name; list settings
+    as tuples (a comma-separated string split; an empty one None, as an empty list flag gives)."""
+    names = [f.name for f in dataclasses.fields(settings_class)]
+    for name in given:
+        if name not in names:
+            raise UserError(
+                f"acgan.{command}() has no setting {name!r} (python -m acgan.{command} --help "
+                "lists the flags, which are its settings)"
+            )
+    values = dict(given)
+    for name in LIST_SETTINGS:
+        if values.get(name) is not None:
+            values[name] = as_tuple(values[name]) or None
+    return values
+
+
+def as_tuple(value):
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return (value,)
+
+
+def signature(settings_class, **defaults):
+    """The Python call's keyword-only parameters, named and defaulted as settings_class's fields (for
+    help() and notebooks)."""
+    return inspect.Signature(
+        [
+            inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(f.name, f.default)
+            )
+            for f in dataclasses.fields(settings_class)
+        ]
+    )
+
+
+def changed(function, values):
+    """The arguments in `values` that differ from `function`'s defaults (what a report shows of a call)."""
+    defaults = {name: p.default for name, p in inspect.signature(function).parameters.items()}
+    return {name: v for name, v in values.items() if name in defaults and v != defaults[name]}
+
+
+def check_int(name, value, lowest, message):
+    """UserError(message) for an integer below `lowest`; another for a value that is not an integer."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserError(f"--{name} must be an integer, got {value!r}")
+    if lowest is not None and value < lowest:
+        raise UserError(message)

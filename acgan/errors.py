@@ -1,8 +1,8 @@
 """The exceptions a CLI turns into one line on stderr, and their exit statuses (kept here, in one place)."""
 
-USER_ERROR_STATUS = 2   # a mistake the user can fix
-DIVERGED_STATUS = 3     # training diverged (acgan.train)
-DISK_FULL_STATUS = 4    # a write failed: no space left, a file-size limit or a disk quota
+USER_ERROR_STATUS = 2  # a mistake the user can fix
+DIVERGED_STATUS = 3  # training diverged (acgan.train)
+DISK_FULL_STATUS = 4  # a write failed: no space left, a file-size limit or a disk quota
 LOST_WORKER_STATUS = 5  # a multi_worker run lost one of its processes (acgan.train)
 
 

@@ -2,6 +2,7 @@
 [--inception PATH [--inception_samples 50000]]: the sample quality of a run.
 
 From Python: acgan.evaluate(run, num_samples=10_000, ...) returns the result as a dict (quality.json's)."""
+
 import functools
 from pathlib import Path
 
@@ -22,22 +23,47 @@ from acgan.quality.report_section import (
 def define_flags():
     """The command's flags; cli.run_main defines them before parsing (importing the module defines none)."""
     flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
-    flags.DEFINE_integer("num_samples", 10_000, "Generated samples to judge; real test images: as many, or all if "
-                         "fewer.")
+    flags.DEFINE_integer(
+        "num_samples",
+        10_000,
+        "Generated samples to judge; real test images: as many, or all if fewer.",
+    )
     flags.DEFINE_integer("seed", 0, "Seed for the noise and the real test subset.")
-    flags.DEFINE_integer("judge_seed", 0, "Seed of the judge (its initialisation and data order); each seed's judge "
-                         "trains once and is cached. 0 is the one every other command uses.")
-    flags.DEFINE_integer("judges", 1, "Judge the same samples with this many judges (seeds judge_seed, judge_seed + 1, "
-                         "...) and report how far the numbers move; the headline numbers stay the first judge's.")
-    flags.DEFINE_string("data_dir", None, "Folder of datasets and cached judges (default: the run's --data_dir).")
-    flags.DEFINE_bool("cas", False, "Also the classification accuracy score: the judge's CNN trained on the samples "
-                      "and scored on the real test images, beside the same training on real images (two trainings: "
-                      "~1.5 minutes for 10,000 swatches samples on 2 CPU cores).")
-    flags.DEFINE_string("inception", None, "The standard FID and Inception score, as papers print them: the path of "
-                        "classify_image_graph_def.pb, unpacked from inception-2015-12-05.tgz (docs/quality.md), or "
-                        "its folder. Runs on TensorFlow, for RGB datasets; slow without a GPU.")
-    flags.DEFINE_integer("inception_samples", inception_lib.SAMPLES, "Generated samples for --inception, against every real train "
-                         "image (50,000: PyTorch-StudioGAN's table).")
+    flags.DEFINE_integer(
+        "judge_seed",
+        0,
+        "Seed of the judge (its initialisation and data order); each seed's judge "
+        "trains once and is cached. 0 is the one every other command uses.",
+    )
+    flags.DEFINE_integer(
+        "judges",
+        1,
+        "Judge the same samples with this many judges (seeds judge_seed, judge_seed + 1, "
+        "...) and report how far the numbers move; the headline numbers stay the first judge's.",
+    )
+    flags.DEFINE_string(
+        "data_dir", None, "Folder of datasets and cached judges (default: the run's --data_dir)."
+    )
+    flags.DEFINE_bool(
+        "cas",
+        False,
+        "Also the classification accuracy score: the judge's CNN trained on the samples "
+        "and scored on the real test images, beside the same training on real images (two trainings: "
+        "~1.5 minutes for 10,000 swatches samples on 2 CPU cores).",
+    )
+    flags.DEFINE_string(
+        "inception",
+        None,
+        "The standard FID and Inception score, as papers print them: the path of "
+        "classify_image_graph_def.pb, unpacked from inception-2015-12-05.tgz (docs/quality.md), or "
+        "its folder. Runs on TensorFlow, for RGB datasets; slow without a GPU.",
+    )
+    flags.DEFINE_integer(
+        "inception_samples",
+        inception_lib.SAMPLES,
+        "Generated samples for --inception, against every real train "
+        "image (50,000: PyTorch-StudioGAN's table).",
+    )
     cli.define_ema_flag()
     cli.define_backend_flag(of_run=True)
 
@@ -46,10 +72,19 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    result = api.evaluate(run=FLAGS.run, num_samples=FLAGS.num_samples, seed=FLAGS.seed, judge_seed=FLAGS.judge_seed,
-                          judges=FLAGS.judges, data_dir=FLAGS.data_dir, cas=FLAGS.cas, inception=FLAGS.inception,
-                          inception_samples=FLAGS.inception_samples, ema=FLAGS.ema,
-                          backend=FLAGS.backend)
+    result = api.evaluate(
+        run=FLAGS.run,
+        num_samples=FLAGS.num_samples,
+        seed=FLAGS.seed,
+        judge_seed=FLAGS.judge_seed,
+        judges=FLAGS.judges,
+        data_dir=FLAGS.data_dir,
+        cas=FLAGS.cas,
+        inception=FLAGS.inception,
+        inception_samples=FLAGS.inception_samples,
+        ema=FLAGS.ema,
+        backend=FLAGS.backend,
+    )
     run_dir = Path(FLAGS.run)
     print(summary_line(result))
     if (result.get("inception") or {}).get("fid") is not None:
@@ -57,12 +92,20 @@ def main(argv):
     if result.get("across_judges"):
         across = result["across_judges"]
         print(f"across {len(across['judges'])} judges: {across_judges_text(across)}")
-    if result["generator"] == "raw" and result.get("ema_decay"):  # not the run's own sampler: beside it
-        print(f"wrote {run_dir / RAW_GENERATOR_FILE} (G's own weights; quality.json keeps the average's)")
+    if result["generator"] == "raw" and result.get(
+        "ema_decay"
+    ):  # not the run's own sampler: beside it
+        print(
+            f"wrote {run_dir / RAW_GENERATOR_FILE} (G's own weights; quality.json keeps the average's)"
+        )
     elif has_report(run_dir):
-        print(f"wrote {run_dir / 'quality.json'} and the \"Sample quality\" section of {run_dir / 'report.md'}")
+        print(
+            f'wrote {run_dir / "quality.json"} and the "Sample quality" section of {run_dir / "report.md"}'
+        )
     else:  # a run stopped before its report (killed, or still training): only quality.json to write into
-        print(f"wrote {run_dir / 'quality.json'} (no report.md: the run has not written its report yet)")
+        print(
+            f"wrote {run_dir / 'quality.json'} (no report.md: the run has not written its report yet)"
+        )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 From Python: acgan.generate(run, per_class=10, out=None, ...) returns the samples as numpy arrays
 (acgan.api.Samples), writing `out` only when given."""
+
 import functools
 
 from absl import flags
@@ -15,7 +16,9 @@ def define_flags():
     """The command's flags; cli.run_main defines them before parsing (importing the module defines none)."""
     flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
     flags.DEFINE_integer("per_class", 10, "Samples per class.")
-    flags.DEFINE_string("out", None, "Output file: .png (a grid, one row per class) or .npz (images, labels).")
+    flags.DEFINE_string(
+        "out", None, "Output file: .png (a grid, one row per class) or .npz (images, labels)."
+    )
     flags.DEFINE_integer("seed", 0, "Seed for the noise.")
     cli.define_setting_flags(Config, ["labels"])
     cli.define_ema_flag()
@@ -27,8 +30,15 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     # --out is required here: an empty name is refused with the call's message for a bad one.
-    samples = api.generate(run=FLAGS.run, per_class=FLAGS.per_class, out=FLAGS.out or "", seed=FLAGS.seed,
-                           labels=FLAGS.labels, ema=FLAGS.ema, backend=FLAGS.backend)
+    samples = api.generate(
+        run=FLAGS.run,
+        per_class=FLAGS.per_class,
+        out=FLAGS.out or "",
+        seed=FLAGS.seed,
+        labels=FLAGS.labels,
+        ema=FLAGS.ema,
+        backend=FLAGS.backend,
+    )
     print(f"wrote {samples.path}")
 
 

@@ -5,6 +5,7 @@ preset without loading TensorFlow, JAX or Keras. The networks are built from a p
 acgan.model.networks.build_models, the step by acgan.step.factory.build_step. A preset of your own is
 one more instance in PRESETS (docs/presets.md#your-own-preset).
 """
+
 import dataclasses
 from typing import ClassVar, Optional, Union
 
@@ -15,7 +16,9 @@ ADVERSARIAL_LOSSES = ("nonsaturating", "hinge")
 def check_adversarial_loss(loss):
     """`loss` if it names one of ADVERSARIAL_LOSSES (a step takes a resolved name, not "auto")."""
     if loss not in ADVERSARIAL_LOSSES:
-        raise ValueError(f"unknown adversarial loss {loss!r}: one of {', '.join(ADVERSARIAL_LOSSES)}")
+        raise ValueError(
+            f"unknown adversarial loss {loss!r}: one of {', '.join(ADVERSARIAL_LOSSES)}"
+        )
     return loss
 
 
@@ -43,7 +46,12 @@ class PaperCifarNetworks:
     architecture: ClassVar[str] = "paper_cifar"
     side_divisor: ClassVar[int] = 8  # three stride-2 layers each way
     noise_dim: int = 100  # G's noise vector, uniform in [-1, 1]
-    g_maps: tuple = (384, 192, 96)  # G's dense layer's maps (x side/8 x side/8), then its two upsampling layers'
+    # G's dense layer's maps (x side/8 x side/8), then its two upsampling layers'
+    g_maps: tuple = (
+        384,
+        192,
+        96,
+    )
     g_kernel: int = 3  # G's convolution kernels; the table's: 5 (docs/presets.md#generator-kernels)
     # How G doubles its side: "resize" (2x nearest-neighbour + a convolution) or "transpose" (the table's
     # stride-2 transposed convolutions; docs/presets.md#upsampling).
@@ -52,7 +60,9 @@ class PaperCifarNetworks:
     # (docs/presets.md#discriminator-maps).
     d_maps: tuple = (64, 64, 128, 128, 256, 256)
     d_kernel: int = 3  # the D trunk's convolution kernels
-    dropout: float = 0.0  # after each of D's convolutions; 0: none; the table's: 0.5 (docs/presets.md#dropout)
+    dropout: float = (
+        0.0  # after each of D's convolutions; 0: none; the table's: 0.5 (docs/presets.md#dropout)
+    )
     # D's convolutions spectrally normalised, no batch norm in D; False: the table's batch norm
     # (docs/presets.md#spectral-norm).
     spectral_norm: bool = True
@@ -67,7 +77,8 @@ class Preset:
     """One model preset: which networks, their sizes and choices, and how the step trains them."""
 
     name: str  # what --arch and a run's config.json call it
-    networks: Union[ReferenceNetworks, PaperCifarNetworks]  # the builder (its `architecture`) and its knobs
+    # the builder (its `architecture`) and its knobs
+    networks: Union[ReferenceNetworks, PaperCifarNetworks]
     # Adam's learning rates for the D, G and Q optimizers (docs/presets.md#learning-rates).
     learning_rates: tuple
     beta_1: float  # Adam's beta_1 (momentum) for all three optimizers (docs/presets.md#adam-beta1)
@@ -94,7 +105,9 @@ class Preset:
         check_adversarial_loss(self.loss)
         check_ema_decay(self.ema_decay)
         if len(self.learning_rates) != 3:
-            raise ValueError(f"preset {self.name!r}: learning_rates are (D, G, Q), got {self.learning_rates!r}")
+            raise ValueError(
+                f"preset {self.name!r}: learning_rates are (D, G, Q), got {self.learning_rates!r}"
+            )
 
     def with_loss(self, loss):
         """This preset training with real/fake loss `loss` (--loss); "auto": its own."""
@@ -154,4 +167,3 @@ def ema_decay(arch="reference", decay=None):
 def learning_rate_decay(arch="reference"):
     """The last fraction of a run over which preset `arch`'s learning rates fall to zero, or None."""
     return get(arch).learning_rate_decay
-

@@ -1,6 +1,7 @@
 """CLI: python -m acgan.train [--dataset doodles] [--policy float32] [--batch 64] ...
 
 From Python: acgan.train(dataset="doodles", policy="float32", batch=64, ...) returns an acgan.api.Run."""
+
 import functools
 import sys
 
@@ -17,8 +18,12 @@ def define_flags():
     """The command's flags, one per Config field (cli.run_main defines them before parsing; importing the
     module defines none), and --config."""
     cli.define_setting_flags(Config, defaults={"backend": backend.default()})
-    flags.DEFINE_string("config", None, "Start from the settings in this file (a run's config.json, or one "
-                        "acgan.compare writes for each of its runs); the flags given beside it override them.")
+    flags.DEFINE_string(
+        "config",
+        None,
+        "Start from the settings in this file (a run's config.json, or one "
+        "acgan.compare writes for each of its runs); the flags given beside it override them.",
+    )
 
 
 FLAGS = flags.FLAGS
@@ -41,7 +46,9 @@ def main(argv):
     if FLAGS.config:
         config, given = start_from_file(FLAGS.config, config, given)
     config = api.resolve_config(config, given)
-    if jax_supervisor.needed(config):  # JAX would abort this process for a lost coordinator: train in a child
+    if jax_supervisor.needed(
+        config
+    ):  # JAX would abort this process for a lost coordinator: train in a child
         sys.exit(jax_supervisor.supervise(config))
     result = api.train_with(config, command=cli.command_line())
     if config.strategy == "multi_worker":

@@ -7,6 +7,7 @@ Usage (from the repository root):
     PYTHONPATH=. KERAS_BACKEND=jax .venv/bin/python scripts/step_program.py mixed_float16 reference
 Width 0.5, batch 64; the preset's data shape (acgan_cifar: 32x32x3, reference: 28x28x1).
 """
+
 import collections
 import re
 import sys
@@ -30,16 +31,21 @@ def main(policy, arch):
     backend = keras.backend.backend()
     trainer = build_step(preset, backend, models, 10, jit=True)
     rng = np.random.default_rng(0)
-    batch = (rng.integers(0, 256, (BATCH,) + shape, dtype=np.uint8), rng.integers(0, 10, BATCH).astype(np.int32),
-             rng.normal(size=(BATCH, trainer.noise_dim)).astype(np.float32),
-             rng.integers(0, 10, BATCH).astype(np.int32))
+    batch = (
+        rng.integers(0, 256, (BATCH,) + shape, dtype=np.uint8),
+        rng.integers(0, 10, BATCH).astype(np.int32),
+        rng.normal(size=(BATCH, trainer.noise_dim)).astype(np.float32),
+        rng.integers(0, 10, BATCH).astype(np.int32),
+    )
     if backend == "jax":
         hlo = trainer.lowered_step(*batch).compile().as_text()
     else:  # the whole step is one XLA cluster on one replica
         hlo = trainer._step_function.experimental_get_compiler_ir(*batch)(stage="optimized_hlo")
     kinds = collections.Counter(m.group(1) for m in re.finditer(r"= \S+ (\w[\w-]*)\(", hlo))
-    print(f"{backend} {policy} {arch}: {sum(kinds.values())} instructions, {kinds['fusion']} fusions, "
-          f"{kinds['convolution']} convolutions")
+    print(
+        f"{backend} {policy} {arch}: {sum(kinds.values())} instructions, {kinds['fusion']} fusions, "
+        f"{kinds['convolution']} convolutions"
+    )
     print(" ".join(f"{kind}={count}" for kind, count in sorted(kinds.items())))
 
 

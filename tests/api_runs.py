@@ -7,6 +7,7 @@ fixtures), and helpers for tests that start acgan's commands:
   process): trained by acgan.train, sampled by acgan.generate, exported by acgan.export as a .keras file
   and by the `acgan export --format onnx` command as an ONNX file (jax2onnx).
 """
+
 import json
 import os
 import subprocess
@@ -16,8 +17,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # Two steps, a checkpoint and a grid at the end; a few images per class. With an average of G (G-EMA), so
 # what reads a run (generate, evaluate, export) reads it from the average, on both backends.
-TINY = dict(steps=2, batch=8, width=0.125, max_per_class=10, sample_every=2, checkpoint_every=2, warmup_steps=0,
-            log_every=1, ema_decay=0.9)
+TINY = dict(
+    steps=2,
+    batch=8,
+    width=0.125,
+    max_per_class=10,
+    sample_every=2,
+    checkpoint_every=2,
+    warmup_steps=0,
+    log_every=1,
+    ema_decay=0.9,
+)
 # XLA's backend unoptimized, for the test process and every child (conftest.py sets it): a small step
 # compiles in about half the CPU time; what it computes is the same up to float rounding.
 FAST_XLA = "--xla_backend_optimization_level=0"
@@ -47,8 +57,13 @@ def train_tf_run(folder):
     process into `folder`; the acgan.Run it returns."""
     import acgan
 
-    return acgan.train(policy="mixed_float16", jit=True, output_dir=str(folder / "run"), data_dir=str(folder / "data"),
-                       **TINY)
+    return acgan.train(
+        policy="mixed_float16",
+        jit=True,
+        output_dir=str(folder / "run"),
+        data_dir=str(folder / "data"),
+        **TINY,
+    )
 
 
 class JaxRun:
@@ -59,9 +74,14 @@ class JaxRun:
 
     def __init__(self, folder):
         self.folder = folder
-        self.proc = subprocess.Popen([sys.executable, "-c", JAX_RUN, str(folder), json.dumps(TINY)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=child_env(KERAS_BACKEND="jax"), cwd=folder)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", JAX_RUN, str(folder), json.dumps(TINY)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(KERAS_BACKEND="jax"),
+            cwd=folder,
+        )
         self.out = None
 
     def finished(self, timeout=600):
@@ -106,7 +126,9 @@ def float64_jax_script(script):
     """Runs `script` in a child process on JAX's CPU backend with float64 enabled (the numerical checks of
     acgan's own JAX formulations) and returns the JSON its last line prints."""
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", JAX_ENABLE_X64="1")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -115,8 +137,14 @@ def command_flags(*names):
     """{command: {flag: default}} for the acgan commands `names` (KERAS_BACKEND unset), and "absl"."""
     env = child_env()
     env.pop("KERAS_BACKEND", None)
-    proc = subprocess.run([sys.executable, "-c", COMMAND_FLAGS, *names], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", COMMAND_FLAGS, *names],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -126,14 +154,31 @@ def acgan_command(*args, cwd=None, env=None, wait=True):
     Popen when wait=False."""
     command = [sys.executable, "-m", "acgan", *[str(a) for a in args]]
     if not wait:
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env or child_env(), cwd=cwd or ROOT)
-    return subprocess.run(command, capture_output=True, text=True, env=env or child_env(), cwd=cwd or ROOT,
-                          timeout=600)
+        return subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env or child_env(),
+            cwd=cwd or ROOT,
+        )
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=env or child_env(),
+        cwd=cwd or ROOT,
+        timeout=600,
+    )
 
 
 # The figures every benchmark folder holds.
-BENCHMARK_FIGURES = ("time_per_batch.png", "time_per_1000_samples.png", "cost_per_million_batches.png", "tflops.png")
+BENCHMARK_FIGURES = (
+    "time_per_batch.png",
+    "time_per_1000_samples.png",
+    "cost_per_million_batches.png",
+    "tflops.png",
+)
 # Runs python -m acgan.benchmark in this process's place and prints, at exit, which of Keras, TensorFlow
 # and JAX the sweep's own (parent) process imported: none, as the workers load their backends.
 PARENT_PROBE = """
@@ -148,8 +193,14 @@ runpy.run_module("acgan.benchmark", run_name="__main__")
 def run_parent_probe(*args, env=None, timeout=600):
     """python -m acgan.benchmark ARGS through PARENT_PROBE: the CompletedProcess, its stdout ending in the
     line "parent imported: [...]". env: more variables (PYTHONPATH goes after the checkout's)."""
-    return subprocess.run([sys.executable, "-c", PARENT_PROBE, *args], capture_output=True, text=True,
-                          env=child_env(**(env or {})), cwd=ROOT, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", PARENT_PROBE, *args],
+        capture_output=True,
+        text=True,
+        env=child_env(**(env or {})),
+        cwd=ROOT,
+        timeout=timeout,
+    )
 
 
 def newest_checkpoint_step(run_dir):

@@ -1,6 +1,7 @@
 """Makes importing TensorFlow fail in a process and records every attempt, caught or not: the JAX test
 session's processes (conftest.py) and the JAX trainer's child processes (jax/jax_train_runner.py) show with
 it that the JAX path never needs TensorFlow."""
+
 import contextlib
 import importlib.abc
 import sys

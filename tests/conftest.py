@@ -11,6 +11,7 @@ asks for one. `make test` runs each session on two pytest-xdist workers with --d
 run on one worker, so each module-scoped run is made once. No test asserts a speed: what is timed is checked
 by its structure (fields, units, windows, sums), speed claims live in the benchmark.
 """
+
 import os
 import shutil
 from pathlib import Path
@@ -36,6 +37,7 @@ import pytest  # noqa: E402
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 CPU_REPLICAS = 2
 
+
 @pytest.hookimpl(trylast=True)  # after pytest's own pytest_configure has made the temporary folders
 def pytest_configure(config):
     """Two logical CPU devices, so tf.distribute tests can run two replicas on this one CPU: it must happen
@@ -51,16 +53,22 @@ def pytest_configure(config):
         from acgan.step import distribute
 
         distribute.split_host_cpu(CPU_REPLICAS)
-    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # removed with the test run's other temporary folders
+    if (
+        "JAX_COMPILATION_CACHE_DIR" not in os.environ
+    ):  # removed with the test run's other temporary folders
         os.environ["JAX_COMPILATION_CACHE_DIR"] = str(config._tmp_path_factory.mktemp("jax-cache"))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
     os.environ.setdefault("EPATH_USE_TF", "false")
-    if BACKEND == "jax":  # this process imported JAX (through Keras) before the variables above were set
+    if (
+        BACKEND == "jax"
+    ):  # this process imported JAX (through Keras) before the variables above were set
         import jax
 
         jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-        jax.config.update("jax_persistent_cache_min_compile_time_secs",
-                          float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+        jax.config.update(
+            "jax_persistent_cache_min_compile_time_secs",
+            float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+        )
     # glibc's malloc gives freed step buffers back to the system and maps large ones afresh at every step;
     # keeping them costs memory the tests have, and saves a JAX learning run a tenth of its CPU time.
     for tunable in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_"):
@@ -70,9 +78,27 @@ def pytest_configure(config):
 # `make check` runs the tests not marked slow. A test is slow when marked so (it trains, compiles a step or
 # starts a process), or when it uses one of these module fixtures, each of which does that once for the tests
 # of its file: the benchmark's sweeps, trained runs, trainers, judges, the float64 JAX scripts' results.
-SLOW_FIXTURES = {"sweep", "bench", "replicas", "runs", "jax_runs", "float32_runs", "float32_run", "tf_run", "jax_run",
-                 "exported", "loaded", "comparison", "judge", "splits", "synchronized_float16",
-                 "unsynchronized_trainer", "float16_trainer", "numerics", "measured"}
+SLOW_FIXTURES = {
+    "sweep",
+    "bench",
+    "replicas",
+    "runs",
+    "jax_runs",
+    "float32_runs",
+    "float32_run",
+    "tf_run",
+    "jax_run",
+    "exported",
+    "loaded",
+    "comparison",
+    "judge",
+    "splits",
+    "synchronized_float16",
+    "unsynchronized_trainer",
+    "float16_trainer",
+    "numerics",
+    "measured",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m reads the marks
@@ -125,10 +151,12 @@ def doodles_cache(tmp_path_factory):
 def data_dir_with_doodles(doodles_cache):
     """Call with a folder: it becomes a data folder with the doodles' splits already cached (a copy, so a
     test may write beside them), as a fresh --data_dir would be after its first run."""
+
     def make(folder):
         folder = Path(folder)
         shutil.copytree(doodles_cache / "doodles", folder / "doodles", dirs_exist_ok=True)
         return folder
+
     return make
 
 
@@ -150,9 +178,16 @@ def judge(judged_data_dir):
     from acgan.data import load_dataset
     from acgan.quality import judge as judge_lib
 
-    test_set = load_dataset("doodles", split="test", data_dir=str(judged_data_dir), max_per_class=JUDGE_PER_CLASS)
-    return judge_lib.load_or_train("doodles", data_dir=str(judged_data_dir), max_per_class=JUDGE_PER_CLASS,
-                                   test_set=test_set, echo=lambda line: None)
+    test_set = load_dataset(
+        "doodles", split="test", data_dir=str(judged_data_dir), max_per_class=JUDGE_PER_CLASS
+    )
+    return judge_lib.load_or_train(
+        "doodles",
+        data_dir=str(judged_data_dir),
+        max_per_class=JUDGE_PER_CLASS,
+        test_set=test_set,
+        echo=lambda line: None,
+    )
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ BatchNormWithGlobalNormalization op and a legacy `Concat`, then `pool_3` (averag
 (plus `softmax/biases`, which the Inception score leaves out) and `softmax`. The GraphDef says producer
 version 3 (the legacy ops were removed at version 9), as an old frozen graph does.
 """
+
 import numpy as np
 
 FEATURES, CLASSES, SIZE = 16, 12, 8
@@ -23,21 +24,37 @@ def graph_def(features=FEATURES, classes=CLASSES, weight_scale=1.0, seed=0):
     with graph.as_default():
         image = tf.compat.v1.placeholder(tf.uint8, [None, None, 3], name="DecodeJpeg")
         x = tf.expand_dims(tf.cast(image, tf.float32, name="Cast"), 0, name="ExpandDims")
-        x = tf.raw_ops.ResizeBilinear(images=x, size=tf.constant([SIZE, SIZE], name="ResizeBilinear/size"),
-                                      align_corners=False, name="ResizeBilinear")
+        x = tf.raw_ops.ResizeBilinear(
+            images=x,
+            size=tf.constant([SIZE, SIZE], name="ResizeBilinear/size"),
+            align_corners=False,
+            name="ResizeBilinear",
+        )
         x = tf.multiply(tf.subtract(x, 128.0, name="Sub"), 1.0 / 128.0, name="Mul")
-        kernel = tf.constant(rng.normal(size=(2, 2, 3, features)).astype(np.float32), name="conv/conv2d_params")
+        kernel = tf.constant(
+            rng.normal(size=(2, 2, 3, features)).astype(np.float32), name="conv/conv2d_params"
+        )
         x = tf.nn.conv2d(x, kernel, [1, 1, 1, 1], "SAME", name="conv/Conv2D")
         x = tf.identity(x, name="conv/batchnorm")  # becomes BatchNormWithGlobalNormalization below
         a, b = tf.split(x, 2, axis=3, name="mixed/split")
-        x = tf.nn.relu(tf.raw_ops.Concat(concat_dim=tf.constant(3, name="mixed/join/concat_dim"), values=[a, b],
-                                         name="mixed/join"), name="conv")
+        x = tf.nn.relu(
+            tf.raw_ops.Concat(
+                concat_dim=tf.constant(3, name="mixed/join/concat_dim"),
+                values=[a, b],
+                name="mixed/join",
+            ),
+            name="conv",
+        )
         pool = tf.nn.avg_pool2d(x, [1, SIZE, SIZE, 1], [1, 1, 1, 1], "VALID", name="pool_3")
         flat = tf.reshape(pool, [1, features], name="pool_3/_reshape")
-        weight = tf.constant((weight_scale * rng.normal(size=(features, classes))).astype(np.float32),
-                             name="softmax/weights")
+        weight = tf.constant(
+            (weight_scale * rng.normal(size=(features, classes))).astype(np.float32),
+            name="softmax/weights",
+        )
         biases = tf.constant(rng.normal(size=classes).astype(np.float32), name="softmax/biases")
-        logits = tf.nn.bias_add(tf.matmul(flat, weight, name="softmax/logits/MatMul"), biases, name="softmax/logits")
+        logits = tf.nn.bias_add(
+            tf.matmul(flat, weight, name="softmax/logits/MatMul"), biases, name="softmax/logits"
+        )
         tf.nn.softmax(logits, name="softmax")
     out = graph.as_graph_def()
     for node in out.node:
@@ -59,7 +76,9 @@ def _batch_norm(node, out, features, tf):
     for name, value in zip(names, (0.1, 2.0, 0.3, 1.5)):
         const = out.node.add(name=f"conv/batchnorm/{name}", op="Const")
         const.attr["dtype"].type = tf.float32.as_datatype_enum
-        const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.full(features, value, np.float32)))
+        const.attr["value"].tensor.CopyFrom(
+            tf.make_tensor_proto(np.full(features, value, np.float32))
+        )
 
 
 def write_graph(path, rename=(), **kwargs):
@@ -76,7 +95,9 @@ def constant(graph, name):
     """The value of the Const node `name` of a GraphDef."""
     import tensorflow as tf
 
-    return tf.make_ndarray(next(node for node in graph.node if node.name == name).attr["value"].tensor)
+    return tf.make_ndarray(
+        next(node for node in graph.node if node.name == name).attr["value"].tensor
+    )
 
 
 def features_one_at_a_time(path, images):
@@ -90,5 +111,11 @@ def features_one_at_a_time(path, images):
     with graph.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
     with tf.compat.v1.Session(graph=graph) as session:
-        return np.concatenate([session.run("pool_3:0", {"ExpandDims:0": image[None].astype(np.float32)})
-                               .reshape(1, -1) for image in images]).astype(np.float64)
+        return np.concatenate(
+            [
+                session.run("pool_3:0", {"ExpandDims:0": image[None].astype(np.float32)}).reshape(
+                    1, -1
+                )
+                for image in images
+            ]
+        ).astype(np.float64)

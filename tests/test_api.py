@@ -1,6 +1,7 @@
 """The Python API in this process: acgan.train, generate and evaluate on a tiny run; a bad argument is
 acgan.UserError with the command's one-line message; one backend per process; every call's settings are
 its command's flags, with the same defaults; the `acgan` command and its subcommands."""
+
 import inspect
 import json
 import subprocess
@@ -9,10 +10,10 @@ import sys
 import keras
 import numpy as np
 import pytest
-from api_runs import ROOT, acgan_command, child_env, command_flags
 
 import acgan
 from acgan.training.grids import to_uint8
+from api_runs import ROOT, acgan_command, child_env, command_flags
 
 CALLS = ("train", "generate", "evaluate", "compare", "benchmark", "export")
 
@@ -26,11 +27,20 @@ def run(tf_run):
 def test_train_returns_the_run_with_its_report_config_and_grid(run):
     assert isinstance(run, acgan.Run) and run.message is None
     report = run.report
-    assert run.status == "completed" and report["status"] == "completed" and report["steps"] == 2 and report["policy"] == "mixed_float16" and report["backend"] == "tensorflow"
+    assert (
+        run.status == "completed"
+        and report["status"] == "completed"
+        and report["steps"] == 2
+        and report["policy"] == "mixed_float16"
+        and report["backend"] == "tensorflow"
+    )
     assert report["command"].startswith("acgan.train(policy='mixed_float16', jit=True, output_dir=")
     assert run.config["policy"] == "mixed_float16" and run.config["arch"] == "reference"
     assert run.config["ema_decay"] == report["ema_decay"] == 0.9  # api_runs.TINY's
-    assert "grids and evaluations from a moving average of G's weights (decay 0.9)" in (run.folder / "report.md").read_text()
+    assert (
+        "grids and evaluations from a moving average of G's weights (decay 0.9)"
+        in (run.folder / "report.md").read_text()
+    )
     grid = run.grid()  # what a notebook shows: ten rows of 28-pixel doodles at 2x
     assert grid.height == 2 * (10 * 30 + 2) and grid.width > grid.height
     assert run.grid(step=2).size == grid.size
@@ -47,13 +57,15 @@ def test_generate_returns_numpy_samples_and_writes_what_the_command_writes(run, 
     assert samples.labels.tolist() == [c for c in range(10) for _ in range(3)]  # class-major
     assert samples.noise.shape == (30, 62) and np.abs(samples.noise).max() <= 1
     assert len(samples.class_names) == 10 and samples.path is None
-    bare = samples.grid(labels=False)  # one row per class, three columns, at 2x; grid() adds the names
+    # one row per class, three columns, at 2x; grid() adds the names
+    bare = samples.grid(labels=False)
     assert bare.size == (2 * (3 * 30 + 2), 2 * (10 * 30 + 2)) and samples.grid().width > bare.width
     written = acgan.generate(str(run.folder), per_class=3, seed=1, out=tmp_path / "samples.npz")
     with np.load(written.path) as npz:
         np.testing.assert_array_equal(npz["images"], to_uint8(samples.images))
         np.testing.assert_array_equal(npz["labels"], samples.labels)
-    np.testing.assert_array_equal(written.noise, samples.noise)  # the same seed draws the same noise
+    # the same seed draws the same noise
+    np.testing.assert_array_equal(written.noise, samples.noise)
     assert acgan.generate(run, per_class=1, out=tmp_path / "grid.png").path.is_file()
     assert keras.mixed_precision.global_policy().name == "float32"
     # The run keeps an average of G (api_runs.TINY): what reads it samples the average; ema=False, G's own
@@ -67,8 +79,10 @@ def test_generate_returns_numpy_samples_and_writes_what_the_command_writes(run, 
         _, _, own = sampling.load_run(run.folder, ema=False)
     assert sampling.sampled_generator(average) == "ema" and sampling.sampled_generator(own) == "raw"
     assert average.generator_holds_ema and not (own.generator_holds_ema or own.samples_from_ema)
-    np.testing.assert_array_equal(np.concatenate([w.ravel() for w in average.ema_values()]),
-                                  np.concatenate([v.numpy().ravel() for v in average.g_variables]))
+    np.testing.assert_array_equal(
+        np.concatenate([w.ravel() for w in average.ema_values()]),
+        np.concatenate([v.numpy().ravel() for v in average.g_variables]),
+    )
 
 
 @pytest.mark.slow
@@ -80,30 +94,68 @@ def test_evaluate_returns_the_quality_and_records_it_in_the_run(run):
     assert run.quality["command"].startswith("acgan.evaluate(run=")
     assert "## Sample quality" in (run.folder / "report.md").read_text()
     assert result["generator"] == "ema" and result["ema_decay"] == 0.9
-    own = acgan.evaluate(run, num_samples=20, ema=False)  # G's own weights: beside the run's result, not over it
+    # G's own weights: beside the run's result, not over it
+    own = acgan.evaluate(run, num_samples=20, ema=False)
     assert own["generator"] == "raw" and run.quality["generator"] == "ema"
     assert json.loads((run.folder / "quality_no_ema.json").read_text())["generator"] == "raw"
 
 
 # Each call's settings as its command's flags: the same one-line message, as UserError instead of exit 2.
 BAD = {
-    "train: a bad batch": ("train", dict(batch=0), ["--batch", "0"], "--batch must be a positive integer, got 0"),
-    "train: two lengths": ("train", dict(steps=3, minutes=1.0), ["--steps", "3", "--minutes", "1"],
-                           "give only one of --steps, --epochs, --minutes (got steps, minutes)"),
-    "generate: no run": ("generate", dict(out="x.png"), ["--out", "x.png"],
-                         "--run is required: the folder of a training run"),
-    "generate: a bad file": ("generate", dict(run="r", out="x.txt"), ["--run", "r", "--out", "x.txt"],
-                             "--out must name a .png or .npz file"),
-    "evaluate: one sample": ("evaluate", dict(run="r", num_samples=1), ["--run", "r", "--num_samples", "1"],
-                             "--num_samples must be at least 2 (a covariance needs two), got 1"),
-    "compare: no budget": ("compare", dict(policies="float32"), ["--policies", "float32"],
-                           "give exactly one of --steps (equal steps) or --minutes (equal time)"),
-    "benchmark: a bad batch": ("benchmark", dict(batches=[0]), ["--batches", "0"],
-                               "--batches must be positive integers, got '0'"),
-    "export: not a .keras file": ("export", dict(run="r", out="g.h5"), ["--run", "r", "--out", "g.h5"],
-                                  "--out must name a .keras file, not 'g.h5' (--format savedmodel writes a folder)"),
-    "export: no such run": ("export", dict(run="nowhere", out="g.keras"), ["--run", "nowhere", "--out", "g.keras"],
-                            "--run nowhere is not a folder"),
+    "train: a bad batch": (
+        "train",
+        dict(batch=0),
+        ["--batch", "0"],
+        "--batch must be a positive integer, got 0",
+    ),
+    "train: two lengths": (
+        "train",
+        dict(steps=3, minutes=1.0),
+        ["--steps", "3", "--minutes", "1"],
+        "give only one of --steps, --epochs, --minutes (got steps, minutes)",
+    ),
+    "generate: no run": (
+        "generate",
+        dict(out="x.png"),
+        ["--out", "x.png"],
+        "--run is required: the folder of a training run",
+    ),
+    "generate: a bad file": (
+        "generate",
+        dict(run="r", out="x.txt"),
+        ["--run", "r", "--out", "x.txt"],
+        "--out must name a .png or .npz file",
+    ),
+    "evaluate: one sample": (
+        "evaluate",
+        dict(run="r", num_samples=1),
+        ["--run", "r", "--num_samples", "1"],
+        "--num_samples must be at least 2 (a covariance needs two), got 1",
+    ),
+    "compare: no budget": (
+        "compare",
+        dict(policies="float32"),
+        ["--policies", "float32"],
+        "give exactly one of --steps (equal steps) or --minutes (equal time)",
+    ),
+    "benchmark: a bad batch": (
+        "benchmark",
+        dict(batches=[0]),
+        ["--batches", "0"],
+        "--batches must be positive integers, got '0'",
+    ),
+    "export: not a .keras file": (
+        "export",
+        dict(run="r", out="g.h5"),
+        ["--run", "r", "--out", "g.h5"],
+        "--out must name a .keras file, not 'g.h5' (--format savedmodel writes a folder)",
+    ),
+    "export: no such run": (
+        "export",
+        dict(run="nowhere", out="g.keras"),
+        ["--run", "nowhere", "--out", "g.keras"],
+        "--run nowhere is not a folder",
+    ),
 }
 
 
@@ -121,9 +173,17 @@ def test_a_bad_argument_raises_user_error_with_the_commands_message(case, tmp_pa
 def test_the_commands_print_the_same_messages(tmp_path):
     """One case of BAD per command as `acgan COMMAND FLAGS`, each in a child process (none loads Keras):
     exit status 2 and the call's message as the one line on stderr."""
-    cases = ["train: a bad batch", "generate: a bad file", "evaluate: one sample", "compare: no budget",
-             "benchmark: a bad batch", "export: not a .keras file"]
-    procs = {case: acgan_command(BAD[case][0], *BAD[case][2], cwd=tmp_path, wait=False) for case in cases}
+    cases = [
+        "train: a bad batch",
+        "generate: a bad file",
+        "evaluate: one sample",
+        "compare: no budget",
+        "benchmark: a bad batch",
+        "export: not a .keras file",
+    ]
+    procs = {
+        case: acgan_command(BAD[case][0], *BAD[case][2], cwd=tmp_path, wait=False) for case in cases
+    }
     for case, proc in procs.items():
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, (case, err[-2000:])
@@ -138,19 +198,32 @@ def test_an_unknown_setting_and_a_second_backend_are_user_errors():
     assert keras.backend.backend() == "tensorflow"  # this process's: the first choice holds
     with pytest.raises(acgan.UserError) as error:
         acgan.train(backend="jax", steps=1)
-    assert str(error.value) == "Keras already runs on tensorflow in this process; --backend jax needs a new one"
+    assert (
+        str(error.value)
+        == "Keras already runs on tensorflow in this process; --backend jax needs a new one"
+    )
 
 
 def test_every_call_takes_its_commands_flags_with_the_same_defaults():
     flag_defaults = command_flags(*CALLS)
     for name in CALLS:
         parameters = inspect.signature(getattr(acgan, name)).parameters
-        flags = {n: d for n, d in flag_defaults[name].items() if not (name == "benchmark" and n == "backend")}
+        flags = {
+            n: d
+            for n, d in flag_defaults[name].items()
+            if not (name == "benchmark" and n == "backend")
+        }
         assert set(parameters) == set(flags), name  # (benchmark's --backend is --backends' alias)
         for flag, default in flags.items():
             expected = parameters[flag].default
-            if flag in ("backend", "backends"):  # None: as Keras runs, else KERAS_BACKEND, else tensorflow
-                assert expected is None and default in (None, "tensorflow", ["tensorflow"]), (name, flag)
+            if flag in (
+                "backend",
+                "backends",
+            ):  # None: as Keras runs, else KERAS_BACKEND, else tensorflow
+                assert expected is None and default in (None, "tensorflow", ["tensorflow"]), (
+                    name,
+                    flag,
+                )
             elif isinstance(expected, tuple):  # a list flag: strings
                 assert default == [str(v) for v in expected], (name, flag)
             else:
@@ -166,39 +239,93 @@ def test_the_acgan_command_lists_its_subcommands_and_runs_them():
     assert unknown.returncode == 2 and unknown.stderr.startswith("error: unknown command 'trian'")
     # --help (and -h) lists every flag of the command, its own and the shared ones (cli.define_*), exits 0
     helped = acgan_command("train", "--help")
-    short = subprocess.run([sys.executable, "-m", "acgan.train", "-h"], capture_output=True, text=True,
-                           env=child_env(), cwd=ROOT, timeout=60)
+    short = subprocess.run(
+        [sys.executable, "-m", "acgan.train", "-h"],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=60,
+    )
     for proc, heading in ((helped, "\nacgan train:\n"), (short, "acgan/train.py:\n")):
-        assert proc.returncode == 0 and proc.stdout.startswith("CLI: python -m acgan.train"), proc.stderr[-2000:]
+        assert proc.returncode == 0 and proc.stdout.startswith("CLI: python -m acgan.train"), (
+            proc.stderr[-2000:]
+        )
         assert heading in proc.stdout and "--helpfull" in proc.stdout
-        for flag in ("--dataset", "--arch", "--backend", "--seed", "--policy", "--strategy", "--loss", "--steps"):
+        for flag in (
+            "--dataset",
+            "--arch",
+            "--backend",
+            "--seed",
+            "--policy",
+            "--strategy",
+            "--loss",
+            "--steps",
+        ):
             assert f"\n  {flag}: " in proc.stdout, flag
     full = acgan_command("benchmark_merge", "--helpfull")  # absl's own flags too
-    assert full.returncode == 0 and "--output_dir" in full.stdout and "\nabsl.logging:\n" in full.stdout
+    assert (
+        full.returncode == 0
+        and "--output_dir" in full.stdout
+        and "\nabsl.logging:\n" in full.stdout
+    )
     import tomllib
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"acgan": "acgan.__main__:main"}
-    console = ROOT / ".venv" / "bin" / "acgan"  # there once the package is installed with this pyproject
+    # there once the package is installed with this pyproject
+    console = ROOT / ".venv" / "bin" / "acgan"
     if console.exists():
-        assert "\n  export " in subprocess.run([str(console), "--help"], capture_output=True, text=True,
-                                               env=child_env(), timeout=60).stdout
+        assert (
+            "\n  export "
+            in subprocess.run(
+                [str(console), "--help"],
+                capture_output=True,
+                text=True,
+                env=child_env(),
+                timeout=60,
+            ).stdout
+        )
 
 
 def test_importing_acgan_loads_no_framework_and_no_command():
-    probe = ("import sys, acgan; print(sorted(m for m in ('keras', 'tensorflow', 'jax', 'acgan.train', 'acgan.api') "
-             "if m in sys.modules)); acgan.export; print('keras' in sys.modules, callable(acgan.export))")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=child_env(), cwd=ROOT,
-                          timeout=60)
+    probe = (
+        "import sys, acgan; print(sorted(m for m in ('keras', 'tensorflow', 'jax', 'acgan.train', 'acgan.api') "
+        "if m in sys.modules)); acgan.export; print('keras' in sys.modules, callable(acgan.export))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=60,
+    )
     assert proc.stdout.split("\n")[:2] == ["[]", "False True"], proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("call", ["generate(run=folder, out=folder + '/x.png')", "evaluate(run=folder)",
-                                  "export(run=folder, out=folder + '/g.keras')"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "generate(run=folder, out=folder + '/x.png')",
+        "evaluate(run=folder)",
+        "export(run=folder, out=folder + '/g.keras')",
+    ],
+)
 def test_a_folder_without_a_run_is_refused_before_keras_loads(call, tmp_path):
-    probe = (f"import sys, acgan\nfolder = {str(tmp_path)!r}\ntry:\n    acgan.{call}\n"
-             "except acgan.UserError as e:\n    print(e)\nprint('keras' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=child_env(), cwd=ROOT,
-                          timeout=60)
-    assert proc.stdout.split("\n")[:2] == [f"{tmp_path} is not a readable acgan run folder (FileNotFoundError)",
-                                            "False"], proc.stderr[-2000:]
+    probe = (
+        f"import sys, acgan\nfolder = {str(tmp_path)!r}\ntry:\n    acgan.{call}\n"
+        "except acgan.UserError as e:\n    print(e)\nprint('keras' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert proc.stdout.split("\n")[:2] == [
+        f"{tmp_path} is not a readable acgan run folder (FileNotFoundError)",
+        "False",
+    ], proc.stderr[-2000:]

@@ -6,14 +6,15 @@ and defaults), and docs/api.md names every parameter of each call.
 A flag belongs to a command when it follows the command in a code line or code span (`python -m acgan.X
 ... --flag`, `acgan X --flag`, `acgan.X --flag`), or when it opens a code span in a table row, a heading
 or a "Flags:" paragraph of a section whose heading (or a parent heading) names the command."""
+
 import ast
 import inspect
 import re
 
 import pytest
-from api_runs import ROOT, command_flags
 
 import acgan
+from api_runs import ROOT, command_flags
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMANDS = ("train", "generate", "evaluate", "compare", "benchmark_merge", "benchmark", "export")
@@ -43,7 +44,7 @@ def attached(text):
     for part in re.split(r"\s(?:\||&&|;|&|#)\s|\s&$", text):
         command = COMMAND.search(part)
         if command:
-            found += [(command.group(1), flag) for flag in FLAG.findall(part[command.end():])]
+            found += [(command.group(1), flag) for flag in FLAG.findall(part[command.end() :])]
     return found
 
 
@@ -53,7 +54,10 @@ def flag_uses(path):
     for number, line, code in lines_of(path):
         if code:
             text = f"{carried} {line}" if carried else line
-            uses += [(number, c, f) for c, f in attached(text)[len(attached(carried)) if carried else 0:]]
+            uses += [
+                (number, c, f)
+                for c, f in attached(text)[len(attached(carried)) if carried else 0 :]
+            ]
             carried = text if line.endswith("\\") and COMMAND.search(text) else None
             continue
         heading = HEADING.match(line)
@@ -65,7 +69,12 @@ def flag_uses(path):
         spans = SPAN.findall(line)
         uses += [(number, c, f) for span in spans for c, f in attached(span)]
         if context[-1] and (heading or listing or line.startswith("|")):
-            uses += [(number, context[-1], f) for span in spans if span.startswith("--") for f in FLAG.findall(span)]
+            uses += [
+                (number, context[-1], f)
+                for span in spans
+                if span.startswith("--")
+                for f in FLAG.findall(span)
+            ]
     return uses
 
 
@@ -79,9 +88,13 @@ def test_every_flag_shown_with_a_command_is_one_of_its_flags():
     known = command_flags(*COMMANDS)
     absl = set(known.pop("absl"))  # --helpfull, --flagfile, ...: every command takes them
     uses = [(path, *use) for path in DOCS for use in flag_uses(path)]
-    assert len(uses) > 300 and {c for _, _, c, _ in uses} == set(COMMANDS)  # the parsing still finds them
-    wrong = [f"{path.relative_to(ROOT)}:{number}: --{flag} is not a flag of acgan.{command}"
-             for path, number, command, flag in uses if not is_flag(flag, set(known[command]) | absl)]
+    # the parsing still finds them
+    assert len(uses) > 300 and {c for _, _, c, _ in uses} == set(COMMANDS)
+    wrong = [
+        f"{path.relative_to(ROOT)}:{number}: --{flag} is not a flag of acgan.{command}"
+        for path, number, command, flag in uses
+        if not is_flag(flag, set(known[command]) | absl)
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -115,7 +128,9 @@ def test_every_relative_link_and_anchor_resolves():
                 if not linked.exists():
                     broken.append(f"{path.relative_to(ROOT)}:{number}: {target}: no {file}")
                 elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
-                    broken.append(f"{path.relative_to(ROOT)}:{number}: {target}: no heading #{anchor}")
+                    broken.append(
+                        f"{path.relative_to(ROOT)}:{number}: {target}: no heading #{anchor}"
+                    )
     assert checked > 50 and not broken, "\n".join(broken)
 
 
@@ -126,10 +141,14 @@ def shown_calls(path):
     for match in CALL.finditer(text):
         number = text.count("\n", 0, match.start()) + 1
         heading = text.splitlines()[number - 1].startswith("#")
-        for end in (m.end() for m in re.finditer(r"\)", text[match.start():])):  # the shortest that parses
-            source = text[match.start():match.start() + end]
+        for end in (
+            m.end() for m in re.finditer(r"\)", text[match.start() :])
+        ):  # the shortest that parses
+            source = text[match.start() : match.start() + end]
             try:
-                parsed = ast.parse(as_def(source) if heading else source, mode="exec" if heading else "eval")
+                parsed = ast.parse(
+                    as_def(source) if heading else source, mode="exec" if heading else "eval"
+                )
             except SyntaxError:
                 continue
             yield number, match.group(1), parsed.body[0].args if heading else parsed.body, heading
@@ -137,7 +156,7 @@ def shown_calls(path):
 
 
 def as_def(source):
-    return "def f" + source[source.index("("):].replace(", ...)", ")") + ": pass"
+    return "def f" + source[source.index("(") :].replace(", ...)", ")") + ": pass"
 
 
 def shown_default(node):
@@ -146,18 +165,26 @@ def shown_default(node):
         value = ast.literal_eval(node)
     except ValueError:
         return Ellipsis
-    return Ellipsis if value is Ellipsis or (isinstance(value, tuple) and Ellipsis in value) else value
+    return (
+        Ellipsis if value is Ellipsis or (isinstance(value, tuple) and Ellipsis in value) else value
+    )
 
 
 def mismatches(signature, shown, heading):
     """What a shown signature (heading) or call gets wrong about `signature`."""
     if heading:  # every parameter named is the call's, with the default shown
         defaults = dict(zip([a.arg for a in shown.args][::-1], shown.defaults[::-1]))
-        return ([f"no parameter {a.arg!r}" for a in shown.args if a.arg not in signature.parameters] +
-                [f"{name}'s default is {signature.parameters[name].default!r}" for name, node in defaults.items()
-                 if name in signature.parameters
-                 and shown_default(node) not in (Ellipsis, signature.parameters[name].default)])
-    if any(isinstance(a, ast.Starred) for a in shown.args) or any(k.arg is None for k in shown.keywords):
+        return [
+            f"no parameter {a.arg!r}" for a in shown.args if a.arg not in signature.parameters
+        ] + [
+            f"{name}'s default is {signature.parameters[name].default!r}"
+            for name, node in defaults.items()
+            if name in signature.parameters
+            and shown_default(node) not in (Ellipsis, signature.parameters[name].default)
+        ]
+    if any(isinstance(a, ast.Starred) for a in shown.args) or any(
+        k.arg is None for k in shown.keywords
+    ):
         return []
     try:
         signature.bind_partial(*shown.args, **{k.arg: k.value for k in shown.keywords})
@@ -169,8 +196,11 @@ def mismatches(signature, shown, heading):
 @pytest.mark.parametrize("page", ["README.md", "docs/api.md"])
 def test_every_call_shown_takes_the_arguments_it_is_shown_with(page):
     shown = list(shown_calls(ROOT / page))
-    wrong = [f"{page}:{number}: acgan.{name}: {problem}" for number, name, node, heading in shown
-             for problem in mismatches(inspect.signature(getattr(acgan, name)), node, heading)]
+    wrong = [
+        f"{page}:{number}: acgan.{name}: {problem}"
+        for number, name, node, heading in shown
+        for problem in mismatches(inspect.signature(getattr(acgan, name)), node, heading)
+    ]
     assert len(shown) >= 4 and not wrong, "\n".join(wrong)
 
 
@@ -181,8 +211,9 @@ def test_every_parameter_of_a_call_is_named_in_its_section_of_the_api_page():
     for section in re.split(r"\n(?=#{2,3} )", (ROOT / "docs" / "api.md").read_text()):
         heading = re.match(r"### `acgan\.(\w+)\(([^\n]*)\n", section)
         if heading:
-            named = set(re.findall(r"[(,]\s*\**(\w+)", "(" + heading.group(2))) | set(re.findall(r"`(\w+)(?:=[^`]*)?`",
-                                                                                               section))
+            named = set(re.findall(r"[(,]\s*\**(\w+)", "(" + heading.group(2))) | set(
+                re.findall(r"`(\w+)(?:=[^`]*)?`", section)
+            )
             parameters = inspect.signature(getattr(acgan, heading.group(1))).parameters
             missing[heading.group(1)] = sorted(set(parameters) - named)
     assert set(missing) == set(CALLS) and not any(missing.values()), missing
@@ -210,9 +241,15 @@ def literal(text):
 def states(value, default):
     """Whether a stated default (literal()) is the flag's default."""
     if isinstance(value, bool):
-        return bool(default) == value or (isinstance(default, list) and default == ["on" if value else "off"])
+        return bool(default) == value or (
+            isinstance(default, list) and default == ["on" if value else "off"]
+        )
     if isinstance(value, float):
-        return not isinstance(default, bool) and isinstance(default, (int, float)) and float(default) == value
+        return (
+            not isinstance(default, bool)
+            and isinstance(default, (int, float))
+            and float(default) == value
+        )
     return (",".join(map(str, default)) if isinstance(default, list) else str(default)) == value
 
 
@@ -235,25 +272,37 @@ def stated_defaults(path):
         if row and columns == "default":
             flags = []
             for flag in FLAG.findall(SPAN.sub(lambda m: m.group(0).split("(")[0], row.group(1))):
-                positive = re.sub(r"^no-?", "", flag)  # --no-jit, --nosync_bn: the boolean named before
+                # --no-jit, --nosync_bn: the boolean named before
+                positive = re.sub(r"^no-?", "", flag)
                 if not (flag != positive and positive in flags):
                     flags.append(flag)
-            values = [literal(v) for v in (row.group(2).split(", ") if len(flags) > 1 else [row.group(2)])]
+            values = [
+                literal(v) for v in (row.group(2).split(", ") if len(flags) > 1 else [row.group(2)])
+            ]
             if len(values) == len(flags) and Ellipsis not in values:
                 found += [(number, context[-1], flag, value) for flag, value in zip(flags, values)]
         elif not row:
-            found += [(number, context[-1], flag, literal(in_brackets or after_default))
-                      for flag, in_brackets, after_default in PROSE_DEFAULT.findall(line)]
+            found += [
+                (number, context[-1], flag, literal(in_brackets or after_default))
+                for flag, in_brackets, after_default in PROSE_DEFAULT.findall(line)
+            ]
     return found
 
 
 def test_every_default_a_page_states_is_the_flags_default():
     known = command_flags(*COMMANDS)
     stated = [(path, *use) for path in DOCS for use in stated_defaults(path)]
-    checked = [(path, number, command, flag, value) for path, number, command, flag, value in stated
-               if flag.replace("-", "_") in known[command] and known[command][flag.replace("-", "_")] is not None]
+    checked = [
+        (path, number, command, flag, value)
+        for path, number, command, flag, value in stated
+        if flag.replace("-", "_") in known[command]
+        and known[command][flag.replace("-", "_")] is not None
+    ]
     assert len(checked) > 40  # the parsing still finds them
-    wrong = [f"{path.relative_to(ROOT)}:{number}: --{flag} of acgan.{command}: the page says {value!r}, the default "
-             f"is {known[command][flag.replace('-', '_')]!r}" for path, number, command, flag, value in checked
-             if not states(value, known[command][flag.replace("-", "_")])]
+    wrong = [
+        f"{path.relative_to(ROOT)}:{number}: --{flag} of acgan.{command}: the page says {value!r}, the default "
+        f"is {known[command][flag.replace('-', '_')]!r}"
+        for path, number, command, flag, value in checked
+        if not states(value, known[command][flag.replace("-", "_")])
+    ]
     assert not wrong, "\n".join(wrong)

@@ -3,6 +3,7 @@ on TensorFlow or on JAX (without TensorFlow there), and that samples what acgan.
 same noise and labels: both presets, both training backends, a mixed_float16 run exported in float32 and
 with its policy kept; SavedModel for TF Serving; ONNX from both backends, read by onnxruntime; one-line
 errors."""
+
 import json
 import subprocess
 import sys
@@ -10,11 +11,11 @@ import zipfile
 
 import numpy as np
 import pytest
-from api_runs import ROOT, child_env
 
 import acgan
 from acgan.config import Config
 from acgan.training.export import read_metadata
+from api_runs import ROOT, child_env
 
 # Loads each exported generator and samples from the given noise and labels, then runs the README's three
 # lines on the first, in a process where `import acgan` fails (the editable install's finder would find it
@@ -69,15 +70,26 @@ def exported(jax_run, tf_run, tmp_path_factory):
     acgan.export(tf_run, out=root / "tf-float32.keras")
     acgan.export(tf_run, out=root / "tf-kept.keras", keep_policy=True)
     samples = acgan.generate(tf_run, per_class=2, seed=3)
-    np.savez(root / "tf-generated.npz", images=samples.images, noise=samples.noise, labels=samples.labels)
+    np.savez(
+        root / "tf-generated.npz", images=samples.images, noise=samples.noise, labels=samples.labels
+    )
     jax_dir, out = jax_run.finished()
-    assert f"wrote {jax_dir / 'generator.onnx'}: G's moving average at step 2, float32; noise 100 (uniform in [-1, 1]), " \
-           "10 classes, images 32x32x3 in [0, 1] (acgan.json inside)" in out
-    assert out.strip().endswith("tensorflow imported: False")  # training, sampling, both exports on JAX
+    assert (
+        f"wrote {jax_dir / 'generator.onnx'}: G's moving average at step 2, float32; noise 100 (uniform in [-1, 1]), "
+        "10 classes, images 32x32x3 in [0, 1] (acgan.json inside)" in out
+    )
+    # training, sampling, both exports on JAX
+    assert out.strip().endswith("tensorflow imported: False")
     return {
         "jax-acgan_cifar-float32": (jax_dir / "generator.keras", jax_dir / "generated.npz"),
-        "tensorflow-reference-mixed_float16-as-float32": (root / "tf-float32.keras", root / "tf-generated.npz"),
-        "tensorflow-reference-mixed_float16-kept": (root / "tf-kept.keras", root / "tf-generated.npz"),
+        "tensorflow-reference-mixed_float16-as-float32": (
+            root / "tf-float32.keras",
+            root / "tf-generated.npz",
+        ),
+        "tensorflow-reference-mixed_float16-kept": (
+            root / "tf-kept.keras",
+            root / "tf-generated.npz",
+        ),
     }
 
 
@@ -86,7 +98,7 @@ def readme_snippet():
     lines = (ROOT / "README.md").read_text().splitlines()
     start = lines.index("    import keras, numpy as np")
     assert lines[start + 1].startswith("    generator = keras.saving.load_model(")
-    return "\n".join(line[4:] for line in lines[start:start + 3])
+    return "\n".join(line[4:] for line in lines[start : start + 3])
 
 
 @pytest.fixture(scope="module")
@@ -95,26 +107,38 @@ def loaded(exported, tmp_path_factory):
     root = tmp_path_factory.mktemp("loaded")
     procs = {}
     for backend in BACKENDS:
-        jobs = [(str(model), str(inputs), str(root / f"{backend}-{name}.npz")) for name, (model, inputs) in exported.items()]
+        jobs = [
+            (str(model), str(inputs), str(root / f"{backend}-{name}.npz"))
+            for name, (model, inputs) in exported.items()
+        ]
         env = child_env(KERAS_BACKEND=backend)
         env.pop("PYTHONPATH")
         command = [sys.executable, "-I", "-c", LOADER, backend, json.dumps(jobs), readme_snippet()]
-        procs[backend] = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                          cwd=root)
+        procs[backend] = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=root
+        )
     for backend, proc in procs.items():
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
         # The backend, and which frameworks loaded (Keras on TensorFlow probes JAX too).
         last = out.strip().splitlines()[-1]
-        assert last == "jax ['jax']" if backend == "jax" else (
-            last.startswith("tensorflow [") and "'tensorflow'" in last), last
-    return {backend: {name: dict(np.load(root / f"{backend}-{name}.npz")) for name in exported} for backend in BACKENDS}
+        assert (
+            last == "jax ['jax']"
+            if backend == "jax"
+            else (last.startswith("tensorflow [") and "'tensorflow'" in last)
+        ), last
+    return {
+        backend: {name: dict(np.load(root / f"{backend}-{name}.npz")) for name in exported}
+        for backend in BACKENDS
+    }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", EXPORTS)
-def test_the_exported_generator_samples_what_generate_does_without_acgan(exported, loaded, name, backend):
+def test_the_exported_generator_samples_what_generate_does_without_acgan(
+    exported, loaded, name, backend
+):
     _, inputs = exported[name]
     sampled = loaded[backend][name]
     with np.load(inputs) as generated:
@@ -122,22 +146,46 @@ def test_the_exported_generator_samples_what_generate_does_without_acgan(exporte
     assert sampled["images"].shape == expected.shape and sampled["images"].dtype == np.float32
     difference = np.abs(sampled["images"] - expected).max()
     assert difference <= EXPORTS[name], difference
-    assert np.ptp(expected) > 10 * EXPORTS[name]  # the images differ from each other by more than that
+    # the images differ from each other by more than that
+    assert np.ptp(expected) > 10 * EXPORTS[name]
     assert 0 <= sampled["images"].min() and sampled["images"].max() <= 1
-    policies = {str(p) for p in sampled["policies"]}  # mixed: batch norms and the image layer stay float32
+    # mixed: batch norms and the image layer stay float32
+    policies = {str(p) for p in sampled["policies"]}
     assert policies == ({"mixed_float16", "float32"} if name.endswith("-kept") else {"float32"})
 
 
 def test_the_metadata_travels_in_the_file(exported):
     jax_meta = read_metadata(exported["jax-acgan_cifar-float32"][0])
     assert jax_meta["format"] == "acgan-generator/1" and jax_meta["noise_dim"] == 100
-    assert jax_meta["image_shape"] == [32, 32, 3] and jax_meta["num_classes"] == len(jax_meta["class_names"]) == 10
-    assert (jax_meta["arch"], jax_meta["run_backend"], jax_meta["exported_on"]) == ("acgan_cifar", "jax", "jax")
-    assert (jax_meta["generator"], jax_meta["ema_decay"]) == ("ema", 0.9)  # the run's average of G (api_runs.TINY)
+    assert (
+        jax_meta["image_shape"] == [32, 32, 3]
+        and jax_meta["num_classes"] == len(jax_meta["class_names"]) == 10
+    )
+    assert (jax_meta["arch"], jax_meta["run_backend"], jax_meta["exported_on"]) == (
+        "acgan_cifar",
+        "jax",
+        "jax",
+    )
+    # the run's average of G (api_runs.TINY)
+    assert (jax_meta["generator"], jax_meta["ema_decay"]) == (
+        "ema",
+        0.9,
+    )
     tf_meta = read_metadata(exported["tensorflow-reference-mixed_float16-as-float32"][0])
-    assert (tf_meta["noise_dim"], tf_meta["image_shape"], tf_meta["arch"]) == (62, [28, 28, 1], "reference")
-    assert (tf_meta["policy"], tf_meta["run_policy"], tf_meta["step"]) == ("float32", "mixed_float16", 2)
-    assert read_metadata(exported["tensorflow-reference-mixed_float16-kept"][0])["policy"] == "mixed_float16"
+    assert (tf_meta["noise_dim"], tf_meta["image_shape"], tf_meta["arch"]) == (
+        62,
+        [28, 28, 1],
+        "reference",
+    )
+    assert (tf_meta["policy"], tf_meta["run_policy"], tf_meta["step"]) == (
+        "float32",
+        "mixed_float16",
+        2,
+    )
+    assert (
+        read_metadata(exported["tensorflow-reference-mixed_float16-kept"][0])["policy"]
+        == "mixed_float16"
+    )
 
 
 def test_the_exported_generator_holds_only_built_in_layers(exported):
@@ -160,7 +208,11 @@ def test_portable_generator_computes_what_the_generator_does(arch, shape, set_po
         generator = build_models(shape, 10, width=0.125, arch=arch).generator
         for variable in generator.weights:  # batch norms' variances positive
             positive = "variance" in variable.path
-            draw = rng.uniform(0.5, 2.0, variable.shape) if positive else rng.normal(0, 0.5, variable.shape)
+            draw = (
+                rng.uniform(0.5, 2.0, variable.shape)
+                if positive
+                else rng.normal(0, 0.5, variable.shape)
+            )
             variable.assign(draw.astype(np.float32))
         z = rng.uniform(-1, 1, (20, generator.inputs[0].shape[1])).astype(np.float32)
         labels = np.arange(20, dtype=np.int32) % 10
@@ -169,7 +221,8 @@ def test_portable_generator_computes_what_the_generator_does(arch, shape, set_po
         clone = portable_generator(generator, keep_policy=policy != "float32")
         assert all(type(layer).__module__.startswith("keras.") for layer in clone.layers)
         np.testing.assert_array_equal(np.asarray(clone([z, labels], training=False)), images)
-    as_float32 = np.asarray(portable_generator(generator)([z, labels], training=False))  # the mixed one
+    # the mixed one
+    as_float32 = np.asarray(portable_generator(generator)([z, labels], training=False))
     assert 0 < np.abs(as_float32 - images).mean() < 0.01  # only float16's rounding is gone
 
 
@@ -182,9 +235,17 @@ def test_savedmodel_serves_the_same_images(tf_run, tmp_path_factory):
     assert exported.metadata == read_metadata(out) and exported.metadata["noise_dim"] == 62
     samples = acgan.generate(run, per_class=1, seed=5)
     serve = tf.saved_model.load(str(out)).signatures["serving_default"]
-    images = serve(z=tf.constant(samples.noise), labels=tf.constant(samples.labels))["output_0"].numpy()
-    assert np.abs(images - samples.images).max() <= EXPORTS["tensorflow-reference-mixed_float16-as-float32"]
-    with pytest.raises(acgan.UserError, match=f"--out {out} already exists: --format savedmodel writes a new folder"):
+    images = serve(z=tf.constant(samples.noise), labels=tf.constant(samples.labels))[
+        "output_0"
+    ].numpy()
+    assert (
+        np.abs(images - samples.images).max()
+        <= EXPORTS["tensorflow-reference-mixed_float16-as-float32"]
+    )
+    with pytest.raises(
+        acgan.UserError,
+        match=f"--out {out} already exists: --format savedmodel writes a new folder",
+    ):
         acgan.export(run, out=out, format="savedmodel")
 
 
@@ -192,7 +253,10 @@ def test_savedmodel_serves_the_same_images(tf_run, tmp_path_factory):
 # which is mixed_float16 exported in float32, so up to float16's rounding as above; 6e-8 from the JAX run).
 ONNX = {
     "jax-acgan_cifar-float32": ("jax", 1e-5),
-    "tensorflow-reference-mixed_float16-as-float32": ("tensorflow", EXPORTS["tensorflow-reference-mixed_float16-as-float32"]),
+    "tensorflow-reference-mixed_float16-as-float32": (
+        "tensorflow",
+        EXPORTS["tensorflow-reference-mixed_float16-as-float32"],
+    ),
 }
 
 
@@ -201,7 +265,7 @@ def onnx_snippet():
     lines = (ROOT / "docs" / "api.md").read_text().splitlines()
     start = lines.index("    import numpy as np, onnxruntime")
     assert lines[start + 1].startswith("    session = onnxruntime.InferenceSession(")
-    return "\n".join(line[4:] for line in lines[start:start + 3])
+    return "\n".join(line[4:] for line in lines[start : start + 3])
 
 
 @pytest.fixture(scope="module")
@@ -212,9 +276,14 @@ def onnx_files(exported, jax_run, tf_run, tmp_path_factory):
     assert acgan.export(tf_run, out=path, format="onnx").path == path
     jax_dir, _ = jax_run.finished()
     return {
-        "jax-acgan_cifar-float32": (jax_dir / "generator.onnx", exported["jax-acgan_cifar-float32"][1]),
-        "tensorflow-reference-mixed_float16-as-float32":
-            (path, exported["tensorflow-reference-mixed_float16-as-float32"][1]),
+        "jax-acgan_cifar-float32": (
+            jax_dir / "generator.onnx",
+            exported["jax-acgan_cifar-float32"][1],
+        ),
+        "tensorflow-reference-mixed_float16-as-float32": (
+            path,
+            exported["tensorflow-reference-mixed_float16-as-float32"][1],
+        ),
     }
 
 
@@ -225,21 +294,31 @@ def test_the_onnx_file_samples_what_generate_does_in_onnxruntime(onnx_files, nam
     backend, tolerance = ONNX[name]
     path, inputs = onnx_files[name]
     session = onnxruntime.InferenceSession(str(path))
-    assert [(i.name, i.type, len(i.shape)) for i in session.get_inputs()] == [("z", "tensor(float)", 2),
-                                                                            ("labels", "tensor(int32)", 1)]
+    assert [(i.name, i.type, len(i.shape)) for i in session.get_inputs()] == [
+        ("z", "tensor(float)", 2),
+        ("labels", "tensor(int32)", 1),
+    ]
     with np.load(inputs) as generated:
         images = session.run(None, {"z": generated["noise"], "labels": generated["labels"]})[0]
         expected = generated["images"]
-    assert images.shape == expected.shape and images.dtype == np.float32  # the batch is not fixed at export
+    # the batch is not fixed at export
+    assert images.shape == expected.shape and images.dtype == np.float32
     difference = np.abs(images - expected).max()
     assert difference <= tolerance, difference
     assert np.ptp(expected) > 10 * tolerance
     meta = json.loads(session.get_modelmeta().custom_metadata_map["acgan.json"])
     assert meta == read_metadata(path)
-    assert (meta["format"], meta["policy"], meta["exported_on"]) == ("acgan-generator/1", "float32", backend)
+    assert (meta["format"], meta["policy"], meta["exported_on"]) == (
+        "acgan-generator/1",
+        "float32",
+        backend,
+    )
     docs = {}  # docs/api.md's three lines, as printed there
     exec(onnx_snippet().replace('"generator.onnx"', repr(str(path))), docs)
-    assert docs["images"].shape == (10, *meta["image_shape"]) and 0 <= docs["images"].min() <= docs["images"].max() <= 1
+    assert (
+        docs["images"].shape == (10, *meta["image_shape"])
+        and 0 <= docs["images"].min() <= docs["images"].max() <= 1
+    )
 
 
 def test_onnx_without_its_converter_is_one_line(tmp_path, monkeypatch):
@@ -248,24 +327,44 @@ def test_onnx_without_its_converter_is_one_line(tmp_path, monkeypatch):
 
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.json").write_text(Config(dataset="doodles").to_json())
-    (tmp_path / "run" / "dataset.json").write_text(json.dumps({"class_names": ["a", "b"], "image_shape": [28, 28, 1]}))
+    (tmp_path / "run" / "dataset.json").write_text(
+        json.dumps({"class_names": ["a", "b"], "image_shape": [28, 28, 1]})
+    )
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tf2onnx" else find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "tf2onnx" else find_spec(name, *a),
+    )
     with pytest.raises(acgan.UserError) as error:
         acgan.export(tmp_path / "run", out=tmp_path / "g.onnx", format="onnx")
-    assert str(error.value) == ("--format onnx on tensorflow needs tf2onnx, which is not installed: in the acgan "
-                                "checkout, pip install -c constraints.txt -e '.[onnx]'")
+    assert str(error.value) == (
+        "--format onnx on tensorflow needs tf2onnx, which is not installed: in the acgan "
+        "checkout, pip install -c constraints.txt -e '.[onnx]'"
+    )
     assert not (tmp_path / "g.onnx").exists()
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(out="g.keras"), "--run is required: the folder of a training run"),
-    (dict(run="r"), "--out is required: the file to write, e.g. generator.keras"),
-    (dict(run="r", out="g.keras", format="tflite"), "unknown format 'tflite': choose keras, savedmodel or onnx"),
-    (dict(run="r", out="g.keras", format="onnx"), "--out must name a .onnx file with --format onnx, not 'g.keras'"),
-    (dict(run="r", out="g.onnx", format="onnx", keep_policy=True),
-     "--keep_policy cannot go with --format onnx: Keras exports ONNX from float32 models only"),
-], ids=["no run", "no out", "unknown format", "onnx: not a .onnx file", "onnx: keep_policy"])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(out="g.keras"), "--run is required: the folder of a training run"),
+        (dict(run="r"), "--out is required: the file to write, e.g. generator.keras"),
+        (
+            dict(run="r", out="g.keras", format="tflite"),
+            "unknown format 'tflite': choose keras, savedmodel or onnx",
+        ),
+        (
+            dict(run="r", out="g.keras", format="onnx"),
+            "--out must name a .onnx file with --format onnx, not 'g.keras'",
+        ),
+        (
+            dict(run="r", out="g.onnx", format="onnx", keep_policy=True),
+            "--keep_policy cannot go with --format onnx: Keras exports ONNX from float32 models only",
+        ),
+    ],
+    ids=["no run", "no out", "unknown format", "onnx: not a .onnx file", "onnx: keep_policy"],
+)
 def test_export_errors_are_one_line(kwargs, message):
     with pytest.raises(acgan.UserError) as error:
         acgan.export(**kwargs)
@@ -275,7 +374,9 @@ def test_export_errors_are_one_line(kwargs, message):
 def test_a_run_without_a_checkpoint_is_one_line(tmp_path):
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     (tmp_path / "run" / "config.json").write_text(Config(dataset="doodles").to_json())
-    (tmp_path / "run" / "dataset.json").write_text(json.dumps({"class_names": ["a", "b"], "image_shape": [28, 28, 1]}))
+    (tmp_path / "run" / "dataset.json").write_text(
+        json.dumps({"class_names": ["a", "b"], "image_shape": [28, 28, 1]})
+    )
     with pytest.raises(acgan.UserError, match="has no checkpoint yet"):
         acgan.export(tmp_path / "run", out=tmp_path / "g.keras")
     assert not (tmp_path / "g.keras").exists()

@@ -1,11 +1,21 @@
 """The layout stays readable: no import cycles between acgan modules, nor between its subsystems (the
 folders under acgan/), function-level imports counted; commands on top; short modules and functions;
 and no source file pointing outside the repository."""
+
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "acgan"
-COMMANDS = {"train", "generate", "evaluate", "compare", "benchmark", "benchmark_merge", "export", "__main__"}
+COMMANDS = {
+    "train",
+    "generate",
+    "evaluate",
+    "compare",
+    "benchmark",
+    "benchmark_merge",
+    "export",
+    "__main__",
+}
 SHARED = {"backend", "__init__", "api", "cli", "config", "errors", "presets"}
 MODULE_LINES, FUNCTION_LINES = 450, 80  # a module read in one sitting, a function on one screen
 
@@ -41,7 +51,7 @@ def cycles_of(graph):
     def visit(node, trail):
         for nxt in sorted(graph.get(node, ())):
             if nxt in trail:
-                cycles.append(trail[trail.index(nxt):] + [nxt])
+                cycles.append(trail[trail.index(nxt) :] + [nxt])
             elif nxt not in done:
                 visit(nxt, trail + [nxt])
         done.add(node)
@@ -84,15 +94,22 @@ def test_no_subsystem_imports_one_that_imports_it_back():
     graph = {}
     for a, b in edges:
         graph.setdefault(a, set()).add(b)
-    cycles = ["; ".join(f"{a} -> {b} ({', '.join(edges[a, b])})" for a, b in zip(loop, loop[1:]))
-              for loop in cycles_of(graph)]
+    cycles = [
+        "; ".join(f"{a} -> {b} ({', '.join(edges[a, b])})" for a, b in zip(loop, loop[1:]))
+        for loop in cycles_of(graph)
+    ]
     assert not cycles, "subsystems importing each other:\n" + "\n".join(cycles)
 
 
 def test_no_subsystem_imports_a_command():
     top = COMMANDS | {"api", "cli"}
-    offenders = [f"{name} imports {other}" for name, imported in import_graph().items() if subsystem_of(name)
-                 for other in imported if other.split(".")[-1] in top and subsystem_of(other) is None]
+    offenders = [
+        f"{name} imports {other}"
+        for name, imported in import_graph().items()
+        if subsystem_of(name)
+        for other in imported
+        if other.split(".")[-1] in top and subsystem_of(other) is None
+    ]
     assert not offenders, offenders
 
 
@@ -102,7 +119,11 @@ def test_the_top_level_holds_the_commands_and_a_few_shared_modules():
 
 
 def test_no_source_file_points_outside_the_repository():
-    offenders = [str(p) for p in PACKAGE.rglob("*.py") if "../shared" in p.read_text() or "DESIGN.md" in p.read_text()]
+    offenders = [
+        str(p)
+        for p in PACKAGE.rglob("*.py")
+        if "../shared" in p.read_text() or "DESIGN.md" in p.read_text()
+    ]
     assert not offenders
 
 

@@ -1,5 +1,6 @@
 """The pinned set-up: pyproject.toml keeps lower bounds, constraints.txt pins what the suite passed with,
 and `make` (hence CI) installs with it."""
+
 import re
 from pathlib import Path
 
@@ -16,8 +17,12 @@ def test_every_dependency_is_pinned_and_within_its_lower_bound():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     wanted = project["dependencies"] + [r for extra in extras.values() for r in extra]
-    for requirement in [r for r in wanted if _name(r) == "acgan"]:  # an extra holding another, e.g. acgan[onnx]
-        assert set(re.search(r"\[(.*)\]", requirement).group(1).split(",")) <= set(extras), requirement
+    for requirement in [
+        r for r in wanted if _name(r) == "acgan"
+    ]:  # an extra holding another, e.g. acgan[onnx]
+        assert set(re.search(r"\[(.*)\]", requirement).group(1).split(",")) <= set(extras), (
+            requirement
+        )
     wanted = [r for r in wanted if _name(r) != "acgan"]
     pins = {}
     for line in (ROOT / "constraints.txt").read_text().splitlines():
@@ -36,7 +41,9 @@ def test_every_dependency_is_pinned_and_within_its_lower_bound():
 
 def test_make_and_ci_install_with_the_constraints():
     makefile = (ROOT / "Makefile").read_text()
-    assert "-c constraints.txt" in makefile and "$(STAMP): pyproject.toml constraints.txt" in makefile
+    assert (
+        "-c constraints.txt" in makefile and "$(STAMP): pyproject.toml constraints.txt" in makefile
+    )
     assert '-e ".[tensorflow,jax,test]"' in makefile  # both backends: the suite compares them
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 

@@ -9,6 +9,7 @@ decay: dataclasses.replace(job, ema_decay=...), never an edited copy.
 
 Imports no framework: the parent, which never loads Keras, builds the jobs.
 """
+
 import dataclasses
 import json
 from operator import attrgetter
@@ -25,6 +26,7 @@ def config_name(backend, policy, batch, jit):
 
 class Job:
     """What every job shares: its mode (the worker function that runs it), its file name, its JSON."""
+
     mode: ClassVar[str] = ""
 
     @property
@@ -50,8 +52,13 @@ class Job:
         unknown = sorted(set(values) - {f.name for f in fields})
         if unknown:
             raise ValueError(f"a {mode} job has no field {', '.join(unknown)}")
-        missing = [f.name for f in fields if f.name not in values
-                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [
+            f.name
+            for f in fields
+            if f.name not in values
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
         if missing:
             raise ValueError(f"a {mode} job lacks {', '.join(missing)}")
         return job_class(**job_class.decoded(values))
@@ -66,6 +73,7 @@ class Job:
 class ProbeJob(Job):
     """Before the sweep, per backend: the machine as the backend sees it, and per policy the low-precision
     layer widths of the models the sweep times (worker.run_probe)."""
+
     mode: ClassVar[str] = "probe"
     backend: str
     policies: tuple
@@ -82,6 +90,7 @@ class ProbeJob(Job):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StepJob(Job):
     """One configuration's bare compiled step, timed on device-resident tensors (worker.run_bare)."""
+
     mode: ClassVar[str] = "bare"
     backend: str
     policy: str
@@ -105,6 +114,7 @@ class StepJob(Job):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainerJob(Job):
     """The full training loop on `config`, timed over windows of `window` steps (worker.run_trainer)."""
+
     mode: ClassVar[str] = "trainer"
     config: Config
     window: int
@@ -126,23 +136,47 @@ JOB_CLASSES = {job.mode: job for job in (ProbeJob, StepJob, TrainerJob)}
 
 def probe_job(settings, backend, image_shape, num_classes):
     """The probe of `backend` for the sweep of `settings` (a SweepSettings) on images of `image_shape`."""
-    return ProbeJob(backend=backend, policies=tuple(settings.policies), width=settings.width, arch=settings.arch,
-                    image_shape=tuple(image_shape), num_classes=num_classes)
+    return ProbeJob(
+        backend=backend,
+        policies=tuple(settings.policies),
+        width=settings.width,
+        arch=settings.arch,
+        image_shape=tuple(image_shape),
+        num_classes=num_classes,
+    )
 
 
 def step_job(settings, backend, policy, batch, jit, inputs, num_classes):
     """The bare-step timing of one configuration of the sweep of `settings`, on the .npz `inputs`; with
     --profile, its trace goes to the configuration's subfolder of that folder."""
-    profile_dir = (str(Path(settings.profile).resolve() / config_name(backend, policy, batch, jit))
-                   if settings.profile else None)
-    return StepJob(backend=backend, policy=policy, batch=batch, jit=jit, width=settings.width, arch=settings.arch,
-                   steps=settings.steps, warmup=settings.warmup, repeats=settings.repeats, seed=settings.seed,
-                   inputs=str(inputs), num_classes=num_classes, strategy=settings.strategy,
-                   devices=tuple(settings.devices) if settings.devices else None, profile_dir=profile_dir,
-                   profile_length=settings.profile_length)
+    profile_dir = (
+        str(Path(settings.profile).resolve() / config_name(backend, policy, batch, jit))
+        if settings.profile
+        else None
+    )
+    return StepJob(
+        backend=backend,
+        policy=policy,
+        batch=batch,
+        jit=jit,
+        width=settings.width,
+        arch=settings.arch,
+        steps=settings.steps,
+        warmup=settings.warmup,
+        repeats=settings.repeats,
+        seed=settings.seed,
+        inputs=str(inputs),
+        num_classes=num_classes,
+        strategy=settings.strategy,
+        devices=tuple(settings.devices) if settings.devices else None,
+        profile_dir=profile_dir,
+        profile_length=settings.profile_length,
+    )
 
 
-def trainer_job(settings, backend, policy, batch, jit, inputs, output_dir, price_per_hour, command=None):
+def trainer_job(
+    settings, backend, policy, batch, jit, inputs, output_dir, price_per_hour, command=None
+):
     """The trainer-overhead run: its Config, and the steps in each of its timed windows; timed like the bare
     step, the median over `repeats` windows of consecutive steps of the loop's wall time per step.
 
@@ -156,9 +190,25 @@ def trainer_job(settings, backend, policy, batch, jit, inputs, output_dir, price
     # The compile step, the warm-up, the loop's own bare-step window (as long as the warm-up), the windows.
     steps = 1 + 2 * settings.warmup + settings.repeats * window
     config = Config(
-        dataset=f"npz:{inputs}" if settings.synthetic else settings.dataset, data_dir=settings.data_dir,
-        max_per_class=settings.max_per_class, policy=policy, batch=batch, width=settings.width, arch=settings.arch,
-        steps=steps, jit=jit, seed=settings.seed, sample_every=None, checkpoint_every=steps, keep_checkpoints=1,
-        warmup_steps=settings.warmup, log_every=log_every, output_dir=str(output_dir), price_per_hour=price_per_hour,
-        backend=backend, strategy=settings.strategy, devices=settings.devices)
+        dataset=f"npz:{inputs}" if settings.synthetic else settings.dataset,
+        data_dir=settings.data_dir,
+        max_per_class=settings.max_per_class,
+        policy=policy,
+        batch=batch,
+        width=settings.width,
+        arch=settings.arch,
+        steps=steps,
+        jit=jit,
+        seed=settings.seed,
+        sample_every=None,
+        checkpoint_every=steps,
+        keep_checkpoints=1,
+        warmup_steps=settings.warmup,
+        log_every=log_every,
+        output_dir=str(output_dir),
+        price_per_hour=price_per_hour,
+        backend=backend,
+        strategy=settings.strategy,
+        devices=settings.devices,
+    )
     return TrainerJob(config=config.validate(), window=window, command=command)

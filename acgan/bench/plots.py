@@ -3,6 +3,7 @@ TFLOP/s achieved against the device's peak.
 
 Drawn on matplotlib Figure objects with the Agg canvas: no pyplot, so no global figure state.
 """
+
 import io
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from acgan.util.files import write_atomically
 POLICY_COLORS = {"float32": "#1f77b4", "mixed_float16": "#ff7f0e", "mixed_bfloat16": "#2ca02c"}
 DEVICE_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 DEVICE_HATCHES = ("", "//", "..", "xx", "\\\\", "oo", "--")
-DODGE = 0.04   # horizontal offset between series, in powers of two of the batch size
+DODGE = 0.04  # horizontal offset between series, in powers of two of the batch size
 FIGURES = {
     "time_per_batch": "time_per_batch.png",
     "time_per_1000_samples": "time_per_1000_samples.png",
@@ -37,8 +38,12 @@ def series(rows):
 
 def series_label(key, many_devices, many_jits, many_backends=False):
     device, backend, policy, jit = key
-    parts = (([device] if many_devices else []) + ([backend] if many_backends else []) + [policy]
-             + ([f"XLA {'on' if jit else 'off'}"] if many_jits else []))
+    parts = (
+        ([device] if many_devices else [])
+        + ([backend] if many_backends else [])
+        + [policy]
+        + ([f"XLA {'on' if jit else 'off'}"] if many_jits else [])
+    )
     return ", ".join(parts)
 
 
@@ -75,8 +80,12 @@ def _batch_axis(ax, batches):
 
 def _title(doc, what):
     devices = list(dict.fromkeys(run["device"] for run in doc["runs"]))
-    title = f"{what}: {', '.join(devices)}" if len(devices) <= 2 else f"{what}: {len(devices)} devices"
-    backends = list(dict.fromkeys(BACKEND_NAMES.get(backend_of(run), backend_of(run)) for run in doc["runs"]))
+    title = (
+        f"{what}: {', '.join(devices)}" if len(devices) <= 2 else f"{what}: {len(devices)} devices"
+    )
+    backends = list(
+        dict.fromkeys(BACKEND_NAMES.get(backend_of(run), backend_of(run)) for run in doc["runs"])
+    )
     return f"{title} ({' and '.join(backends)})"
 
 
@@ -91,14 +100,20 @@ def plot_lines(doc, path, field, ylabel, what, log_y=False):
     for i, (key, points) in enumerate(drawn.items()):
         device, backend, policy, jit = key
         batches = [r["batch"] for r in points]
-        dodge = 2 ** ((i - (len(drawn) - 1) / 2) * DODGE)   # side by side, so error bars do not hide each other
+        # side by side, so error bars do not hide each other
+        dodge = 2 ** ((i - (len(drawn) - 1) / 2) * DODGE)
         values = [r[field] for r in points]
-        scale = [v / r["time_per_batch_ms"] for v, r in zip(values, points)]  # min/max follow the median
+        # min/max follow the median
+        scale = [v / r["time_per_batch_ms"] for v, r in zip(values, points)]
         low = [v - s * r["time_per_batch_min_ms"] for v, s, r in zip(values, scale, points)]
         high = [s * r["time_per_batch_max_ms"] - v for v, s, r in zip(values, scale, points)]
         label = series_label(key, len(devices) > 1, len(jits) > 1, len(backends) > 1)
         ax.errorbar(
-            [b * dodge for b in batches], values, yerr=[low, high], label=label, capsize=3,
+            [b * dodge for b in batches],
+            values,
+            yerr=[low, high],
+            label=label,
+            capsize=3,
             color=POLICY_COLORS.get(policy, "gray"),
             marker=DEVICE_MARKERS[pairs.index((device, backend)) % len(DEVICE_MARKERS)],
             linestyle="-" if jit else "--",
@@ -115,9 +130,18 @@ def plot_lines(doc, path, field, ylabel, what, log_y=False):
             ax.yaxis.set_minor_formatter(NullFormatter())
         ax.legend(fontsize="small")
     else:
-        ax.text(0.5, 0.5, "no configuration ran successfully", ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no configuration ran successfully",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.set_ylabel(ylabel)
-    ax.set_title(_title(doc, what) + "\n(median of repeated timings; bars: min to max)", fontsize="medium")
+    ax.set_title(
+        _title(doc, what) + "\n(median of repeated timings; bars: min to max)", fontsize="medium"
+    )
     _save(fig, path)
     return labels
 
@@ -126,7 +150,9 @@ def plot_cost(doc, path):
     """Grouped bars: per batch size, one bar per priced (device, policy, XLA setting); returns the labels."""
     rows = doc["results"]
     devices, jits, backends, pairs = _styles(rows)
-    priced = {k: v for k, v in series(rows).items() if v and v[0]["cost_per_million_batches"] is not None}
+    priced = {
+        k: v for k, v in series(rows).items() if v and v[0]["cost_per_million_batches"] is not None
+    }
     fig = _new_figure(9.0, 5.0)
     ax = fig.add_subplot()
     batches = sorted({r["batch"] for points in priced.values() for r in points})
@@ -135,21 +161,39 @@ def plot_cost(doc, path):
     for i, (key, points) in enumerate(priced.items()):
         device, backend, policy, jit = key
         by_batch = {r["batch"]: r["cost_per_million_batches"] for r in points}
-        xs = [j + (i - (len(priced) - 1) / 2) * width for j, b in enumerate(batches) if b in by_batch]
+        xs = [
+            j + (i - (len(priced) - 1) / 2) * width for j, b in enumerate(batches) if b in by_batch
+        ]
         ys = [by_batch[b] for b in batches if b in by_batch]
         label = series_label(key, len(devices) > 1, len(jits) > 1, len(backends) > 1)
-        bars = ax.bar(xs, ys, width, label=label, color=POLICY_COLORS.get(policy, "gray"),
-                      hatch=DEVICE_HATCHES[pairs.index((device, backend)) % len(DEVICE_HATCHES)],
-                      alpha=1.0 if jit else 0.55, edgecolor="black", linewidth=0.5)
-        ax.bar_label(bars, labels=[f"${y:,.0f}" if y >= 10 else f"${y:,.2f}" for y in ys], fontsize="x-small")
+        bars = ax.bar(
+            xs,
+            ys,
+            width,
+            label=label,
+            color=POLICY_COLORS.get(policy, "gray"),
+            hatch=DEVICE_HATCHES[pairs.index((device, backend)) % len(DEVICE_HATCHES)],
+            alpha=1.0 if jit else 0.55,
+            edgecolor="black",
+            linewidth=0.5,
+        )
+        ax.bar_label(
+            bars, labels=[f"${y:,.0f}" if y >= 10 else f"${y:,.2f}" for y in ys], fontsize="x-small"
+        )
         labels.append(label)
     notes = []
-    for run in {r["device"]: r for r in doc["runs"]}.values():  # a price per device, not per backend
+    for run in {
+        r["device"]: r for r in doc["runs"]
+    }.values():  # a price per device, not per backend
         price = run["price"]
         if price["usd_per_hour"] is None:
             notes.append(price["message"])
         else:
-            entry = f"{price['accelerator']}, {price['provider']} {price['kind']}" if price["accelerator"] else price["source"]
+            entry = (
+                f"{price['accelerator']}, {price['provider']} {price['kind']}"
+                if price["accelerator"]
+                else price["source"]
+            )
             notes.append(f"{run['device']}: ${price['usd_per_hour']:g}/h ({entry})")
     if labels:
         ax.set_xticks(range(len(batches)))
@@ -160,9 +204,18 @@ def plot_cost(doc, path):
     else:
         ax.set_xticks([])
         ax.set_yticks([])
-        ax.text(0.5, 0.5, "no price known: pass --price_per_hour", ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no price known: pass --price_per_hour",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.set_ylabel("USD per 10^6 batches")
-    ax.set_title(_title(doc, "Cost per million batches") + "\n" + "\n".join(notes), fontsize="medium")
+    ax.set_title(
+        _title(doc, "Cost per million batches") + "\n" + "\n".join(notes), fontsize="medium"
+    )
     _save(fig, path)
     return labels
 
@@ -180,11 +233,17 @@ def plot_tflops(doc, path):
         label = series_label(key, len(devices) > 1, len(jits) > 1, len(backends) > 1)
         last = points[-1]
         if last.get("share_of_peak") is not None:
-            label += f" ({last['share_of_peak']:.0%} of {last['peak_dtype']} peak at {last['batch']})"
-        ax.plot([r["batch"] for r in points], [r["tflops"] for r in points], label=label,
-                color=POLICY_COLORS.get(policy, "gray"),
-                marker=DEVICE_MARKERS[pairs.index((device, backend)) % len(DEVICE_MARKERS)],
-                linestyle="-" if jit else "--")
+            label += (
+                f" ({last['share_of_peak']:.0%} of {last['peak_dtype']} peak at {last['batch']})"
+            )
+        ax.plot(
+            [r["batch"] for r in points],
+            [r["tflops"] for r in points],
+            label=label,
+            color=POLICY_COLORS.get(policy, "gray"),
+            marker=DEVICE_MARKERS[pairs.index((device, backend)) % len(DEVICE_MARKERS)],
+            linestyle="-" if jit else "--",
+        )
         labels.append(label)
         all_batches.update(r["batch"] for r in points)
     if labels:
@@ -193,8 +252,10 @@ def plot_tflops(doc, path):
     else:
         ax.text(0.5, 0.5, "no FLOPs counted", ha="center", va="center", transform=ax.transAxes)
     ax.set_ylabel("TFLOP/s achieved")
-    ax.set_title(_title(doc, "Arithmetic throughput") + "\n(FLOPs of the step at the median time per batch)",
-                 fontsize="medium")
+    ax.set_title(
+        _title(doc, "Arithmetic throughput") + "\n(FLOPs of the step at the median time per batch)",
+        fontsize="medium",
+    )
     _save(fig, path)
     return labels
 
@@ -203,9 +264,21 @@ def write_figures(doc, output_dir):
     """The four PNGs in `output_dir`; returns {figure name: path}."""
     output_dir = Path(output_dir)
     paths = {name: output_dir / file for name, file in FIGURES.items()}
-    plot_lines(doc, paths["time_per_batch"], "time_per_batch_ms", "ms per batch", "Time per batch", log_y=True)
-    plot_lines(doc, paths["time_per_1000_samples"], "time_per_1000_samples_ms", "ms per 1000 samples",
-               "Time per 1000 samples")
+    plot_lines(
+        doc,
+        paths["time_per_batch"],
+        "time_per_batch_ms",
+        "ms per batch",
+        "Time per batch",
+        log_y=True,
+    )
+    plot_lines(
+        doc,
+        paths["time_per_1000_samples"],
+        "time_per_1000_samples_ms",
+        "ms per 1000 samples",
+        "Time per 1000 samples",
+    )
     plot_cost(doc, paths["cost_per_million_batches"])
     plot_tflops(doc, paths["tflops"])
     return paths

@@ -1,6 +1,7 @@
 """Benchmark results, pure of processes: a configuration's row from its worker's measurement (make_row),
 the speed-ups against float32, the rows grouped as the tables show them, and benchmark.json files read
 and merged."""
+
 import json
 from datetime import datetime
 from pathlib import Path
@@ -29,14 +30,14 @@ def make_row(run, policy, batch, jit, result):
         "status": result["status"],
         "reason": result.get("reason"),
         "compile_seconds": result.get("compile_seconds"),
-        "time_per_batch_ms": result.get("time_per_batch_ms"),      # median over repeats
+        "time_per_batch_ms": result.get("time_per_batch_ms"),  # median over repeats
         "time_per_batch_min_ms": result.get("time_per_batch_min_ms"),
         "time_per_batch_max_ms": result.get("time_per_batch_max_ms"),
         "repeat_ms": result.get("repeat_ms"),
         "time_per_1000_samples_ms": None,
         "samples_per_second": None,
         "replicas": result.get("replicas") or run.get("replicas") or 1,
-        "xla": result.get("xla"),   # as run: "step", "forward_backward", "tpu" or "off"
+        "xla": result.get("xla"),  # as run: "step", "forward_backward", "tpu" or "off"
         "samples_per_second_per_replica": None,
         "peak_memory_bytes": result.get("peak_memory_bytes"),
         "baseline_memory_bytes": result.get("baseline_memory_bytes"),
@@ -51,7 +52,8 @@ def make_row(run, policy, batch, jit, result):
         "price_entry": price["accelerator"] or price["source"],
         "cost_per_million_batches": None,
         "worker_seconds": result.get("worker_seconds"),
-        "profile": result.get("profile"),   # measure.profile's summary of a few more steps, with --profile
+        # measure.profile's summary of a few more steps, with --profile
+        "profile": result.get("profile"),
         "log": result.get("log"),
     }
     ms = row["time_per_batch_ms"]
@@ -59,14 +61,25 @@ def make_row(run, policy, batch, jit, result):
         row["time_per_1000_samples_ms"] = ms * 1000.0 / batch
         row["samples_per_second"] = batch / (ms / 1e3)
         row["samples_per_second_per_replica"] = row["samples_per_second"] / row["replicas"]
-    row.update(flops.arithmetic_summary(result.get("flops_per_batch"), result.get("flops_counted_by"),
-                                        ms if row["status"] == "ok" else None, machine, policy, row["replicas"],
-                                        device_name=run["device"], matmul_precision=row["matmul_precision"]))
+    row.update(
+        flops.arithmetic_summary(
+            result.get("flops_per_batch"),
+            result.get("flops_counted_by"),
+            ms if row["status"] == "ok" else None,
+            machine,
+            policy,
+            row["replicas"],
+            device_name=run["device"],
+            matmul_precision=row["matmul_precision"],
+        )
+    )
     if price["usd_per_hour"] is not None:
         units, _ = prices.priced_units(price, row["replicas"], machine=machine)
         row["price_per_hour"] = price["usd_per_hour"] * units
         if row["samples_per_second"]:
-            row["cost_per_million_batches"] = timing.cost_per_million_batches(ms / 1e3, row["price_per_hour"])
+            row["cost_per_million_batches"] = timing.cost_per_million_batches(
+                ms / 1e3, row["price_per_hour"]
+            )
     return row
 
 
@@ -75,7 +88,8 @@ def add_speedups(rows):
     precision), XLA setting and batch."""
     float32 = {
         (r["device"], backend_label(r), r["jit"], r["batch"]): r["time_per_batch_ms"]
-        for r in rows if r["policy"] == "float32" and r["status"] == "ok"
+        for r in rows
+        if r["policy"] == "float32" and r["status"] == "ok"
     }
     for r in rows:
         base = float32.get((r["device"], backend_label(r), r["jit"], r["batch"]))
@@ -112,8 +126,14 @@ def load_benchmark(path):
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UserError(f"{path} is not a valid benchmark.json ({type(e).__name__})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("results"), list):
-        raise UserError(f"{path} is not a benchmark.json written by python -m acgan.benchmark (format {FORMAT})")
+    if (
+        not isinstance(doc, dict)
+        or doc.get("format") != FORMAT
+        or not isinstance(doc.get("results"), list)
+    ):
+        raise UserError(
+            f"{path} is not a benchmark.json written by python -m acgan.benchmark (format {FORMAT})"
+        )
     return doc
 
 
@@ -140,9 +160,19 @@ def merge(docs, sources=None, command=None):
             labels.add(renamed.get(label, label))
         for run in doc["runs"]:
             label = run["device"]
-            runs.append(dict(run, device=renamed.get(label, label),
-                             source=str(sources[i]) if sources else run.get("source")))
+            runs.append(
+                dict(
+                    run,
+                    device=renamed.get(label, label),
+                    source=str(sources[i]) if sources else run.get("source"),
+                )
+            )
         rows += [dict(r, device=renamed.get(r["device"], r["device"])) for r in doc["results"]]
     add_speedups(rows)
-    return {"format": FORMAT, "command": command, "created": datetime.now().isoformat(timespec="seconds"),
-            "runs": runs, "results": rows}
+    return {
+        "format": FORMAT,
+        "command": command,
+        "created": datetime.now().isoformat(timespec="seconds"),
+        "runs": runs,
+        "results": rows,
+    }

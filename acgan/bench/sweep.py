@@ -15,6 +15,7 @@ The pieces: jobs (what each worker is asked, one record per mode), sweep_runs (t
 results (rows and speed-ups, pure), tables and plots (benchmark.md, .csv and the figures); this module
 holds the settings and runs them in order.
 """
+
 import dataclasses
 import importlib.util
 import os
@@ -29,8 +30,8 @@ import numpy as np
 
 from acgan import data as data_lib
 from acgan.backend import INSTALL
-from acgan.bench.results import FORMAT, add_speedups, make_row
 from acgan.bench.jobs import config_name, step_job
+from acgan.bench.results import FORMAT, add_speedups, make_row
 from acgan.bench.sweep_runs import measure_overhead, probe_backend, run_worker
 from acgan.bench.tables import describe_machine
 from acgan.config import (
@@ -42,8 +43,8 @@ from acgan.config import (
     positive_number,
     same_setting,
     setting,
-    validate_backend,
     validate_arch,
+    validate_backend,
     validate_policy,
     validate_strategy,
 )
@@ -62,13 +63,17 @@ SYNTHETIC_CLASSES = 10
 class SweepSettings:
     """acgan.benchmark's settings: its flags and keyword arguments (the four sweep dimensions' flags are
     lists the command parses; the fields shared with Config take its default and help unless given)."""
+
     backends: tuple = ("tensorflow",)  # Keras backends, each configuration's worker runs on one
     policies: tuple = POLICIES
     batches: tuple = (64, 256, 1024, 2048)
     jits: tuple = (True,)
     dataset: str = same_setting(Config, "dataset")
-    synthetic: bool = setting(False, "Time on random in-memory tensors (10 classes; 28x28x1, or with --arch "
-                                     "acgan_cifar 32x32x3) instead of --dataset.")
+    synthetic: bool = setting(
+        False,
+        "Time on random in-memory tensors (10 classes; 28x28x1, or with --arch "
+        "acgan_cifar 32x32x3) instead of --dataset.",
+    )
     data_dir: str = same_setting(Config, "data_dir")
     max_per_class: Optional[int] = same_setting(Config, "max_per_class")
     width: float = same_setting(Config, "width")
@@ -76,23 +81,41 @@ class SweepSettings:
     steps: int = setting(20, "Steps per timing.")
     warmup: int = setting(3, "Steps after the compile step left out of the timing.")
     repeats: int = setting(3, "Timings per configuration (median, min and max reported).")
-    seed: int = same_setting(Config, "seed", help="Seed for the weights, the noise and the chosen images.")
-    device_name: Optional[str] = setting(None, "Name for this device in reports; also picks the price entry (e.g. T4).")
+    seed: int = same_setting(
+        Config, "seed", help="Seed for the weights, the noise and the chosen images."
+    )
+    device_name: Optional[str] = setting(
+        None, "Name for this device in reports; also picks the price entry (e.g. T4)."
+    )
     price_per_hour: Optional[float] = same_setting(Config, "price_per_hour")
-    overhead: bool = setting(True, "Also time the full training loop at one configuration (--no-overhead to skip).")
+    overhead: bool = setting(
+        True, "Also time the full training loop at one configuration (--no-overhead to skip)."
+    )
     overhead_batch: int = setting(256, "Batch size of the trainer-overhead measurement.")
-    log_every: Optional[int] = setting(None, "--log_every of the trainer-overhead run (default: --steps, one metrics "
-                                       "read, a device sync, per timed window; otherwise windows are --steps rounded "
-                                       "up to a multiple).")
+    log_every: Optional[int] = setting(
+        None,
+        "--log_every of the trainer-overhead run (default: --steps, one metrics "
+        "read, a device sync, per timed window; otherwise windows are --steps rounded "
+        "up to a multiple).",
+    )
     strategy: str = same_setting(Config, "strategy")  # multi_worker is not swept (validate)
     devices: Optional[tuple] = same_setting(Config, "devices")
-    max_seconds: Optional[float] = setting(None, "Stop a configuration whose worker (start-up, compilation and timing) "
-                                           "runs longer than this, and report it as too_slow (default: no limit).")
-    profile: Optional[str] = setting(None, "A folder: also record a profiler trace of --profile_length more steps of "
-                                     "every configuration in a subfolder, with profile.md: where the device time "
-                                     "went (summarized in benchmark.md).")
-    profile_length: int = setting(5, "Steps in each --profile trace (fewer for a quick look: an XLA-off step on JAX "
-                                  "runs thousands of traced ops).")
+    max_seconds: Optional[float] = setting(
+        None,
+        "Stop a configuration whose worker (start-up, compilation and timing) "
+        "runs longer than this, and report it as too_slow (default: no limit).",
+    )
+    profile: Optional[str] = setting(
+        None,
+        "A folder: also record a profiler trace of --profile_length more steps of "
+        "every configuration in a subfolder, with profile.md: where the device time "
+        "went (summarized in benchmark.md).",
+    )
+    profile_length: int = setting(
+        5,
+        "Steps in each --profile trace (fewer for a quick look: an XLA-off step on JAX "
+        "runs thousands of traced ops).",
+    )
 
     def validate(self):
         """Raises UserError on the first bad setting; imports nothing heavy."""
@@ -101,8 +124,10 @@ class SweepSettings:
         for name in self.backends:
             validate_backend(name)
         if "jax" in self.backends and self.strategy == "tpu":
-            raise UserError("--strategy tpu needs --backends tensorflow: on JAX, --strategy auto or mirrored times "
-                            "the step over every local TPU core")
+            raise UserError(
+                "--strategy tpu needs --backends tensorflow: on JAX, --strategy auto or mirrored times "
+                "the step over every local TPU core"
+            )
         if not self.policies:
             raise UserError("--policies is empty: give one or more of " + ", ".join(POLICIES))
         for policy in self.policies:
@@ -125,8 +150,10 @@ class SweepSettings:
             positive_number("price_per_hour", self.price_per_hour)
         validate_strategy(self.strategy, self.devices)
         if self.strategy == "multi_worker":
-            raise UserError("the benchmark does not sweep multi_worker runs (every worker would have to start each "
-                            "configuration); time one with acgan.train, whose report has the same figures")
+            raise UserError(
+                "the benchmark does not sweep multi_worker runs (every worker would have to start each "
+                "configuration); time one with acgan.train, whose report has the same figures"
+            )
         if self.devices:
             self.check_batches(len(self.devices))
         return self
@@ -154,7 +181,13 @@ class SweepSettings:
         """(backend, policy, batch, jit) in the order they run: per XLA setting, per batch, per policy, per
         backend (the backends of one configuration back to back, so a drifting machine load skews their
         comparison least)."""
-        return [(k, p, b, j) for j in self.jits for b in self.batches for p in self.policies for k in self.backends]
+        return [
+            (k, p, b, j)
+            for j in self.jits
+            for b in self.batches
+            for p in self.policies
+            for k in self.backends
+        ]
 
 
 def parse_backends(values):
@@ -163,7 +196,9 @@ def parse_backends(values):
     for name in backends:
         validate_backend(name)
         if importlib.util.find_spec(name) is None:
-            raise UserError(f"--backends {name} needs {name}, which is not installed: {INSTALL[name]}")
+            raise UserError(
+                f"--backends {name} needs {name}, which is not installed: {INSTALL[name]}"
+            )
     return backends
 
 
@@ -225,8 +260,11 @@ def load_inputs(settings, count):
         labels = rng.integers(0, SYNTHETIC_CLASSES, count).astype(np.int32)
         return images, labels, tuple(f"class{i}" for i in range(SYNTHETIC_CLASSES))
     data = data_lib.load_dataset(
-        settings.dataset, split="train", data_dir=settings.data_dir,
-        max_per_class=settings.max_per_class, seed=settings.seed,
+        settings.dataset,
+        split="train",
+        data_dir=settings.data_dir,
+        max_per_class=settings.max_per_class,
+        seed=settings.seed,
     )
     # The image shape is checked by each backend's probe worker (the models' module loads Keras).
     # Fewer images than the batch: draw with replacement (the bare step's speed does not care).
@@ -253,8 +291,9 @@ def advice_for(settings, machine, widths):
     for policy in settings.policies:
         lines[policy] = []
         for batch in [b for b in settings.batches if b % 8] or [None]:
-            for line in advice.hardware_advice(policy, machine, widths.get(policy) or {}, batch,
-                                               xla=all(settings.jits)):
+            for line in advice.hardware_advice(
+                policy, machine, widths.get(policy) or {}, batch, xla=all(settings.jits)
+            ):
                 if line not in lines[policy]:
                     lines[policy].append(line)
     return lines
@@ -262,10 +301,14 @@ def advice_for(settings, machine, widths):
 
 def make_run(settings, backend, machine, widths, image_shape, num_classes, command, created):
     """The benchmark document's record of one backend's run on this machine (rows refer to it)."""
-    replicas = settings.expected_replicas(machine["count"] if machine["kind"] == "GPU" else 0, backend)
+    replicas = settings.expected_replicas(
+        machine["count"] if machine["kind"] == "GPU" else 0, backend
+    )
     settings.check_batches(replicas)
     label = settings.device_name or machine["name"]
-    price = prices.choose_price(label, None if settings.device_name else machine["kind"], settings.price_per_hour)
+    price = prices.choose_price(
+        label, None if settings.device_name else machine["kind"], settings.price_per_hour
+    )
     if replicas and replicas > 1:
         label += f" x{replicas}"  # its own group: speed-ups compare policies on the same replicas
     return {
@@ -276,8 +319,11 @@ def make_run(settings, backend, machine, widths, image_shape, num_classes, comma
         "command": command,
         "created": created,
         "settings": dataclasses.asdict(settings),
-        "inputs": {"image_shape": list(image_shape), "num_classes": num_classes,
-                   "source": "synthetic" if settings.synthetic else settings.dataset},
+        "inputs": {
+            "image_shape": list(image_shape),
+            "num_classes": num_classes,
+            "source": "synthetic" if settings.synthetic else settings.dataset,
+        },
         "price": price,
         "strategy": settings.strategy,
         "replicas": replicas,
@@ -302,33 +348,54 @@ def run_sweep(settings, output_dir=None, command=None, echo=print):
         runs = {}
         for backend in settings.backends:
             machine, widths = probe_backend(settings, backend, image_shape, num_classes, work)
-            runs[backend] = make_run(settings, backend, machine, widths, image_shape, num_classes, command, created)
+            runs[backend] = make_run(
+                settings, backend, machine, widths, image_shape, num_classes, command, created
+            )
         output_dir = prepare_output_dir(output_dir)
         (output_dir / "logs").mkdir(exist_ok=True)
         for backend, run in runs.items():
-            shutil.copyfile(work / f"probe-{backend}.log", output_dir / "logs" / f"probe-{backend}.log")
-            echo(f"device ({describe_backend(run)}): {describe_machine(run['device'], run['machine'])}")
+            shutil.copyfile(
+                work / f"probe-{backend}.log", output_dir / "logs" / f"probe-{backend}.log"
+            )
+            echo(
+                f"device ({describe_backend(run)}): {describe_machine(run['device'], run['machine'])}"
+            )
             echo(f"price: {run['price']['description']}")
             for policy, lines in run["advice"].items():
                 for line in lines:
                     echo(f"advice ({backend}, {policy}): {line}")
 
         configurations = settings.configurations()
-        echo(f"{len(configurations)} configurations, each in a fresh process; logs in {output_dir / 'logs'}")
+        echo(
+            f"{len(configurations)} configurations, each in a fresh process; logs in {output_dir / 'logs'}"
+        )
         rows = []
         inputs = work / "inputs.npz"
         np.savez(inputs, images=images, labels=labels, class_names=np.array(class_names))
         for i, (backend, policy, batch, jit) in enumerate(configurations, 1):
             job = step_job(settings, backend, policy, batch, jit, inputs, num_classes)
             name = config_name(backend, policy, batch, jit)
-            result = run_worker(job, work, output_dir / "logs" / f"{name}.log", max_seconds=settings.max_seconds)
+            result = run_worker(
+                job, work, output_dir / "logs" / f"{name}.log", max_seconds=settings.max_seconds
+            )
             rows.append(make_row(runs[backend], policy, batch, jit, result))
-            shown = (f"{result['time_per_batch_ms']:.1f} ms per batch" if result["status"] == "ok"
-                     else f"{result['status']}: {result['reason']}")
+            shown = (
+                f"{result['time_per_batch_ms']:.1f} ms per batch"
+                if result["status"] == "ok"
+                else f"{result['status']}: {result['reason']}"
+            )
             echo(f"[{i}/{len(configurations)}] {name}: {shown}")
         if settings.overhead:
-            for backend, run in runs.items():
-                run["overhead"] = measure_overhead(settings, run, rows, inputs, num_classes, work, output_dir, echo)
+            for run in runs.values():
+                run["overhead"] = measure_overhead(
+                    settings, run, rows, inputs, num_classes, work, output_dir, echo
+                )
     add_speedups(rows)
-    doc = {"format": FORMAT, "command": command, "created": created, "runs": list(runs.values()), "results": rows}
+    doc = {
+        "format": FORMAT,
+        "command": command,
+        "created": created,
+        "runs": list(runs.values()),
+        "results": rows,
+    }
     return output_dir, doc

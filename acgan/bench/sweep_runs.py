@@ -2,6 +2,7 @@
 on its configuration's Keras backend (KERAS_BACKEND set), so that a crash, an out-of-memory kill or a
 hang (--max_seconds) becomes that configuration's status, never a stopped sweep. The probe (the machine
 as a backend sees it), each configuration's timing, and the trainer-overhead run."""
+
 import dataclasses
 import json
 import signal
@@ -24,7 +25,9 @@ def probe_backend(settings, backend, image_shape, num_classes, work_dir):
     UserError when the backend cannot start here, or rejects the inputs (e.g. their image shape)."""
     job = probe_job(settings, backend, image_shape, num_classes)
     log_path = Path(work_dir) / f"probe-{backend}.log"
-    result = run_worker(job, Path(work_dir), log_path, extra_env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+    result = run_worker(
+        job, Path(work_dir), log_path, extra_env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    )
     if result["status"] == "user_error":
         raise UserError(result["reason"])
     if result["status"] != "ok":
@@ -55,13 +58,18 @@ def run_worker(job, work_dir, log_path, extra_env=None, max_seconds=None):
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "acgan.bench.worker", str(job_path), str(result_path)],
-                stdout=log, stderr=subprocess.STDOUT, env=env, timeout=max_seconds,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                timeout=max_seconds,
             )
         except subprocess.TimeoutExpired:  # subprocess.run has killed the worker
             proc = None
     if proc is None:
-        result = {"status": "too_slow",
-                  "reason": f"stopped after {max_seconds:g} s (--max_seconds), its timing unfinished"}
+        result = {
+            "status": "too_slow",
+            "reason": f"stopped after {max_seconds:g} s (--max_seconds), its timing unfinished",
+        }
     elif result_path.exists():
         result = json.loads(result_path.read_text())
     else:
@@ -88,15 +96,25 @@ def measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_
     if bare["status"] != "ok":
         return {"status": "failed", "reason": f"bare step: {bare['reason']}"}
     kept = bare.get("ema_decay") or 0.0
-    job = step_job(settings, run["backend"], bare["policy"], bare["batch"], bare["jit"], inputs, num_classes)
+    job = step_job(
+        settings, run["backend"], bare["policy"], bare["batch"], bare["jit"], inputs, num_classes
+    )
     job = dataclasses.replace(job, ema_decay=0.0 if kept else EMA_PROBE_DECAY)
     other = run_worker(job, work_dir, output_dir / "logs" / f"overhead-ema-{name}.log")
     if other["status"] != "ok":
         return {"status": "failed", "reason": other.get("reason")}
-    with_ms, without_ms = ((bare["time_per_batch_ms"], other["time_per_batch_ms"]) if kept
-                           else (other["time_per_batch_ms"], bare["time_per_batch_ms"]))
-    return {"status": "ok", "decay": kept or EMA_PROBE_DECAY, "with_ms": with_ms, "without_ms": without_ms,
-            "ratio": with_ms / without_ms}
+    with_ms, without_ms = (
+        (bare["time_per_batch_ms"], other["time_per_batch_ms"])
+        if kept
+        else (other["time_per_batch_ms"], bare["time_per_batch_ms"])
+    )
+    return {
+        "status": "ok",
+        "decay": kept or EMA_PROBE_DECAY,
+        "with_ms": with_ms,
+        "without_ms": without_ms,
+        "ratio": with_ms / without_ms,
+    }
 
 
 def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_dir, echo=print):
@@ -108,19 +126,43 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
     jit = True if True in settings.jits else settings.jits[0]
     name = config_name(backend, policy, batch, jit)
     echo(f"trainer overhead: {backend}, {policy}, batch {batch}, XLA {'on' if jit else 'off'}")
-    bare = next((r for r in rows if (r["backend"], r["policy"], r["batch"], r["jit"]) == (backend, policy, batch, jit)),
-                None)
+    bare = next(
+        (
+            r
+            for r in rows
+            if (r["backend"], r["policy"], r["batch"], r["jit"]) == (backend, policy, batch, jit)
+        ),
+        None,
+    )
     if bare is None:
         job = step_job(settings, backend, policy, batch, jit, inputs, num_classes)
-        bare = make_row(run, policy, batch, jit, run_worker(job, work_dir, output_dir / "logs" / f"overhead-bare-{name}.log"))
+        bare = make_row(
+            run,
+            policy,
+            batch,
+            jit,
+            run_worker(job, work_dir, output_dir / "logs" / f"overhead-bare-{name}.log"),
+        )
     # One trainer run folder per backend (overhead-trainer-jax, ...) when the sweep has several.
     trainer_dir = OVERHEAD_DIR if len(settings.backends) == 1 else f"{OVERHEAD_DIR}-{backend}"
-    job = trainer_job(settings, backend, policy, batch, jit, inputs, output_dir / trainer_dir, bare["price_per_hour"],
-                      run["command"])
+    job = trainer_job(
+        settings,
+        backend,
+        policy,
+        batch,
+        jit,
+        inputs,
+        output_dir / trainer_dir,
+        bare["price_per_hour"],
+        run["command"],
+    )
     loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{name}.log")
     ema = measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_dir, name)
     out = {
-        "backend": backend, "policy": policy, "batch": batch, "jit": jit,
+        "backend": backend,
+        "policy": policy,
+        "batch": batch,
+        "jit": jit,
         "status": "ok" if loop["status"] == "ok" and bare["status"] == "ok" else "failed",
         "reason": None,
         # Median against median, over the same number of windows of the same number of steps.
@@ -139,5 +181,7 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
     if out["status"] == "ok":
         out["ratio"] = out["trainer_time_per_batch_ms"] / out["bare_time_per_batch_ms"]
     else:
-        out["reason"] = loop.get("reason") if loop["status"] != "ok" else f"bare step: {bare['reason']}"
+        out["reason"] = (
+            loop.get("reason") if loop["status"] != "ok" else f"bare step: {bare['reason']}"
+        )
     return out

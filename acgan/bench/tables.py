@@ -1,26 +1,29 @@
 """Benchmark results as files: benchmark.md (its markdown tables), benchmark.csv, and write_outputs, which
 writes them with the figures (plots) and benchmark.json."""
+
 import csv
 import io
 import math
 from pathlib import Path
 
 from acgan.bench.results import backend_comparison, groups
+from acgan.bench.time_tables import number_text, render_arithmetic, render_overhead, render_profiles
 from acgan.config import POLICIES
 from acgan.measure.backend_labels import backend_label, backend_of, describe_backend, precision_of
-from acgan.measure.profile import GROUPS
 from acgan.util import markdown
 from acgan.util.files import write_atomically, write_json
 
-BUSY_LOAD = 1.5   # load average per core above which the report warns that others shared the CPU
+BUSY_LOAD = 1.5  # load average per core above which the report warns that others shared the CPU
 
 
 def describe_machine(label, machine):
     if machine.get("kind") == "GPU":
         what = f"GPU {machine.get('name')} (compute capability {machine.get('compute_capability')})"
     elif machine.get("kind") == "TPU":
-        what = (f"{machine.get('name')}: {machine.get('count')} chip(s), {machine.get('tpu_cores')} TensorFlow "
-                f"TPU device(s); host CPU {machine.get('cpu_model')}")
+        what = (
+            f"{machine.get('name')}: {machine.get('count')} chip(s), {machine.get('tpu_cores')} TensorFlow "
+            f"TPU device(s); host CPU {machine.get('cpu_model')}"
+        )
     else:
         flags = ", ".join(machine.get("cpu_flags") or []) or "none of interest"
         what = f"CPU {machine.get('cpu_model')} ({machine.get('cpu_cores')} cores; flags: {flags})"
@@ -30,7 +33,6 @@ def describe_machine(label, machine):
     else:
         versions = f"TensorFlow {machine.get('tensorflow')}"
     return f"{named}{what}; {versions}, Keras {machine.get('keras')}"
-
 
 
 def _priced(row, replicas):
@@ -43,12 +45,47 @@ def _priced(row, replicas):
 
 
 CSV_COLUMNS = (
-    "device", "kind", "accelerator", "compute_capability", "cpu_model", "cpu_flags", "cpu_cores",
-    "backend", "matmul_precision", "tensorflow", "jax", "keras", "policy", "jit", "batch", "status", "reason", "compile_seconds",
-    "time_per_batch_ms", "time_per_batch_min_ms", "time_per_batch_max_ms", "time_per_1000_samples_ms",
-    "samples_per_second", "replicas", "samples_per_second_per_replica", "speedup_vs_float32", "peak_memory_bytes", "memory_counter", "load_average",
-    "d_skipped", "g_skipped", "q_skipped", "price_per_hour", "price_entry", "cost_per_million_batches",
-    "flops_per_batch", "flops_counted_by", "tflops", "peak_tflops", "peak_dtype", "share_of_peak",
+    "device",
+    "kind",
+    "accelerator",
+    "compute_capability",
+    "cpu_model",
+    "cpu_flags",
+    "cpu_cores",
+    "backend",
+    "matmul_precision",
+    "tensorflow",
+    "jax",
+    "keras",
+    "policy",
+    "jit",
+    "batch",
+    "status",
+    "reason",
+    "compile_seconds",
+    "time_per_batch_ms",
+    "time_per_batch_min_ms",
+    "time_per_batch_max_ms",
+    "time_per_1000_samples_ms",
+    "samples_per_second",
+    "replicas",
+    "samples_per_second_per_replica",
+    "speedup_vs_float32",
+    "peak_memory_bytes",
+    "memory_counter",
+    "load_average",
+    "d_skipped",
+    "g_skipped",
+    "q_skipped",
+    "price_per_hour",
+    "price_entry",
+    "cost_per_million_batches",
+    "flops_per_batch",
+    "flops_counted_by",
+    "tflops",
+    "peak_tflops",
+    "peak_dtype",
+    "share_of_peak",
     "command",
 )
 
@@ -60,11 +97,20 @@ def csv_rows(doc):
         m, skipped = r.get("machine") or {}, r.get("skipped_steps") or {}
         flat = dict(r)
         flat.update(
-            kind=m.get("kind"), accelerator=m.get("name"), compute_capability=m.get("compute_capability"),
-            cpu_model=m.get("cpu_model"), cpu_flags=" ".join(m.get("cpu_flags") or []),
-            cpu_cores=m.get("cpu_cores"), tensorflow=m.get("tensorflow"), jax=m.get("jax"), keras=m.get("keras"),
-            backend=backend_of(r), matmul_precision=precision_of(r),
-            d_skipped=skipped.get("d"), g_skipped=skipped.get("g"), q_skipped=skipped.get("q"),
+            kind=m.get("kind"),
+            accelerator=m.get("name"),
+            compute_capability=m.get("compute_capability"),
+            cpu_model=m.get("cpu_model"),
+            cpu_flags=" ".join(m.get("cpu_flags") or []),
+            cpu_cores=m.get("cpu_cores"),
+            tensorflow=m.get("tensorflow"),
+            jax=m.get("jax"),
+            keras=m.get("keras"),
+            backend=backend_of(r),
+            matmul_precision=precision_of(r),
+            d_skipped=skipped.get("d"),
+            g_skipped=skipped.get("g"),
+            q_skipped=skipped.get("q"),
         )
         out.append({c: flat.get(c) for c in CSV_COLUMNS})
     return out
@@ -76,12 +122,10 @@ def render_csv(doc):
     writer.writeheader()
     for row in csv_rows(doc):
         # repr keeps every float exact, so the CSV holds the JSON's numbers.
-        writer.writerow({k: "" if v is None else repr(v) if isinstance(v, float) else v for k, v in row.items()})
+        writer.writerow(
+            {k: "" if v is None else repr(v) if isinstance(v, float) else v for k, v in row.items()}
+        )
     return buffer.getvalue()
-
-
-def _f(value, digits=1, suffix=""):
-    return "n/a" if value is None else f"{value:,.{digits}f}{suffix}"
 
 
 def _group_title(device, backend, jit):
@@ -113,27 +157,43 @@ def render_device(run, rows):
         f"### {run['device']}, {backend_label(run)}",
         "",
         f"- machine: {describe_machine(run['device'], run['machine'])}",
-        f"- backend: {describe_backend(run)}" + (
+        f"- backend: {describe_backend(run)}"
+        + (
             " (float32 matrix products may run in TF32 on a GPU that has it; JAX_DEFAULT_MATMUL_PRECISION=highest "
-            "keeps them float32)" if precision_of(run) == "default" else ""),
-        f"- command: `{run.get('command')}`" + (f" (from {run['source']})" if run.get("source") else ""),
+            "keeps them float32)"
+            if precision_of(run) == "default"
+            else ""
+        ),
+        f"- command: `{run.get('command')}`"
+        + (f" (from {run['source']})" if run.get("source") else ""),
         f"- timing: bare compiled step on device-resident {source} "
         f"({'x'.join(map(str, run['inputs']['image_shape']))}, {run['inputs']['num_classes']} classes), "
         f"width {s['width']}; {s['repeats']} timings of {s['steps']} steps each after the compile step "
         f"and {s['warmup']} warm-up step{'' if s['warmup'] == 1 else 's'}, each timing ending on a device sync; median [min-max] shown",
         f"- price: {run['price']['description']}",
     ]
-    loads = [r["load_average"] for r in rows if r["device"] == run["device"] and backend_label(r) == backend_label(run)
-             and r.get("load_average") is not None]
+    loads = [
+        r["load_average"]
+        for r in rows
+        if r["device"] == run["device"]
+        and backend_label(r) == backend_label(run)
+        and r.get("load_average") is not None
+    ]
     cores = run["machine"].get("cpu_cores") or 1
     if loads:
         busy = max(loads) > BUSY_LOAD * cores
         lines.append(
             f"- load: the 1-minute load average after the timings reached {max(loads):.1f} on {cores} cores"
-            + (" — **other processes competed for the CPU: these timings are inflated and noisy**" if busy else "")
+            + (
+                " — **other processes competed for the CPU: these timings are inflated and noisy**"
+                if busy
+                else ""
+            )
         )
     if run["price"].get("alternatives"):
-        lines.append(f"- other entries for {run['price']['accelerator']}: {'; '.join(run['price']['alternatives'])}")
+        lines.append(
+            f"- other entries for {run['price']['accelerator']}: {'; '.join(run['price']['alternatives'])}"
+        )
     for policy, advice in (run.get("advice") or {}).items():
         lines += [f"- advice ({policy}): {a}" for a in advice]
     return lines + [""]
@@ -144,17 +204,37 @@ def render_speedups(rows):
     mixed = [p for p in POLICIES[1:] if any(r["policy"] == p for r in rows)]
     if not mixed or not any(r["policy"] == "float32" for r in rows):
         return []
-    lines = ["## Speed-up over float32", "",
-             "Time per batch under float32 divided by time per batch under the mixed policy "
-             "(above 1: mixed precision is faster).", ""]
+    lines = [
+        "## Speed-up over float32",
+        "",
+        "Time per batch under float32 divided by time per batch under the mixed policy "
+        "(above 1: mixed precision is faster).",
+        "",
+    ]
     for (device, backend, jit), group in groups(rows).items():
-        if not any(r["policy"] in mixed for r in group):  # e.g. float32 alone at another matmul precision
+        if not any(
+            r["policy"] in mixed for r in group
+        ):  # e.g. float32 alone at another matmul precision
             continue
         cells = []
         for b in sorted({r["batch"] for r in group}):
-            found = [next((r for r in group if r["batch"] == b and r["policy"] == p), None) for p in mixed]
-            cells.append([b] + ["—" if r is None else f"{r['speedup_vs_float32']:.2f}×" if r["speedup_vs_float32"]
-                                else r["status"] if r["status"] != "ok" else "n/a" for r in found])
+            found = [
+                next((r for r in group if r["batch"] == b and r["policy"] == p), None)
+                for p in mixed
+            ]
+            cells.append(
+                [b]
+                + [
+                    "—"
+                    if r is None
+                    else f"{r['speedup_vs_float32']:.2f}×"
+                    if r["speedup_vs_float32"]
+                    else r["status"]
+                    if r["status"] != "ok"
+                    else "n/a"
+                    for r in found
+                ]
+            )
         lines += [f"### {_group_title(device, backend, jit)}", ""]
         lines += markdown.table(["batch", *mixed], cells, align="r" * (1 + len(mixed))) + [""]
     return lines
@@ -171,32 +251,71 @@ def render_backends(rows):
         fastest = min(times, key=times.get)
         others = [t for b, t in times.items() if b != names[0]]
         ratio = f"{times[names[0]] / min(others):.2f}" if names[0] in times and others else "—"
-        cells.append([device, "on" if jit else "off", policy, batch,
-                      *(_f(times.get(b)) if b in times else "—" for b in names), fastest, ratio])
-    return (["## Backends side by side", "",
-             "Milliseconds per batch of the same configuration on each backend (bare compiled step). "
-             f"Ratio: ms on {names[0]} / ms on the fastest other; below 1, {names[0]} is faster.", ""]
-            + markdown.table(["device", "XLA", "policy", "batch", *names, "fastest", "ratio"], cells,
-                             align="lllr" + "r" * len(names) + "lr")
-            + [""])
+        cells.append(
+            [
+                device,
+                "on" if jit else "off",
+                policy,
+                batch,
+                *(number_text(times.get(b)) if b in times else "—" for b in names),
+                fastest,
+                ratio,
+            ]
+        )
+    return (
+        [
+            "## Backends side by side",
+            "",
+            "Milliseconds per batch of the same configuration on each backend (bare compiled step). "
+            f"Ratio: ms on {names[0]} / ms on the fastest other; below 1, {names[0]} is faster.",
+            "",
+        ]
+        + markdown.table(
+            ["device", "XLA", "policy", "batch", *names, "fastest", "ratio"],
+            cells,
+            align="lllr" + "r" * len(names) + "lr",
+        )
+        + [""]
+    )
 
 
-RESULT_COLUMNS = ("batch", "policy", "ms per batch", "ms per 1000 samples", "samples/s", "speed-up", "compile s",
-                  "peak memory MiB", "skipped d/g/q", "$ per 10^6 batches")
+RESULT_COLUMNS = (
+    "batch",
+    "policy",
+    "ms per batch",
+    "ms per 1000 samples",
+    "samples/s",
+    "speed-up",
+    "compile s",
+    "peak memory MiB",
+    "skipped d/g/q",
+    "$ per 10^6 batches",
+)
 
 
 def render_results(rows):
     """The "Results" section: per device, backend and XLA setting, every configuration's measurement."""
     lines = ["## Results", ""]
     for (device, backend, jit), group in groups(rows).items():
-        ordered = sorted(group, key=lambda r: (r["batch"], POLICIES.index(r["policy"]) if r["policy"] in POLICIES else 9))
+        ordered = sorted(
+            group,
+            key=lambda r: (
+                r["batch"],
+                POLICIES.index(r["policy"]) if r["policy"] in POLICIES else 9,
+            ),
+        )
         lines += [f"### {_group_title(device, backend, jit)}", ""]
-        lines += markdown.table(RESULT_COLUMNS, [_result_cells(r) for r in ordered], align="rlrrrrrrrr")
+        lines += markdown.table(
+            RESULT_COLUMNS, [_result_cells(r) for r in ordered], align="rlrrrrrrrr"
+        )
         replicas = max(r.get("replicas") or 1 for r in group)
         if replicas > 1:
             modes = ", ".join(sorted({r["xla"] for r in group if r.get("xla")})) or "n/a"
-            lines += ["", f"{replicas} replicas: batch and samples/s are global (per replica: divide by "
-                      f"{replicas}); the price is that of all {_priced(group[0], replicas)}. XLA as run: {modes}."]
+            lines += [
+                "",
+                f"{replicas} replicas: batch and samples/s are global (per replica: divide by "
+                f"{replicas}); the price is that of all {_priced(group[0], replicas)}. XLA as run: {modes}.",
+            ]
         counters = {r.get("memory_counter") for r in group if r.get("memory_counter")}
         if counters:
             lines += ["", f"Peak memory: {'; '.join(sorted(counters))}."]
@@ -211,105 +330,19 @@ def _result_cells(r):
     skipped = r.get("skipped_steps") or {}
     memory = r.get("peak_memory_bytes")
     return [
-        r["batch"], r["policy"],
-        f"{_f(r['time_per_batch_ms'], 1)} [{_f(r['time_per_batch_min_ms'], 1)}-{_f(r['time_per_batch_max_ms'], 1)}]",
-        _f(r["time_per_1000_samples_ms"], 1), _f(r["samples_per_second"], 0),
-        _f(r["speedup_vs_float32"], 2, "×") if r["speedup_vs_float32"] else "—",
-        _f(r["compile_seconds"], 1), _f(memory / 2**20 if memory else None, 0),
+        r["batch"],
+        r["policy"],
+        f"{number_text(r['time_per_batch_ms'], 1)} [{number_text(r['time_per_batch_min_ms'], 1)}-{number_text(r['time_per_batch_max_ms'], 1)}]",
+        number_text(r["time_per_1000_samples_ms"], 1),
+        number_text(r["samples_per_second"], 0),
+        number_text(r["speedup_vs_float32"], 2, "×") if r["speedup_vs_float32"] else "—",
+        number_text(r["compile_seconds"], 1),
+        number_text(memory / 2**20 if memory else None, 0),
         "/".join(str(skipped.get(k, "?")) for k in "dgq"),
-        _f(r["cost_per_million_batches"], 2) if r["cost_per_million_batches"] is not None else "no price",
+        number_text(r["cost_per_million_batches"], 2)
+        if r["cost_per_million_batches"] is not None
+        else "no price",
     ]
-
-
-def render_overhead(runs):
-    """The "Trainer overhead" section: the full training loop against the bare step, per backend's run."""
-    overheads = [(run["device"], backend_label(run), run["overhead"]) for run in runs if run.get("overhead")]
-    if not overheads:
-        return []
-    cells = []
-    for device, backend, o in overheads:
-        ratio = f"{o['ratio']:.2f}" if o["ratio"] else f"{o['status']}: {o['reason']}"
-        cells.append([device, backend, o["policy"], o["batch"], "on" if o["jit"] else "off",
-                      o.get("trainer_log_every") or "n/a", _f(o["trainer_time_per_batch_ms"]),
-                      _f(o["bare_time_per_batch_ms"]), ratio])
-    return (["## Trainer overhead", "",
-             "The full training loop (input pipeline: tf.data on TensorFlow, numpy batches prefetched to the "
-             "device on JAX; metric reads, TensorBoard, progress bar) against the bare compiled step at the "
-             "same configuration on the same backend: the median over the same number of windows of the "
-             "same number of steps on both sides. The loop reads the metrics (a device sync) every "
-             "`log_every` steps, so every window holds as many reads.", ""]
-            + markdown.table(["device", "backend", "policy", "batch", "XLA", "log_every", "full loop ms per batch",
-                              "bare step ms per batch", "ratio"], cells, align="lllrlrrrr")
-            + [""] + render_ema_cost(overheads))
-
-
-def render_ema_cost(overheads):
-    """Lines on what G's moving average costs per step, at each overhead configuration."""
-    lines = []
-    for device, backend, o in overheads:
-        ema = o.get("ema")
-        if not ema:
-            continue
-        if ema.get("status") != "ok":
-            lines.append(f"- G-EMA on {device} ({backend}): not measured ({ema.get('reason')})")
-            continue
-        lines.append(f"- G-EMA on {device} ({backend}): the bare step at decay {ema['decay']:g} takes "
-                     f"{_f(ema['with_ms'])} ms per batch, {_f(ema['without_ms'])} ms without the average "
-                     f"({ema['ratio']:.3f}x; one update of G's weights inside the step)")
-    return (["G's moving average is updated inside the step; each bare step above is timed with and without it:",
-             ""] + lines + [""]) if lines else []
-
-
-def render_arithmetic(rows):
-    """The "FLOPs and share of peak" section: per configuration, the step's FLOPs per batch, the TFLOP/s
-    achieved and the share of the device's peak for the policy's matrix dtype."""
-    counted = [r for r in rows if r["status"] == "ok" and r.get("flops_per_batch")]
-    if not counted:
-        return []
-    how = sorted({r["flops_counted_by"] for r in counted})
-    cells = []
-    for r in counted:
-        peak = f"{r['peak_tflops']:,.1f} ({r['peak_dtype']})" if r.get("peak_tflops") else f"unknown ({r['peak_dtype']})"
-        share = f"{r['share_of_peak']:.1%}" if r.get("share_of_peak") is not None else "n/a"
-        cells.append([r["device"], backend_label(r), "on" if r["jit"] else "off", r["batch"], r["policy"],
-                      _f(r["flops_per_batch"] / 1e9, 2), r["flops_counted_by"], _f(r.get("tflops"), 2), peak, share])
-    return (["## FLOPs and share of peak", "",
-             "FLOPs of one step (D, G and Q, forward and backward) "
-             + " and ".join({"xla": "from XLA's cost analysis of the compiled step",
-                             "layers": "counted from the layers' matrix products and convolutions"}[h] for h in how)
-             + "; TFLOP/s at the median time per batch; the peak is the device's dense peak for the dtype "
-             "its matrix products run in (acgan/measure/device_peaks.json; docs/benchmark.md#flops-and-share-of-peak).",
-             ""]
-            + markdown.table(["device", "backend", "XLA", "batch", "policy", "GFLOP per batch", "counted", "TFLOP/s",
-                              "peak TFLOP/s", "share of peak"], cells, align="lllrlrlrrr")
-            + [""])
-
-
-def render_profiles(rows):
-    """With --profile: per configuration, the device time per step and its groups (measure.profile)."""
-    failed = [r for r in rows if r["status"] == "ok" and (r.get("profile") or {}).get("error")]
-    profiled = [r for r in rows if r["status"] == "ok" and r.get("profile") and r not in failed]
-    if not profiled and not failed:
-        return []
-    shown = [g for g in GROUPS if any(r["profile"]["groups"].get(g) for r in profiled)]
-    cells = []
-    for r in profiled:
-        p = r["profile"]
-        shares = []
-        for g in shown:
-            ms = p["groups"].get(g) or 0.0
-            share = ms / p["device_ms_per_step"] if p["device_ms_per_step"] else 0.0
-            shares.append(f"{ms:,.2f} ({share:.0%})")
-        cells.append([r["device"], backend_label(r), "on" if r["jit"] else "off", r["batch"], r["policy"],
-                      f"{p['device_ms_per_step']:,.2f}", *shares, f"`{Path(p['dir']).name}`"])
-    lines = ["## Where the device time goes", "",
-             "From a profiler trace of a few more steps of each configuration, after its timings "
-             "(milliseconds of device time per step; on a CPU summed over its threads). Each configuration's "
-             "folder holds the trace and profile.md, its top operations.", ""]
-    lines += markdown.table(["device", "backend", "XLA", "batch", "policy", "device ms per step", *shown, "folder"],
-                            cells, align="lllrlr" + "r" * len(shown) + "l")
-    lines += [f"- {r['device']}, {r['policy']}, batch {r['batch']}: no profile ({r['profile']['error']})" for r in failed]
-    return lines + [""]
 
 
 def write_outputs(doc, output_dir):
@@ -324,5 +357,7 @@ def write_outputs(doc, output_dir):
     write_atomically(output_dir / "benchmark.csv", render_csv(doc))
     write_atomically(output_dir / "benchmark.md", render_markdown(doc))
     # Last: a benchmark.json in a folder means the rest is there too.
-    write_json(output_dir / "benchmark.json", dict(doc, figures=sorted(p.name for p in figures.values())))
+    write_json(
+        output_dir / "benchmark.json", dict(doc, figures=sorted(p.name for p in figures.values()))
+    )
     return output_dir

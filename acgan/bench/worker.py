@@ -14,6 +14,7 @@ the steps' factory and the training loop load at the top, on that backend (worke
 the job's). What only one backend runs (TensorFlow itself, JAX and its runtime) is imported in the
 function that runs on it: a JAX worker never imports TensorFlow, nor a TensorFlow worker JAX.
 """
+
 import json
 import os
 import signal
@@ -44,14 +45,16 @@ INJECT_VARIABLE = "ACGAN_SWEEP_INJECT"
 
 def _injected(batch):
     wanted = [w.strip() for w in os.environ.get(INJECT_VARIABLE, "").split(",") if w.strip()]
-    return next((kind for kind, _, b in (w.partition(":") for w in wanted) if b == str(batch)), None)
+    return next(
+        (kind for kind, _, b in (w.partition(":") for w in wanted) if b == str(batch)), None
+    )
 
 
 def run_bare(job):
     """Times the bare compiled step on device-resident tensors; returns the measurement."""
     precision.set_policy(job.policy)
     with np.load(job.inputs) as f:
-        images, labels = f["images"][:job.batch], f["labels"][:job.batch]
+        images, labels = f["images"][: job.batch], f["labels"][: job.batch]
     if keras.backend.backend() == "jax":
         return _run_bare_jax(job, images, labels)
     return _run_bare_tensorflow(job, images, labels)
@@ -85,11 +88,15 @@ def _run_bare_tensorflow(job, images, labels):
     preset = _preset(job, images.shape[1:])
     with strategy.scope():
         models = build_models(images.shape[1:], job.num_classes, width=job.width, arch=preset)
-    trainer = build_step(preset, "tensorflow", models, job.num_classes, jit=job.jit, strategy=strategy)
+    trainer = build_step(
+        preset, "tensorflow", models, job.num_classes, jit=job.jit, strategy=strategy
+    )
     z, fake_labels = sample_noise(job.seed, 0, batch, trainer.noise_dim, job.num_classes)
     inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
     if strategy.num_replicas_in_sync > 1:  # each replica's slice, once, on its device
-        inputs = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(inputs))))
+        inputs = next(
+            iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(inputs)))
+        )
     else:
         inputs = [tf.identity(t) for t in inputs]  # onto the device
     _inject(batch, lambda message: tf.errors.ResourceExhaustedError(None, None, message))
@@ -119,7 +126,7 @@ def _run_bare_jax(job, images, labels):
     distribute.check_global_batch(batch, len(devices), what="batch")
     target = devices[0]
     mesh = jax.sharding.Mesh(np.array(devices), ("data",)) if len(devices) > 1 else None
-    baseline = device.peak_memory_bytes()   # JAX cannot reset its peak: a fresh process starts low
+    baseline = device.peak_memory_bytes()  # JAX cannot reset its peak: a fresh process starts low
     backend.set_random_seed(job.seed)
     preset = _preset(job, images.shape[1:])
     models = build_models(images.shape[1:], job.num_classes, width=job.width, arch=preset)
@@ -145,11 +152,15 @@ def _run_bare_jax(job, images, labels):
 
 
 # What peak_memory_bytes counts, per backend, as the rows name it.
-GPU_COUNTER = {"tensorflow": "GPU allocator peaks (TensorFlow), summed over every GPU",
-               "jax": "JAX device peak_bytes_in_use, summed over the step's devices (the worker's whole life, "
-                      "as JAX cannot reset it)"}
-CPU_COUNTER = {"tensorflow": "process peak resident memory (ru_maxrss), TensorFlow runtime included",
-               "jax": "process peak resident memory (ru_maxrss), JAX runtime included"}
+GPU_COUNTER = {
+    "tensorflow": "GPU allocator peaks (TensorFlow), summed over every GPU",
+    "jax": "JAX device peak_bytes_in_use, summed over the step's devices (the worker's whole life, "
+    "as JAX cannot reset it)",
+}
+CPU_COUNTER = {
+    "tensorflow": "process peak resident memory (ru_maxrss), TensorFlow runtime included",
+    "jax": "process peak resident memory (ru_maxrss), JAX runtime included",
+}
 
 
 def _time_step(job, trainer, inputs):
@@ -210,9 +221,13 @@ def _profile(job, trainer, inputs):
     hlo = trainer.compiled_hlo()
     title = f"{job.backend}, {job.policy}, batch {job.batch}, XLA {'on' if job.jit else 'off'}"
     summary = profile.summarize(directory, steps, [hlo] if hlo else None, title=title)
-    return {"dir": str(directory), "steps": steps, "device_ms_per_step": summary["device_ms_per_step"],
-            "grouped_by": summary["grouped_by"],
-            "groups": {g["group"]: g["ms_per_step"] for g in summary["groups"]}}
+    return {
+        "dir": str(directory),
+        "steps": steps,
+        "device_ms_per_step": summary["device_ms_per_step"],
+        "grouped_by": summary["grouped_by"],
+        "groups": {g["group"]: g["ms_per_step"] for g in summary["groups"]},
+    }
 
 
 def run_probe(job):
@@ -259,11 +274,17 @@ def run_trainer(job):
     precision.set_policy(config.policy)
     outcome = loop.run(config, command=job.command)
     if outcome.status != "completed":
-        return {"status": "failed", "run_dir": str(outcome.run_dir),
-                "reason": one_line(f"training loop {outcome.status}: {outcome.message}")}
+        return {
+            "status": "failed",
+            "run_dir": str(outcome.run_dir),
+            "reason": one_line(f"training loop {outcome.status}: {outcome.message}"),
+        }
     report = json.loads((outcome.run_dir / "report.json").read_text())
     intervals = list(outcome.step_seconds)
-    windows = [statistics.fmean(intervals[i:i + window]) for i in range(0, len(intervals) - window + 1, window)]
+    windows = [
+        statistics.fmean(intervals[i : i + window])
+        for i in range(0, len(intervals) - window + 1, window)
+    ]
     return {
         "status": "ok",
         "run_dir": str(outcome.run_dir),
@@ -290,7 +311,9 @@ def worker_main(argv):
         backend.use(job.backend)
         print(f"worker: {job.mode} on Keras backend {backend.current()}", flush=True)
         result = MODES[job.mode](job)
-    except UserError as e:  # a setting the parent could not check without a backend (e.g. the image shape)
+    except (
+        UserError
+    ) as e:  # a setting the parent could not check without a backend (e.g. the image shape)
         result = {"status": "user_error", "reason": str(e)}
         print(f"error: {e}", file=sys.stderr)
     except Exception as e:  # noqa: BLE001  every failure becomes a row, never a stopped sweep
@@ -300,7 +323,7 @@ def worker_main(argv):
 
 
 def _status_of(error):
-    """"oom" for an out-of-memory error of either backend, else "failed". Never imports TensorFlow:
+    """ "oom" for an out-of-memory error of either backend, else "failed". Never imports TensorFlow:
     its error class is checked only where it is loaded already (a JAX worker never loads it)."""
     tf = sys.modules.get("tensorflow")
     errors = getattr(tf, "errors", None)

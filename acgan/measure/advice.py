@@ -1,8 +1,8 @@
 """Hardware advice: when a mixed policy is expected to be slower than float32, and which sizes miss 8."""
 
 LOW_PRECISION = ("float16", "bfloat16")
-TENSOR_CORE_CAPABILITY = 7.0   # Volta: float16 Tensor Cores
-BF16_CAPABILITY = 8.0          # Ampere: bfloat16 Tensor Cores
+TENSOR_CORE_CAPABILITY = 7.0  # Volta: float16 Tensor Cores
+BF16_CAPABILITY = 8.0  # Ampere: bfloat16 Tensor Cores
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 # G's last layer has as many filters as the image has channels (1 or 3): fixed by the data, not a choice.
 FIXED_BY_DATA = ("g_deconv2", "g_deconv_out")
@@ -10,9 +10,11 @@ XLA_NOTE = "XLA (--jit, the default) narrows the gap"
 # Without XLA, TensorFlow runs bfloat16 convolutions on such a CPU with Eigen's kernels, which add up
 # in bfloat16: a filter gradient summed over batch x height x width positions is off by several percent
 # (XLA and oneDNN add up in float32). docs/development.md, Framework facts, has the measurements.
-BF16_SUMS_NOTE = ("without XLA, TensorFlow's bfloat16 convolutions on this CPU add up in bfloat16, so "
-                  "gradients lose accuracy (D's first-step gradient down to cosine 0.19 against float32's); "
-                  "keep XLA on or train in float32")
+BF16_SUMS_NOTE = (
+    "without XLA, TensorFlow's bfloat16 convolutions on this CPU add up in bfloat16, so "
+    "gradients lose accuracy (D's first-step gradient down to cosine 0.19 against float32's); "
+    "keep XLA on or train in float32"
+)
 
 
 def layer_widths(models, low_precision_only=True):
@@ -35,7 +37,7 @@ def layer_widths(models, low_precision_only=True):
 
 def _all_layers(model):
     for layer in getattr(model, "layers", []):
-        if hasattr(layer, "layers"):   # a nested model
+        if hasattr(layer, "layers"):  # a nested model
             yield from _all_layers(layer)
         else:
             yield layer
@@ -118,5 +120,7 @@ def hardware_advice(policy, device_info, layer_widths=None, batch=None, xla=True
             f"of 8): {listed}."
         )
     if batch is not None and batch % 8:
-        lines.append(f"under {policy}, batch {batch} is not a multiple of 8 (Tensor Cores want multiples of 8).")
+        lines.append(
+            f"under {policy}, batch {batch} is not a multiple of 8 (Tensor Cores want multiples of 8)."
+        )
     return lines

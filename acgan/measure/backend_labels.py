@@ -14,11 +14,15 @@ def precision_of(item):
     products in TF32; "highest": full float32); None on TensorFlow."""
     if backend_of(item) != "jax":
         return None
-    return item.get("matmul_precision") or (item.get("machine") or {}).get("jax_matmul_precision") or "default"
+    return (
+        item.get("matmul_precision")
+        or (item.get("machine") or {}).get("jax_matmul_precision")
+        or "default"
+    )
 
 
 def backend_label(item):
-    """"TensorFlow", or "JAX, matmul precision default" (the float32 precision always named on JAX)."""
+    """ "TensorFlow", or "JAX, matmul precision default" (the float32 precision always named on JAX)."""
     name = BACKEND_NAMES.get(backend_of(item), backend_of(item))
     precision = precision_of(item)
     return f"{name}, matmul precision {precision}" if precision else name
@@ -27,5 +31,7 @@ def backend_label(item):
 def describe_backend(run):
     """The backend and its versions, as a run's machine records them."""
     m = run.get("machine") or {}
-    versions = f"JAX {m.get('jax')}" if backend_of(run) == "jax" else f"TensorFlow {m.get('tensorflow')}"
+    versions = (
+        f"JAX {m.get('jax')}" if backend_of(run) == "jax" else f"TensorFlow {m.get('tensorflow')}"
+    )
     return f"{backend_label(run)}; {versions}, Keras {m.get('keras')}"

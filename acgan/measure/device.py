@@ -1,5 +1,6 @@
 """What machine this is: accelerator name and compute capability, or the CPU model and its flags,
 as the backend Keras runs on sees it (TensorFlow or JAX; each is imported only when it is that one)."""
+
 import os
 import platform
 import re
@@ -7,7 +8,15 @@ import resource
 
 import keras
 
-CPU_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "amx_fp16")
+CPU_FLAGS_OF_INTEREST = (
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_bf16",
+    "amx_tile",
+    "amx_fp16",
+)
 
 
 def cpu_model_and_flags():
@@ -16,7 +25,11 @@ def cpu_model_and_flags():
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == "model name" and model in ("", platform.machine(), platform.processor()):
+                if key.strip() == "model name" and model in (
+                    "",
+                    platform.machine(),
+                    platform.processor(),
+                ):
                     model = value.strip()
                 elif key.strip() == "flags":
                     flags = set(value.split())
@@ -33,7 +46,7 @@ _TPU_VERSION_NAMES = {"v5lite": "v5e", "v5litepod": "v5e", "v6lite": "v6e"}
 
 
 def tpu_version(text):
-    """"TPU v4" / "v4-8" / "v5litepod-8" / "TPU v5 lite" -> "v4" / "v4" / "v5e" / "v5e"; None if no version."""
+    """ "TPU v4" / "v4-8" / "v5litepod-8" / "TPU v5 lite" -> "v4" / "v4" / "v5e" / "v5e"; None if no version."""
     match = re.search(r"v(\d)\s*(p|e|lite(?:pod)?)?", (text or "").lower().replace("tpu", " "))
     if not match:
         return None
@@ -142,14 +155,27 @@ def _describe_jax(info):
     import jax
 
     first = jax.devices()[0]
-    info.update(jax=jax.__version__, jax_matmul_precision=str(jax.config.jax_default_matmul_precision or "default"))
+    info.update(
+        jax=jax.__version__,
+        jax_matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
+    )
     if first.platform == "gpu":
         capability = getattr(first, "compute_capability", None)
-        info.update(kind="GPU", name=first.device_kind, compute_capability=str(capability) if capability else None,
-                    count=len(jax.local_devices()))
+        info.update(
+            kind="GPU",
+            name=first.device_kind,
+            compute_capability=str(capability) if capability else None,
+            count=len(jax.local_devices()),
+        )
     elif first.platform == "tpu":
-        info.update(kind="TPU", name=first.device_kind if tpu_version(first.device_kind) else "TPU",
-                    compute_capability=None, count=1, tpu_cores=1, replicas_per_chip=1)
+        info.update(
+            kind="TPU",
+            name=first.device_kind if tpu_version(first.device_kind) else "TPU",
+            compute_capability=None,
+            count=1,
+            tpu_cores=1,
+            replicas_per_chip=1,
+        )
     else:
         info.update(kind="CPU", name=info["cpu_model"], compute_capability=None, count=1)
     return info
@@ -177,7 +203,9 @@ def _jax_peak_bytes():
     devices (the ones a run's mesh uses), or None on the CPU."""
     import jax
 
-    peaks = [(device.memory_stats() or {}).get("peak_bytes_in_use") for device in jax.local_devices()]
+    peaks = [
+        (device.memory_stats() or {}).get("peak_bytes_in_use") for device in jax.local_devices()
+    ]
     return int(sum(peaks)) if peaks and None not in peaks else None
 
 
@@ -191,7 +219,9 @@ def peak_memory_bytes():
     elif _gpu_names():
         import tensorflow as tf
 
-        return int(sum(tf.config.experimental.get_memory_info(name)["peak"] for name in _gpu_names()))
+        return int(
+            sum(tf.config.experimental.get_memory_info(name)["peak"] for name in _gpu_names())
+        )
     # ru_maxrss is in kilobytes on Linux (bytes on macOS).
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if platform.system() == "Darwin" else rss * 1024)

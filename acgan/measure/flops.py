@@ -14,6 +14,7 @@ Two counts, and every figure says which it is:
 Peaks: the shipped table acgan/measure/device_peaks.json (dense, per GPU or TPU chip, vendor
 datasheets); a device it does not name has an unknown peak, and no share is printed.
 """
+
 import json
 from importlib import resources
 
@@ -23,7 +24,9 @@ from acgan.measure import prices
 # TF32 where the backend allows it (JAX's default matmul precision, TensorFlow's default), else fp32.
 POLICY_PEAK_DTYPE = {"mixed_float16": "fp16", "mixed_bfloat16": "bf16"}
 MATMUL_LAYERS = ("Dense", "Conv2DTranspose", "Conv2D")
-XLA_SHARE_NEEDED = 0.9   # XLA's count must hold this much of the layers' to stand (see the docstring)
+XLA_SHARE_NEEDED = (
+    0.9  # XLA's count must hold this much of the layers' to stand (see the docstring)
+)
 
 
 def _valid_taps(size, out, kernel, stride, padding):
@@ -38,7 +41,7 @@ def layer_forward_flops(model):
     convolution's taps on padding are not counted)."""
     total = 0
     for layer in model.layers:
-        kinds = [c.__name__ for c in type(layer).__mro__]   # acgan's own layers subclass Keras's
+        kinds = [c.__name__ for c in type(layer).__mro__]  # acgan's own layers subclass Keras's
         kind = next((k for k in kinds if k in MATMUL_LAYERS), None)
         if kind is None:
             continue
@@ -46,13 +49,22 @@ def layer_forward_flops(model):
         if kind == "Dense":
             total += 2 * kernel[0] * kernel[1]
             continue
-        small, big = (layer.input, layer.output) if kind == "Conv2DTranspose" else (layer.output, layer.input)
+        small, big = (
+            (layer.input, layer.output)
+            if kind == "Conv2DTranspose"
+            else (layer.output, layer.input)
+        )
         # A transposed convolution is the gradient of the convolution from its output back to its input:
         # the same taps. Kernel: [kh, kw, in, out] (Conv2D), [kh, kw, out, in] (Conv2DTranspose).
         taps = 1
         for axis in (1, 2):
-            taps *= _valid_taps(big.shape[axis], small.shape[axis], kernel[axis - 1], layer.strides[axis - 1],
-                                layer.padding)
+            taps *= _valid_taps(
+                big.shape[axis],
+                small.shape[axis],
+                kernel[axis - 1],
+                layer.strides[axis - 1],
+                layer.padding,
+            )
         total += 2 * taps * kernel[2] * kernel[3]
     return total
 
@@ -61,15 +73,17 @@ def step_flops_from_layers(models, batch, q_learns_from_fakes=True, g_learns_fro
     """FLOPs of one training iteration (jax_step / tf_step: G once; D on real and fake; then G and Q from
     one forward) counted from the layers, for a global batch of `batch`."""
     g, trunk, d_head, q_head = (layer_forward_flops(m) for m in models)
-    pullbacks = 1 + bool(g_learns_from_q)       # G's backward: its adversarial loss, and Q's class loss
+    pullbacks = 1 + bool(g_learns_from_q)  # G's backward: its adversarial loss, and Q's class loss
     flops = g * (1 + 2 * pullbacks)
-    flops += 2 * 3 * (trunk + d_head)           # D on real and on fake: weights and inputs
-    flops += 3 * (trunk + q_head)               # Q on real: weights and inputs
+    flops += 2 * 3 * (trunk + d_head)  # D on real and on fake: weights and inputs
+    flops += 3 * (trunk + q_head)  # Q on real: weights and inputs
     # The fresh D's trunk on the fake batch: one forward (G's loss and Q's share it), then the backward
     # of G's loss through the D head (inputs only) and of Q's (weights if Q learns from fakes, inputs if
     # G learns from Q).
     flops += trunk + 2 * d_head + q_head
-    flops += (trunk + d_head) + (bool(q_learns_from_fakes) + bool(g_learns_from_q)) * (trunk + q_head)
+    flops += (trunk + d_head) + (bool(q_learns_from_fakes) + bool(g_learns_from_q)) * (
+        trunk + q_head
+    )
     return flops * batch
 
 
@@ -130,7 +144,9 @@ def utilisation(flops_per_batch, time_per_batch_ms, peak_tflops):
 def count_step_flops(trainer, inputs, batch):
     """(FLOPs of one step at global batch `batch`, "xla" or "layers"; see the module docstring). On JAX
     with the step compiled this compiles it (jit's cache keeps the executable: the first step reuses it)."""
-    layers = step_flops_from_layers(trainer.models, batch, trainer.q_learns_from_fakes, trainer.g_learns_from_q)
+    layers = step_flops_from_layers(
+        trainer.models, batch, trainer.q_learns_from_fakes, trainer.g_learns_from_q
+    )
     lowered = trainer.lowered_step(*inputs)
     if lowered is not None:
         counted = xla_flops(lowered.compile())
@@ -139,8 +155,16 @@ def count_step_flops(trainer, inputs, batch):
     return layers, "layers"
 
 
-def arithmetic_summary(flops_per_batch, counted_by, time_per_batch_ms, machine, policy, replicas=1,
-                       device_name=None, matmul_precision=None):
+def arithmetic_summary(
+    flops_per_batch,
+    counted_by,
+    time_per_batch_ms,
+    machine,
+    policy,
+    replicas=1,
+    device_name=None,
+    matmul_precision=None,
+):
     """What a timing did in arithmetic: FLOPs per batch, achieved TFLOP/s, and its share of the peak of
     every device it ran on (a TPU's price and peak are per chip: replicas_per_chip cores share one)."""
     name = device_name or machine.get("name")
@@ -151,16 +175,24 @@ def arithmetic_summary(flops_per_batch, counted_by, time_per_batch_ms, machine, 
         units = max(1, -(-replicas // int(machine.get("replicas_per_chip") or 1)))
     total_peak = peak["tflops"] * units if peak["tflops"] else None
     achieved = utilisation(flops_per_batch, time_per_batch_ms, total_peak)
-    return {"flops_per_batch": flops_per_batch, "flops_counted_by": counted_by, "tflops": achieved["tflops"],
-            "peak_tflops": total_peak, "peak_dtype": peak["dtype"], "peak_accelerator": peak["accelerator"],
-            "share_of_peak": achieved["share_of_peak"]}
+    return {
+        "flops_per_batch": flops_per_batch,
+        "flops_counted_by": counted_by,
+        "tflops": achieved["tflops"],
+        "peak_tflops": total_peak,
+        "peak_dtype": peak["dtype"],
+        "peak_accelerator": peak["accelerator"],
+        "share_of_peak": achieved["share_of_peak"],
+    }
 
 
 def describe(summary):
     """One line: "0.91 TFLOP per batch (XLA's count), 136.2 TFLOP/s, 13.8% of the 989.4 TFLOP/s bf16 peak"."""
     if not summary or not summary.get("flops_per_batch"):
         return "n/a"
-    how = {"xla": "XLA's count", "layers": "counted from the layers"}.get(summary["flops_counted_by"], "?")
+    how = {"xla": "XLA's count", "layers": "counted from the layers"}.get(
+        summary["flops_counted_by"], "?"
+    )
     text = f"{summary['flops_per_batch'] / 1e9:,.1f} GFLOP per batch ({how})"
     if summary.get("tflops") is not None:
         text += f", {summary['tflops']:,.2f} TFLOP/s"

@@ -17,6 +17,7 @@ Of the matched accelerator's entries, a 'vm' entry (a typical one-accelerator ma
 included: what a user actually pays) is preferred over a 'gpu_only' one; among equals the first
 listed wins (GCP, where the original experiment ran, is listed first).
 """
+
 import json
 import math
 import re
@@ -25,8 +26,18 @@ from importlib import resources
 VENDOR_WORDS = {"NVIDIA", "TESLA", "GEFORCE", "QUADRO"}
 KIND_PREFERENCE = ("vm", "gpu_only")
 # JAX names a v5p "TPU v5" and a v6e "TPU v6 lite".
-_TPU_VERSIONS = {"V2": "v2", "V3": "v3", "V4": "v4", "V5E": "v5e", "V5LITE": "v5e", "V5LITEPOD": "v5e",
-                 "V5": "v5p", "V5P": "v5p", "V6E": "v6e", "V6LITE": "v6e"}
+_TPU_VERSIONS = {
+    "V2": "v2",
+    "V3": "v3",
+    "V4": "v4",
+    "V5E": "v5e",
+    "V5LITE": "v5e",
+    "V5LITEPOD": "v5e",
+    "V5": "v5p",
+    "V5P": "v5p",
+    "V6E": "v6e",
+    "V6LITE": "v6e",
+}
 
 
 def load_table():
@@ -39,7 +50,7 @@ def _tokens(name):
 
 
 def _split_entry(accelerator):
-    """"A100-40GB" -> ("A100", "40GB"); "T4" -> ("T4", None)."""
+    """ "A100-40GB" -> ("A100", "40GB"); "T4" -> ("T4", None)."""
     model, _, memory = accelerator.upper().partition("-")
     return model, (memory or None)
 
@@ -52,13 +63,15 @@ def match_accelerator(name, table=None):
     accelerators = list(dict.fromkeys(p["accelerator"] for p in table["prices"]))
     tokens = _tokens(name)
     if "TPU" in tokens:
-        rest = tokens[tokens.index("TPU") + 1:]
+        rest = tokens[tokens.index("TPU") + 1 :]
         version = "".join(rest[:2]) if rest[1:2] == ["LITE"] else "".join(rest[:1])
         wanted = _TPU_VERSIONS.get(version)
         return f"TPU-{wanted}" if wanted and f"TPU-{wanted}" in accelerators else None
     memories = {t for t in tokens if re.fullmatch(r"\d+GB?", t)}
     memories |= {t + "B" for t in memories if t.endswith("G")}
-    candidates = [a for a in accelerators if not a.startswith("TPU") and _split_entry(a)[0] in tokens]
+    candidates = [
+        a for a in accelerators if not a.startswith("TPU") and _split_entry(a)[0] in tokens
+    ]
     if not candidates:
         return None
     for accelerator in candidates:
@@ -97,11 +110,20 @@ def choose_price(device_name, device_kind=None, price_per_hour=None, table=None)
     if not entries:
         message = no_price_message(device_name, device_kind)
         return {
-            "usd_per_hour": None, "accelerator": None, "provider": None, "kind": None, "machine": None,
-            "source": None, "source_text": None, "alternatives": [], "message": message,
+            "usd_per_hour": None,
+            "accelerator": None,
+            "provider": None,
+            "kind": None,
+            "machine": None,
+            "source": None,
+            "source_text": None,
+            "alternatives": [],
+            "message": message,
             "description": message,
         }
-    entries.sort(key=lambda p: KIND_PREFERENCE.index(p["kind"]) if p["kind"] in KIND_PREFERENCE else 99)
+    entries.sort(
+        key=lambda p: KIND_PREFERENCE.index(p["kind"]) if p["kind"] in KIND_PREFERENCE else 99
+    )
     chosen, others = entries[0], entries[1:]
     source_text = table["sources"].get(chosen["source"], chosen["source"])
     machine = f" ({chosen['machine']})" if chosen.get("machine") else ""

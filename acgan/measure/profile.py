@@ -15,6 +15,7 @@ which Keras layer or optimizer it came from (its op_name metadata); without it, 
 Keras, JAX and TensorFlow are imported inside the functions that use them: a process loads only its own
 backend's profiler, and reading GROUPS (the benchmark's page) loads none.
 """
+
 import contextlib
 import json
 import re
@@ -23,12 +24,20 @@ from pathlib import Path
 from acgan.util import markdown
 from acgan.util.files import write_atomically
 
-GROUPS = ("convolutions", "matrix products", "batch norm", "casts", "optimizer updates", "copies and transposes",
-          "other elementwise and reductions")
+GROUPS = (
+    "convolutions",
+    "matrix products",
+    "batch norm",
+    "casts",
+    "optimizer updates",
+    "copies and transposes",
+    "other elementwise and reductions",
+)
 TOP = 15
 
 
 # -- recording ------------------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def trace(directory):
@@ -56,7 +65,7 @@ def trace(directory):
 
 
 def parse_step_range(text):
-    """"A:B" -> (A, B): profile from step A to step B inclusive (1-based, A <= B); ValueError otherwise."""
+    """ "A:B" -> (A, B): profile from step A to step B inclusive (1-based, A <= B); ValueError otherwise."""
     match = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text or "")
     if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
         raise ValueError(f"{text!r} is not a step range A:B with 1 <= A <= B (e.g. 10:14)")
@@ -65,9 +74,12 @@ def parse_step_range(text):
 
 # -- reading the trace ----------------------------------------------------------------------------------
 
+
 def trace_file(directory):
     """The newest *.xplane.pb under `directory`, or None."""
-    files = sorted(Path(directory).glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.stat().st_mtime)
+    files = sorted(
+        Path(directory).glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.stat().st_mtime
+    )
     return files[-1] if files else None
 
 
@@ -94,9 +106,17 @@ def _events_from_tensorflow(path):
                 for stat in event.stats:
                     kind = stat.WhichOneof("value")
                     value = getattr(stat, kind) if kind else None
-                    stats[stat_names.get(stat.metadata_id, "")] = stat_names.get(value) if kind == "ref_value" else value
+                    stats[stat_names.get(stat.metadata_id, "")] = (
+                        stat_names.get(value) if kind == "ref_value" else value
+                    )
                 meta = plane.event_metadata.get(event.metadata_id)
-                yield plane.name, line.name, meta.name if meta else "", event.duration_ps / 1e3, stats
+                yield (
+                    plane.name,
+                    line.name,
+                    meta.name if meta else "",
+                    event.duration_ps / 1e3,
+                    stats,
+                )
 
 
 def read_events(path):
@@ -104,6 +124,7 @@ def read_events(path):
     where JAX is installed, else TensorFlow's."""
     try:
         import jax.profiler  # noqa: F401
+
         reader = _events_from_jax
     except ImportError:
         reader = _events_from_tensorflow
@@ -113,7 +134,9 @@ def read_events(path):
 def device_ops(events):
     """[(operation name, duration in ns, kernel or event name)] of the device's work: the GPU's or TPU's
     kernels where the trace has a device plane, else the CPU's XLA operations, else TensorFlow's ops."""
-    device = [e for e in events if e[0].startswith("/device:") and e[3] > 0 and not e[2].startswith("$")]
+    device = [
+        e for e in events if e[0].startswith("/device:") and e[3] > 0 and not e[2].startswith("$")
+    ]
     # A device plane may hold summary lines beside its kernels (e.g. "XLA Modules", spanning whole programs):
     # take its "XLA Ops" line where it has one (TPUs), else the GPU's stream lines.
     lines = {e[1] for e in device}
@@ -122,12 +145,20 @@ def device_ops(events):
     elif any(line.startswith("Stream") for line in lines):
         device = [e for e in device if e[1].startswith("Stream")]
     if device:
-        return [(str(s.get("hlo_op") or s.get("tf_op") or name), ns, name) for _, _, name, ns, s in device]
-    xla = [(str(s["hlo_op"]), ns, name) for _, _, name, ns, s in events if s.get("hlo_op") and ns > 0]
+        return [
+            (str(s.get("hlo_op") or s.get("tf_op") or name), ns, name)
+            for _, _, name, ns, s in device
+        ]
+    xla = [
+        (str(s["hlo_op"]), ns, name) for _, _, name, ns, s in events if s.get("hlo_op") and ns > 0
+    ]
     if xla:
         return xla
-    return [(str(s.get("tf_op") or name), ns, name) for _, line, name, ns, s in events
-            if ns > 0 and ("tf_op" in s or _looks_like_tf_op(name))]
+    return [
+        (str(s.get("tf_op") or name), ns, name)
+        for _, line, name, ns, s in events
+        if ns > 0 and ("tf_op" in s or _looks_like_tf_op(name))
+    ]
 
 
 def _looks_like_tf_op(name):
@@ -141,7 +172,8 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*\S.*?\s([a-z][\w-
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _CUSTOM_TARGET = re.compile(r'custom_call_target="([^"]*)"')
-_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")   # unindented: a computation's header
+# unindented: a computation's header
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 
 
 def hlo_index(hlo_texts):
@@ -157,9 +189,15 @@ def hlo_index(hlo_texts):
             if instruction and current is not None:
                 target = _CUSTOM_TARGET.search(line)
                 calls = _CALLS.search(line)
-                current.append({"name": instruction.group(1), "opcode": instruction.group(2),
-                                "target": target.group(1) if target else "",
-                                "op_names": _OP_NAME.findall(line), "calls": calls.group(1) if calls else None})
+                current.append(
+                    {
+                        "name": instruction.group(1),
+                        "opcode": instruction.group(2),
+                        "target": target.group(1) if target else "",
+                        "op_names": _OP_NAME.findall(line),
+                        "calls": calls.group(1) if calls else None,
+                    }
+                )
     index = {}
     for body in computations.values():
         for instruction in body:
@@ -173,7 +211,11 @@ def _group_of_instruction(instruction, inner):
     targets = " ".join([instruction["target"]] + [i["target"] for i in inner]).lower()
     if "convolution" in opcodes or "conv" in targets:
         return "convolutions"
-    if "dot" in opcodes or re.search(r"gemm|matmul|cublas", targets) or "triton_gemm" in instruction["name"]:
+    if (
+        "dot" in opcodes
+        or re.search(r"gemm|matmul|cublas", targets)
+        or "triton_gemm" in instruction["name"]
+    ):
         return "matrix products"
     op_names = " ".join(instruction["op_names"] + [n for i in inner for n in i["op_names"]]).lower()
     if "optimizer" in op_names or "adam" in op_names:
@@ -183,8 +225,21 @@ def _group_of_instruction(instruction, inner):
     body = opcodes - {"parameter", "bitcast", "tuple", "get-tuple-element", "constant", "fusion"}
     if body and body <= {"convert"}:
         return "casts"
-    if body and body <= {"copy", "transpose", "convert", "reshape", "broadcast", "slice", "concatenate",
-                         "dynamic-slice", "dynamic-update-slice", "copy-start", "copy-done", "pad", "reverse"}:
+    if body and body <= {
+        "copy",
+        "transpose",
+        "convert",
+        "reshape",
+        "broadcast",
+        "slice",
+        "concatenate",
+        "dynamic-slice",
+        "dynamic-update-slice",
+        "copy-start",
+        "copy-done",
+        "pad",
+        "reverse",
+    }:
         return "copies and transposes"
     return group_of_name(instruction["name"] + " " + op_names)
 
@@ -204,11 +259,14 @@ NAME_PATTERNS = (
 def group_of_name(name):
     """The group an operation falls in by its name alone (a kernel, an HLO instruction or a TF op)."""
     lowered = name.lower()
-    return next((group for group, pattern in NAME_PATTERNS if re.search(pattern, lowered)),
-                "other elementwise and reductions")
+    return next(
+        (group for group, pattern in NAME_PATTERNS if re.search(pattern, lowered)),
+        "other elementwise and reductions",
+    )
 
 
 # -- the summary ----------------------------------------------------------------------------------------
+
 
 def summarize(directory, steps, hlo_texts=None, title=None):
     """Writes profile.json and profile.md beside the trace in `directory`; returns the summary dict.
@@ -241,14 +299,25 @@ def summarize(directory, steps, hlo_texts=None, title=None):
         "trace": str(path.relative_to(directory)),
         "title": title,
         "steps": per_step,
-        "grouped_by": "XLA's compiled HLO (opcodes, fusions, op_name metadata)" if index else "operation names",
+        "grouped_by": "XLA's compiled HLO (opcodes, fusions, op_name metadata)"
+        if index
+        else "operation names",
         "device_ms_per_step": total / 1e6 / per_step,
-        "groups": [{"group": g, "ms_per_step": ns / 1e6 / per_step, "share": ns / total if total else None}
-                   for g, ns in sorted(groups.items(), key=lambda kv: -kv[1])],
-        "top": [{"name": o["name"], "group": o["group"], "ms_per_step": o["ns"] / 1e6 / per_step,
-                 "calls_per_step": o["count"] / per_step, "share": o["ns"] / total if total else None,
-                 "kernel": o["kernel"]}
-                for o in sorted(ops.values(), key=lambda o: -o["ns"])[:TOP]],
+        "groups": [
+            {"group": g, "ms_per_step": ns / 1e6 / per_step, "share": ns / total if total else None}
+            for g, ns in sorted(groups.items(), key=lambda kv: -kv[1])
+        ],
+        "top": [
+            {
+                "name": o["name"],
+                "group": o["group"],
+                "ms_per_step": o["ns"] / 1e6 / per_step,
+                "calls_per_step": o["count"] / per_step,
+                "share": o["ns"] / total if total else None,
+                "kernel": o["kernel"],
+            }
+            for o in sorted(ops.values(), key=lambda o: -o["ns"])[:TOP]
+        ],
         "operations": len(ops),
         # What the trace held, for a reader checking what was counted: per plane and line, events and stats.
         "planes": _plane_lines(events),
@@ -270,17 +339,38 @@ def _plane_lines(events):
 
 
 def render_markdown(summary):
-    lines = [f"# Where the device time goes{': ' + summary['title'] if summary.get('title') else ''}", "",
-             f"Trace: `{summary['trace']}` ({summary['steps']} steps; open it with TensorBoard's profile plugin). "
-             f"Device time per step: {summary['device_ms_per_step']:,.2f} ms over {summary['operations']} operations, "
-             f"grouped by {summary['grouped_by']}. On a CPU the time is summed over the threads that ran it.", ""]
-    lines += markdown.table(("group", "ms per step", "share"),
-                            [(g["group"], f"{g['ms_per_step']:,.3f}", _share(g["share"]))
-                             for g in summary["groups"] if g["ms_per_step"] > 0], align="lrr")
+    lines = [
+        f"# Where the device time goes{': ' + summary['title'] if summary.get('title') else ''}",
+        "",
+        f"Trace: `{summary['trace']}` ({summary['steps']} steps; open it with TensorBoard's profile plugin). "
+        f"Device time per step: {summary['device_ms_per_step']:,.2f} ms over {summary['operations']} operations, "
+        f"grouped by {summary['grouped_by']}. On a CPU the time is summed over the threads that ran it.",
+        "",
+    ]
+    lines += markdown.table(
+        ("group", "ms per step", "share"),
+        [
+            (g["group"], f"{g['ms_per_step']:,.3f}", _share(g["share"]))
+            for g in summary["groups"]
+            if g["ms_per_step"] > 0
+        ],
+        align="lrr",
+    )
     lines += ["", f"Top {len(summary['top'])} operations:", ""]
-    lines += markdown.table(("operation", "group", "ms per step", "calls per step", "share"),
-                            [(f"`{o['name']}`", o["group"], f"{o['ms_per_step']:,.3f}", f"{o['calls_per_step']:g}",
-                              _share(o["share"])) for o in summary["top"]], align="llrrr")
+    lines += markdown.table(
+        ("operation", "group", "ms per step", "calls per step", "share"),
+        [
+            (
+                f"`{o['name']}`",
+                o["group"],
+                f"{o['ms_per_step']:,.3f}",
+                f"{o['calls_per_step']:g}",
+                _share(o["share"]),
+            )
+            for o in summary["top"]
+        ],
+        align="llrrr",
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -318,5 +408,7 @@ class StepWindow:
         self._trace.__exit__(None, None, None)
         self._trace = None
         hlo = self.hlo_text() if self.hlo_text else None
-        self.summary = summarize(self.directory, step - self._started_at, [hlo] if hlo else None, title=self.title)
+        self.summary = summarize(
+            self.directory, step - self._started_at, [hlo] if hlo else None, title=self.title
+        )
         return self.summary

@@ -1,4 +1,5 @@
 """Timing and cost figures: pure functions of measured step times and a price."""
+
 import statistics
 
 SECONDS_PER_HOUR = 3600.0
@@ -41,7 +42,16 @@ def cost_summary(time_per_batch_ms, price_per_hour, units=1, unit="machine", bas
     "price_per_hour" in the result is the total for all of them; None where no price is known.
     """
     total = None if price_per_hour is None else price_per_hour * units
-    cost = None if total is None or time_per_batch_ms is None else \
-        cost_per_million_batches(time_per_batch_ms / 1e3, total)
-    return {"price_per_hour": total, "price_per_hour_each": price_per_hour, "priced_units": units,
-            "priced_unit": unit, "price_basis": basis, "cost_per_million_batches": cost}
+    cost = (
+        None
+        if total is None or time_per_batch_ms is None
+        else cost_per_million_batches(time_per_batch_ms / 1e3, total)
+    )
+    return {
+        "price_per_hour": total,
+        "price_per_hour_each": price_per_hour,
+        "priced_units": units,
+        "priced_unit": unit,
+        "price_basis": basis,
+        "cost_per_million_batches": cost,
+    }

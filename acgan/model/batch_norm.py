@@ -14,6 +14,7 @@ is unchanged bit for bit; so is every call on TensorFlow, in inference, with a m
 frozen.
 Variables, names, config and checkpoints are the layer's either way.
 """
+
 import functools
 
 import keras
@@ -21,7 +22,7 @@ import keras
 from acgan.config import environment_choice
 
 MODE_VARIABLE = "ACGAN_JAX_BATCH_NORM"
-MODES = ("keras", "fused")   # the first is the default
+MODES = ("keras", "fused")  # the first is the default
 
 
 def mode():
@@ -34,8 +35,13 @@ class BatchNorm(keras.layers.BatchNormalization):
     (read when the layer is traced)."""
 
     def call(self, inputs, training=None, mask=None):
-        if (keras.backend.backend() != "jax" or mode() == "keras" or not (training and self.trainable)
-                or mask is not None or self.renorm):
+        if (
+            keras.backend.backend() != "jax"
+            or mode() == "keras"
+            or not (training and self.trainable)
+            or mask is not None
+            or self.renorm
+        ):
             return super().call(inputs, training=training, mask=mask)
         ops = keras.ops
         # As Keras: a float32 layer's inputs arrive autocast to float32 (Layer.__call__); half-precision
@@ -50,10 +56,13 @@ class BatchNorm(keras.layers.BatchNormalization):
         moving_variance = ops.cast(self.moving_variance, dtype)
         axis = self.axis % len(inputs.shape)
         outputs, mean, variance = fused_batch_norm(axis, self.epsilon)(
-            inputs, gamma, beta, ops.stop_gradient(moving_mean))
+            inputs, gamma, beta, ops.stop_gradient(moving_mean)
+        )
         mean, variance = ops.stop_gradient(mean), ops.stop_gradient(variance)
         self.moving_mean.assign(moving_mean * self.momentum + mean * (1.0 - self.momentum))
-        self.moving_variance.assign(moving_variance * self.momentum + variance * (1.0 - self.momentum))
+        self.moving_variance.assign(
+            moving_variance * self.momentum + variance * (1.0 - self.momentum)
+        )
         return ops.cast(outputs, self.compute_dtype)
 
 
@@ -91,7 +100,8 @@ def fused_batch_norm(axis, epsilon):
         mean = shift + offset
         variance = jnp.maximum(squares / count - offset * offset, 0)
         inv_std = jax.lax.rsqrt(variance + epsilon)
-        inv = jnp.reshape(inv_std * gamma, shape)  # Keras's order of operations (backend batch_normalization)
+        # Keras's order of operations (backend batch_normalization)
+        inv = jnp.reshape(inv_std * gamma, shape)
         y = jnp.add(x * inv, jnp.reshape(beta, shape) - jnp.reshape(mean, shape) * inv)
         return (y, mean, variance), (x, gamma, mean, inv_std, shift)
 
@@ -112,7 +122,11 @@ def fused_batch_norm(axis, epsilon):
         # their gradients, so those two are zeros, added in the same elementwise pass (no extra read).
         scale = jnp.reshape(gamma * inv_std / count, shape)
         dx = scale * (count * dy - jnp.reshape(dbeta, shape) - xhat * jnp.reshape(dgamma, shape))
-        dx = dx + jnp.reshape(dmean / count, shape) + centred * jnp.reshape(2 * dvariance / count, shape)
+        dx = (
+            dx
+            + jnp.reshape(dmean / count, shape)
+            + centred * jnp.reshape(2 * dvariance / count, shape)
+        )
         return dx, dgamma, dbeta, jnp.zeros_like(shift)
 
     batch_norm.defvjp(forward, backward)

@@ -4,6 +4,7 @@ Layers take the global dtype policy when they are constructed, so these helpers 
 `precision.set_policy`. Variables are always float32; under a mixed policy the Keras layer casts its
 inputs to the compute dtype (float16 / bfloat16), which is where Tensor Cores earn their keep.
 """
+
 import math
 
 import keras
@@ -33,7 +34,9 @@ def conv(x, filters, name, kernel=4, strides=2, spectral_norm=False):
     """Convolution, "same" padding; by default 4x4 stride 2 (halves the spatial size). spectral_norm:
     its kernel divided by its largest singular value (SpectralConv2D)."""
     layer = SpectralConv2D if spectral_norm else layers.Conv2D
-    return layer(filters, kernel, strides=strides, padding="same", kernel_initializer=init(), name=name)(x)
+    return layer(
+        filters, kernel, strides=strides, padding="same", kernel_initializer=init(), name=name
+    )(x)
 
 
 class SpectralConv2D(layers.Conv2D):
@@ -50,8 +53,14 @@ class SpectralConv2D(layers.Conv2D):
 
     def build(self, input_shape):
         super().build(input_shape)
-        self.sn_u = self.add_weight(shape=(1, self.filters), initializer=keras.initializers.RandomNormal(),
-                                    trainable=False, autocast=False, name="sn_u", dtype="float32")
+        self.sn_u = self.add_weight(
+            shape=(1, self.filters),
+            initializer=keras.initializers.RandomNormal(),
+            trainable=False,
+            autocast=False,
+            name="sn_u",
+            dtype="float32",
+        )
 
     def call(self, inputs, training=None):
         ops = keras.ops
@@ -99,9 +108,7 @@ def batch_norm(x, name):
     The float32 output is cast back to the compute dtype by the next layer. On JAX,
     ACGAN_JAX_BATCH_NORM=fused takes the training statistics in one pass (batch_norm.BatchNorm).
     """
-    return BatchNorm(
-        momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype="float32", name=name
-    )(x)
+    return BatchNorm(momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype="float32", name=name)(x)
 
 
 def relu(x, name):
@@ -151,11 +158,14 @@ class MinibatchStddev(layers.Layer):
 
     def call(self, x):
         x = keras.ops.cast(x, "float32")
-        batch = x.shape[0]  # None (TensorFlow) or a symbolic dimension (JAX) while Keras infers shapes
+        # None (TensorFlow) or a symbolic dimension (JAX) while Keras infers shapes
+        batch = x.shape[0]
         if isinstance(batch, int):
             group = math.gcd(batch, self.group_size)
             groups = keras.ops.reshape(x, (batch // group, group) + tuple(x.shape[1:]))
-            spread = keras.ops.mean(keras.ops.sqrt(keras.ops.var(groups, axis=1) + 1e-8), axis=(1, 2, 3))
+            spread = keras.ops.mean(
+                keras.ops.sqrt(keras.ops.var(groups, axis=1) + 1e-8), axis=(1, 2, 3)
+            )
             spread = keras.ops.repeat(spread, group, axis=0)[:, None, None, None]
         else:
             spread = keras.ops.mean(keras.ops.sqrt(keras.ops.var(x, axis=0) + 1e-8))
@@ -184,8 +194,13 @@ def class_projection(features, labels, num_classes, name, positions=1):
     them (the paper's global sum pooling), so one embedding row scores a class wherever it shows."""
     if positions > 1:
         features = SumOverPositions(positions, dtype="float32", name=f"{name}_pooled")(features)
-    embedded = layers.Embedding(num_classes, features.shape[-1], embeddings_initializer=init(), dtype="float32",
-                                name=f"{name}_embedding")(labels)
+    embedded = layers.Embedding(
+        num_classes,
+        features.shape[-1],
+        embeddings_initializer=init(),
+        dtype="float32",
+        name=f"{name}_embedding",
+    )(labels)
     return layers.Dot(axes=-1, dtype="float32", name=name)([embedded, features])
 
 
@@ -200,7 +215,10 @@ class SumOverPositions(layers.Layer):
     def call(self, features):
         ops = keras.ops
         features = ops.cast(features, "float32")
-        return ops.sum(ops.reshape(features, (-1, self.positions, features.shape[-1] // self.positions)), axis=1)
+        return ops.sum(
+            ops.reshape(features, (-1, self.positions, features.shape[-1] // self.positions)),
+            axis=1,
+        )
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (input_shape[-1] // self.positions,)

@@ -10,6 +10,7 @@ preset (acgan.presets, `--arch`), built by the preset's `networks.architecture`:
 
 `auto` (the command lines' default) picks `acgan_cifar` for 32x32x3 images and `reference` otherwise.
 """
+
 from typing import NamedTuple
 
 import keras
@@ -24,10 +25,12 @@ NOISE_DIM = presets.REFERENCE.networks.noise_dim  # the reference model's G nois
 
 
 class ACGANModels(NamedTuple):
-    generator: keras.Model      # (z [B, noise], labels [B] int) -> images [B, H, W, C] float32 in [0, 1]
-    trunk: keras.Model          # images [B, H, W, C] in [0, 1] -> features [B, F] (reference: 1024*width)
-    d_head: keras.Model         # features (acgan_cifar: [features, labels [B] int]) -> real/fake logit [B, 1] float32
-    q_head: keras.Model         # features -> class logits [B, K] float32
+    # (z [B, noise], labels [B] int) -> images [B, H, W, C] float32 in [0, 1]
+    generator: keras.Model
+    trunk: keras.Model  # images [B, H, W, C] in [0, 1] -> features [B, F] (reference: 1024*width)
+    # features (acgan_cifar: [features, labels [B] int]) -> real/fake logit [B, 1] float32
+    d_head: keras.Model
+    q_head: keras.Model  # features -> class logits [B, K] float32
 
 
 def resolve_arch(arch, image_shape):
@@ -58,8 +61,10 @@ def check_image_shape(image_shape, arch="reference"):
     preset = arch if isinstance(arch, presets.Preset) else presets.get(arch)
     divisor = preset.networks.side_divisor
     if height % divisor:
-        raise UserError(f"--arch {preset.name} needs a side that divides by {divisor} (e.g. 32x32), "
-                        f"not {height}x{width}; use --arch reference")
+        raise UserError(
+            f"--arch {preset.name} needs a side that divides by {divisor} (e.g. 32x32), "
+            f"not {height}x{width}; use --arch reference"
+        )
 
 
 def build_generator(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
@@ -136,10 +141,13 @@ def build_models(image_shape, num_classes, width=1.0, noise_dim=None, arch="refe
         trunk = paper_cifar.build_trunk(image_shape, knobs, width)
         feature_dim = trunk.output.shape[-1]
         return ACGANModels(
-            generator=paper_cifar.build_generator(image_shape, num_classes, knobs, width, noise_dim),
+            generator=paper_cifar.build_generator(
+                image_shape, num_classes, knobs, width, noise_dim
+            ),
             trunk=trunk,
-            d_head=paper_cifar.build_d_head(feature_dim, num_classes, paper_cifar.map_positions(trunk),
-                                            knobs.projection),
+            d_head=paper_cifar.build_d_head(
+                feature_dim, num_classes, paper_cifar.map_positions(trunk), knobs.projection
+            ),
             q_head=paper_cifar.build_q_head(feature_dim, num_classes),
         )
     trunk = build_trunk(image_shape, width)

@@ -34,6 +34,7 @@ each switch a field of acgan.presets.PaperCifarNetworks, the acgan_cifar preset'
 - learning rates, Adam's beta_1, their decay, what Q and G learn from, D's augmentation and the loss are
   the preset's other fields (acgan.presets.Preset), which link each.
 """
+
 import keras
 from keras import layers
 
@@ -64,8 +65,14 @@ def build_trunk(image_shape, knobs, width=1.0):
     images = keras.Input(image_shape, name="images")
     x = images
     for i, maps in enumerate(knobs.d_maps, start=1):
-        x = blocks.conv(x, blocks.channels(maps, width), f"d_conv{i}", kernel=knobs.d_kernel,
-                        strides=2 if i % 2 else 1, spectral_norm=knobs.spectral_norm)
+        x = blocks.conv(
+            x,
+            blocks.channels(maps, width),
+            f"d_conv{i}",
+            kernel=knobs.d_kernel,
+            strides=2 if i % 2 else 1,
+            spectral_norm=knobs.spectral_norm,
+        )
         if i > 1 and not knobs.spectral_norm:
             x = blocks.batch_norm(x, f"d_bn{i}")
         x = blocks.leaky_relu(x, f"d_lrelu{i}")
@@ -93,10 +100,16 @@ def build_d_head(feature_dim, num_classes, positions=1, projection=True):
     logit = blocks.float32_logits(features, 1, "d_logit")
     if projection:
         logit = layers.Add(dtype="float32", name="d_logit_projected")(
-            [logit, blocks.class_projection(features, labels, num_classes, "d_projection", positions)])
+            [
+                logit,
+                blocks.class_projection(features, labels, num_classes, "d_projection", positions),
+            ]
+        )
     return keras.Model([features, labels], logit, name="d_head")
 
 
 def build_q_head(feature_dim, num_classes):
     features = keras.Input((feature_dim,), name="features")
-    return keras.Model(features, blocks.float32_logits(features, num_classes, "q_logits"), name="q_head")
+    return keras.Model(
+        features, blocks.float32_logits(features, num_classes, "q_logits"), name="q_head"
+    )

@@ -1,5 +1,6 @@
 """All of precision: the dtype-policy switch, a policy scope (float32's for the judge), and the loss-scaled
 optimizer factory."""
+
 import contextlib
 
 import keras

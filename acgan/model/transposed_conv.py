@@ -24,6 +24,7 @@ ACGAN_JAX_CONV_TRANSPOSE picks the formulation on JAX:
 On TensorFlow the layer is keras.layers.Conv2DTranspose. Variables, names and checkpoints are the same
 in every formulation.
 """
+
 import functools
 
 import keras
@@ -31,7 +32,7 @@ import keras
 from acgan.config import environment_choice
 
 FORMULATION_VARIABLE = "ACGAN_JAX_CONV_TRANSPOSE"
-FORMULATIONS = ("adjoint", "linear_transpose", "autodiff")   # the first is the default
+FORMULATIONS = ("adjoint", "linear_transpose", "autodiff")  # the first is the default
 
 
 def formulation():
@@ -47,7 +48,8 @@ class TransposedConv2D(keras.layers.Conv2DTranspose):
         which = formulation() if keras.backend.backend() == "jax" else "autodiff"
         if which == "autodiff":
             return super().call(inputs)
-        kernel = keras.ops.convert_to_tensor(self.kernel)   # in the compute dtype (the layer autocasts)
+        # in the compute dtype (the layer autocasts)
+        kernel = keras.ops.convert_to_tensor(self.kernel)
         outputs = _adjoint_conv_transpose(tuple(self.strides), self.padding, which)(inputs, kernel)
         if self.use_bias:
             outputs = keras.ops.add(outputs, keras.ops.reshape(self.bias, (1, 1, 1, self.filters)))
@@ -60,7 +62,9 @@ def _adjoint_conv_transpose(strides, padding, which):
     convolution c it is the adjoint of."""
     import jax  # here: only the JAX backend calls this; a TensorFlow process never loads JAX
 
-    def strided(z, kernel):  # c: [B, H*s, W*s, filters] -> [B, H, W, in]; kernel [kh, kw, filters, in]
+    def strided(
+        z, kernel
+    ):  # c: [B, H*s, W*s, filters] -> [B, H, W, in]; kernel [kh, kw, filters, in]
         return keras.ops.conv(z, kernel, strides=list(strides), padding=padding)
 
     def keras_forward(x, kernel):
@@ -69,7 +73,8 @@ def _adjoint_conv_transpose(strides, padding, which):
     def forward(x, kernel):
         if which == "adjoint":
             return keras_forward(x, kernel)
-        y_shape = jax.eval_shape(keras_forward, x, kernel)   # c's input: the shape Keras's forward gives
+        # c's input: the shape Keras's forward gives
+        y_shape = jax.eval_shape(keras_forward, x, kernel)
         (y,) = jax.linear_transpose(lambda z: strided(z, kernel), y_shape)(x)
         return y
 

@@ -14,6 +14,7 @@ difference. Both classifiers train from the same seed, in the same order of batc
 depends only on the data, the seed and the epochs, so it is cached beside the judges (data_dir/judges/)
 and trained once per sample count, not once per evaluation.
 """
+
 import hashlib
 import json
 import time
@@ -32,7 +33,9 @@ from acgan.util.files import write_json
 EPOCHS = 8
 
 
-def classification_accuracy_score(fake, labels, test_set, train_set, seed=0, epochs=EPOCHS, cache_dir=None):
+def classification_accuracy_score(
+    fake, labels, test_set, train_set, seed=0, epochs=EPOCHS, cache_dir=None
+):
     """CAS of the uint8 samples `fake` [N, H, W, C] drawn for int `labels` [N], and its real reference.
 
     Returns a JSON-ready dict: overall and per-class accuracy on every image of `test_set`, the same for
@@ -42,7 +45,9 @@ def classification_accuracy_score(fake, labels, test_set, train_set, seed=0, epo
     started = time.perf_counter()
     names = list(test_set.class_names)
     generated = ImageSet(np.asarray(fake, np.uint8), np.asarray(labels, np.int32), tuple(names))
-    real = ImageSet(*per_class_subset(train_set, class_counts(generated.labels, len(names)), seed), tuple(names))
+    real = ImageSet(
+        *per_class_subset(train_set, class_counts(generated.labels, len(names)), seed), tuple(names)
+    )
     scores = {"generated": _score(generated, test_set, seed, epochs)}
     path = _reference_path(cache_dir, real, test_set, seed, epochs) if cache_dir else None
     reference = _read_cached(path) if path else None
@@ -63,21 +68,30 @@ def classification_accuracy_score(fake, labels, test_set, train_set, seed=0, epo
         "seed": seed,
         "seconds": time.perf_counter() - started,
         "what": "the judge's CNN trained on the generated samples (their labels: the classes G was asked for), "
-                "scored on the real test images; the reference trained on real train images instead",
+        "scored on the real test images; the reference trained on real train images instead",
     }
 
 
 def _score(images, test_set, seed, epochs):
     info = judge_lib.train(images, test_set, epochs=epochs, seed=seed, echo=lambda line: None).info
-    return {"accuracy": info["test_accuracy"], "per_class": info["test_accuracy_per_class"],
-            "num_train": len(images)}
+    return {
+        "accuracy": info["test_accuracy"],
+        "per_class": info["test_accuracy_per_class"],
+        "num_train": len(images),
+    }
 
 
 def _reference_path(cache_dir, real, test_set, seed, epochs):
     """The reference's cache file: keyed by the real images it trains on, the test split, seed and epochs,
     and the judge's format (its CNN and training: the judge cache's own key)."""
-    key = {"format": 1, "judge_format": judge_lib.FORMAT, "train": judge_lib.fingerprint(real),
-           "test": judge_lib.fingerprint(test_set), "seed": seed, "epochs": epochs}
+    key = {
+        "format": 1,
+        "judge_format": judge_lib.FORMAT,
+        "train": judge_lib.fingerprint(real),
+        "test": judge_lib.fingerprint(test_set),
+        "seed": seed,
+        "epochs": epochs,
+    }
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return Path(cache_dir) / f"cas-reference-{digest}.json"
 

@@ -1,13 +1,14 @@
 """acgan.compare's second half, once its runs have trained (comparison.train_runs): every run judged in
-this process with one shared judge (evaluation.evaluate_run), then compare.json, compare.png and
+this process with one shared judge (run_evaluation.evaluate_run), then compare.json, compare.png and
 compare.md in the output folder. Importing it loads Keras: acgan.api.compare_with chooses the backend
 first, once every timed run has finished."""
+
 import dataclasses
 import json
 import os
 
-from acgan.quality import evaluation
 from acgan.quality import judge as judge_lib
+from acgan.quality import run_evaluation
 from acgan.quality.compare_page import render_markdown, write_figure
 from acgan.quality.verdict import PRDC_KEYS, add_baseline, combine_seeds
 from acgan.util.files import write_atomically, write_json
@@ -17,17 +18,33 @@ def judge_runs(settings, out, runs, states, command=None, echo=print):
     """Judges every run of comparison.train_runs (out, runs, states) and writes the page; returns `out`."""
     several = settings.seeds > 1
     n = len(runs)
-    judge = judge_lib.load_or_train(settings.dataset, data_dir=settings.data_dir, classes=settings.classes,
-                                    max_per_class=settings.max_per_class, echo=echo)
+    judge = judge_lib.load_or_train(
+        settings.dataset,
+        data_dir=settings.data_dir,
+        classes=settings.classes,
+        max_per_class=settings.max_per_class,
+        echo=echo,
+    )
     per_run = {}
     for i, (policy, seed, run_dir) in enumerate(runs, 1):
         echo(f"[{i}/{n}] judging {policy}{f' at seed {seed}' if several else ''}")
         # The same generator inputs (settings.seed) for every run: only the training seed differs.
-        result = evaluation.evaluate_run(run_dir, settings.num_samples, settings.seed, data_dir=settings.data_dir,
-                                         judge=judge, command=command, echo=echo, judges=settings.judges,
-                                         cas=settings.cas, ema=settings.ema)
+        result = run_evaluation.evaluate_run(
+            run_dir,
+            settings.num_samples,
+            settings.seed,
+            data_dir=settings.data_dir,
+            judge=judge,
+            command=command,
+            echo=echo,
+            judges=settings.judges,
+            cas=settings.cas,
+            ema=settings.ema,
+        )
         report = json.loads((run_dir / "report.json").read_text())
-        per_run.setdefault(policy, []).append(dict(make_row(policy, run_dir, report, result, out), seed=seed))
+        per_run.setdefault(policy, []).append(
+            dict(make_row(policy, run_dir, report, result, out), seed=seed)
+        )
     rows = [combine_seeds(per_run[policy]) for policy in settings.policies]
     add_baseline(rows)
     doc = {
@@ -35,16 +52,21 @@ def judge_runs(settings, out, runs, states, command=None, echo=print):
         "command": command or "acgan.quality.compare_judging.judge_runs",
         "settings": dataclasses.asdict(settings),
         # With --resume: the runs judged as an earlier command left them (their times are that command's).
-        "reused_runs": [str(run_dir) for (_, _, run_dir), state in zip(runs, states) if state == "done"],
+        "reused_runs": [
+            str(run_dir) for (_, _, run_dir), state in zip(runs, states) if state == "done"
+        ],
         "device": rows[0]["device"],
         "judge": rows[0]["judge"],
         "rows": rows,
     }
     write_json(out / "compare.json", doc)
-    write_figure(rows, out / "compare.png", title=f"{settings.dataset}, batch {settings.batch}, "
-                                                  f"width {settings.width:g}, {settings.budget()} each"
-                                                  + (f"; means of {settings.seeds} seeds, grids of seed "
-                                                     f"{settings.seed}" if several else ""))
+    write_figure(
+        rows,
+        out / "compare.png",
+        title=f"{settings.dataset}, batch {settings.batch}, "
+        f"width {settings.width:g}, {settings.budget()} each"
+        + (f"; means of {settings.seeds} seeds, grids of seed {settings.seed}" if several else ""),
+    )
     write_atomically(out / "compare.md", render_markdown(doc))
     return out
 
@@ -83,7 +105,8 @@ def make_row(policy, run_dir, report, result, out):
         "inception_note": result["inception"].get("note"),
         "num_real": result["num_real"],
         "num_generated": result["num_generated"],
-        "generator": result.get("generator"),  # "ema": G's moving average judged; "raw": G's own weights
+        # "ema": G's moving average judged; "raw": G's own weights
+        "generator": result.get("generator"),
         "ema_decay": result.get("ema_decay"),
         "real_reference": result.get("real_reference"),
         "judge": result["judge"],

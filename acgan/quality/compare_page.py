@@ -1,5 +1,6 @@
 """acgan.compare's page: compare.md (one column per policy, the verdict, how the numbers were measured)
 and compare.png (each policy's final sample grid, captioned)."""
+
 import io
 
 import numpy as np
@@ -26,9 +27,12 @@ def caption(row):
         cost = "cost: n/a (too few steps to time)"
     status = "DIVERGED at " if row.get("status") == "diverged" else ""
     class_fd = row.get("frechet_distance_class_mean")
-    lines = [f"{status}{row['steps']:,} steps, {speed}", cost,
-             f"cond. acc. {row['conditional_accuracy']:.1%}, FD {row['frechet_distance']:.1f}"
-             + (f", per class {class_fd:.1f}" if class_fd is not None else "")]
+    lines = [
+        f"{status}{row['steps']:,} steps, {speed}",
+        cost,
+        f"cond. acc. {row['conditional_accuracy']:.1%}, FD {row['frechet_distance']:.1f}"
+        + (f", per class {class_fd:.1f}" if class_fd is not None else ""),
+    ]
     if row["inception_fid"] is not None:
         lines.append(f"Inception FID {row['inception_fid']:.1f}")
     return "\n".join(lines)
@@ -45,7 +49,13 @@ def write_figure(rows, path, title=""):
     for ax, row in zip(axes[0], rows):
         try:
             grid = np.asarray(Image.open(row["grid"]))
-            ax.imshow(grid, cmap="gray" if grid.ndim == 2 else None, vmin=0, vmax=255, interpolation="nearest")
+            ax.imshow(
+                grid,
+                cmap="gray" if grid.ndim == 2 else None,
+                vmin=0,
+                vmax=255,
+                interpolation="nearest",
+            )
         except OSError:
             ax.text(0.5, 0.5, "no sample grid", ha="center", va="center")
         ax.set_xticks([])
@@ -80,10 +90,16 @@ def _alone_text(s, seeds):
     parallel = s.get("parallel", 1)
     if parallel == 1:
         return f"Each policy trained alone, in its own process, {same}"
-    steps = (" and, under a budget of minutes, the steps each reached" if s.get("minutes") is not None else "")
-    return (f"Runs trained {parallel} at a time, each in its own process, {same} Runs side by side share the "
-            f"machine, so their times per batch, speed-ups and costs{steps} are shared-machine figures: compare "
-            "speeds from runs trained alone (--parallel 1) or from acgan.benchmark.")
+    steps = (
+        " and, under a budget of minutes, the steps each reached"
+        if s.get("minutes") is not None
+        else ""
+    )
+    return (
+        f"Runs trained {parallel} at a time, each in its own process, {same} Runs side by side share the "
+        f"machine, so their times per batch, speed-ups and costs{steps} are shared-machine figures: compare "
+        "speeds from runs trained alone (--parallel 1) or from acgan.benchmark."
+    )
 
 
 def _training_text(doc, seeds):
@@ -92,8 +108,10 @@ def _training_text(doc, seeds):
     s = doc["settings"]
     reused = doc.get("reused_runs") or []
     runs = len(s["policies"]) * seeds
-    earlier = (" trained by an earlier command in this folder (--resume), so the times are from each run's own "
-               "training, beside whatever shared the machine then (compare speeds from acgan.benchmark).")
+    earlier = (
+        " trained by an earlier command in this folder (--resume), so the times are from each run's own "
+        "training, beside whatever shared the machine then (compare speeds from acgan.benchmark)."
+    )
     if reused and len(reused) == runs:
         return "Every run was" + earlier
     text = _alone_text(s, seeds)
@@ -108,7 +126,9 @@ def _generator_text(rows):
     if not averaged:
         return "on each run's generator itself (no moving average of its weights)"
     if all(r.get("generator") == "ema" for r in rows):
-        return f"on the moving average of each run's G (decay {', '.join(f'{d:g}' for d in averaged)})"
+        return (
+            f"on the moving average of each run's G (decay {', '.join(f'{d:g}' for d in averaged)})"
+        )
     return "on the moving average of G where a run kept one, else on G itself"
 
 
@@ -124,18 +144,28 @@ def render_markdown(doc):
     price = f"${s['price_per_hour']}/h" if s["price_per_hour"] else "no --price_per_hour given"
     lines = [
         f"# Mixed precision compared: {s['dataset']}, batch {s['batch']}, width {s['width']:g}, {budget} each"
-        + (f", {seeds} seeds" if seeds > 1 else "") + (f", {s['loss']} loss" if s.get("loss", "auto") != "auto" else ""),
+        + (f", {seeds} seeds" if seeds > 1 else "")
+        + (f", {s['loss']} loss" if s.get("loss", "auto") != "auto" else ""),
         "",
         f"`{doc['command']}`",
         "",
         f"Device: {device.get('kind', '?')}: {device.get('name', '?')}. XLA {'on' if s['jit'] else 'off'}; "
         f"{_seeds_text(s)}; {price}. " + _training_text(doc, seeds),
         "",
-        *([f"Every number is the mean over the {seeds} training seeds' runs of each policy (the grids are seed "
-           f"{s['seed']}'s; the other seeds' runs are in POLICY-seedN/); the rows \"at each seed\" pair each "
-           f"seed's run with {base}'s at the same seed.", ""] if seeded else []),
-        *markdown.table(["", *(r["policy"] for r in rows)],
-                        [[name, *(cell(r) for r in rows)] for name, cell in table_lines(rows, seeds, seeded)]),
+        *(
+            [
+                f"Every number is the mean over the {seeds} training seeds' runs of each policy (the grids are seed "
+                f"{s['seed']}'s; the other seeds' runs are in POLICY-seedN/); the rows \"at each seed\" pair each "
+                f"seed's run with {base}'s at the same seed.",
+                "",
+            ]
+            if seeded
+            else []
+        ),
+        *markdown.table(
+            ["", *(r["policy"] for r in rows)],
+            [[name, *(cell(r) for r in rows)] for name, cell in table_lines(rows, seeds, seeded)],
+        ),
         "",
         verdict(rows),
         "",
@@ -153,7 +183,9 @@ def render_markdown(doc):
         "the samples reach (a collapsed class keeps its precision and loses its recall and coverage). Read them "
         "against their real-vs-real references, which are below 1; they are shown, not ruled on.",
     ]
-    notes = {r["inception_note"] for r in rows if r["inception_fid"] is None and r["inception_note"]}
+    notes = {
+        r["inception_note"] for r in rows if r["inception_fid"] is None and r["inception_note"]
+    }
     if notes:
         lines += ["", "Inception FID: " + "; ".join(sorted(notes)) + "."]
     lines += ["", "![final sample grids](compare.png)", ""]
@@ -171,33 +203,69 @@ def table_lines(rows, seeds, seeded):
         ("time per batch (mean)", lambda r: _f(r["time_per_batch_ms"], ",.1f", " ms")),
         (f"speed-up vs {base}", lambda r: _f(r["speedup"], ".2f", "x")),
         ("time per 1000 samples", lambda r: _f(r["time_per_1000_samples_ms"], ",.0f", " ms")),
-        ("cost of 10^6 batches", lambda r: "n/a" if r["cost_per_million_batches"] is None
-         else f"${r['cost_per_million_batches']:,.2f}"),
+        (
+            "cost of 10^6 batches",
+            lambda r: (
+                "n/a"
+                if r["cost_per_million_batches"] is None
+                else f"${r['cost_per_million_batches']:,.2f}"
+            ),
+        ),
         ("compile time", lambda r: _f(r["compile_seconds"], ".1f", " s")),
-        ("peak memory", lambda r: _f(r["peak_memory_bytes"] and r["peak_memory_bytes"] / 2**20, ",.0f", " MiB")),
+        (
+            "peak memory",
+            lambda r: _f(r["peak_memory_bytes"] and r["peak_memory_bytes"] / 2**20, ",.0f", " MiB"),
+        ),
         ("skipped (non-finite) updates", lambda r: f"{r['skipped_steps']:g}"),
         ("**conditional accuracy (judge)**", lambda r: f"**{r['conditional_accuracy']:.1%}**"),
         (f"change vs {base}", lambda r: f"{100 * r['accuracy_change']:+.1f} points"),
         *(_seed_lines(base, seeds) if seeded else []),
         *(_judge_lines(rows, base) if all(r.get("across_judges") for r in rows) else []),
         ("Fréchet distance, judge features", lambda r: f"{r['frechet_distance']:.2f}"),
-        (f"change vs {base}", lambda r: _f(r["frechet_change"] and 100 * r["frechet_change"], "+.0f", "%")),
-        ("Fréchet distance, real vs real (reference)",
-         lambda r: _f((r.get("real_reference") or {}).get("frechet_distance"), ".2f")),
-        ("mean per-class Fréchet distance", lambda r: _f(r.get("frechet_distance_class_mean"), ".2f")),
-        (f"change vs {base}", lambda r: _f(r.get("class_frechet_change") and 100 * r["class_frechet_change"],
-                                           "+.0f", "%")),
-        ("mean per-class, real vs real (reference)",
-         lambda r: _f((r.get("real_reference") or {}).get("frechet_distance_class_mean"), ".2f")),
+        (
+            f"change vs {base}",
+            lambda r: _f(r["frechet_change"] and 100 * r["frechet_change"], "+.0f", "%"),
+        ),
+        (
+            "Fréchet distance, real vs real (reference)",
+            lambda r: _f((r.get("real_reference") or {}).get("frechet_distance"), ".2f"),
+        ),
+        (
+            "mean per-class Fréchet distance",
+            lambda r: _f(r.get("frechet_distance_class_mean"), ".2f"),
+        ),
+        (
+            f"change vs {base}",
+            lambda r: _f(
+                r.get("class_frechet_change") and 100 * r["class_frechet_change"], "+.0f", "%"
+            ),
+        ),
+        (
+            "mean per-class, real vs real (reference)",
+            lambda r: _f((r.get("real_reference") or {}).get("frechet_distance_class_mean"), ".2f"),
+        ),
         ("quality held", lambda r: "yes" if r["quality_held"] else "**no**"),
         *_prdc_lines(rows),
         ("classifier score", lambda r: f"{r['classifier_score']:.2f}"),
         ("Q's accuracy on real test images", lambda r: _f(r["q_accuracy_real"], ".1%")),
-        ("Q's accuracy on the generated samples", lambda r: _f(r.get("q_accuracy_generated"), ".1%")),
-        *([("classification accuracy score (CAS)", lambda r: _f(r["classification_accuracy_score"], ".1%")),
-           ("CAS, real train images instead (reference)",
-            lambda r: _f(r["classification_accuracy_score_real"], ".1%"))]
-          if all(r.get("classification_accuracy_score") is not None for r in rows) else []),
+        (
+            "Q's accuracy on the generated samples",
+            lambda r: _f(r.get("q_accuracy_generated"), ".1%"),
+        ),
+        *(
+            [
+                (
+                    "classification accuracy score (CAS)",
+                    lambda r: _f(r["classification_accuracy_score"], ".1%"),
+                ),
+                (
+                    "CAS, real train images instead (reference)",
+                    lambda r: _f(r["classification_accuracy_score_real"], ".1%"),
+                ),
+            ]
+            if all(r.get("classification_accuracy_score") is not None for r in rows)
+            else []
+        ),
         ("Inception FID", lambda r: _f(r["inception_fid"], ".2f")),
         ("run", lambda r: f"[report]({r['report_md']})"),
     ]
@@ -210,38 +278,85 @@ def _prdc_lines(rows):
         return []
     k = next(r.get("prdc_nearest_k") for r in rows)
     return [
-        (f"precision / recall / density / coverage (k-NN, k = {k})", lambda r: prdc_text(r) or "n/a"),
-        ("precision / recall / density / coverage, real vs real (reference)",
-         lambda r: prdc_text(r.get("real_reference") or {}) or "n/a"),
-        ("mean per-class precision / recall / density / coverage", lambda r: prdc_text(r, "_class_mean") or "n/a"),
-        ("mean per-class, real vs real (reference)",
-         lambda r: prdc_text(r.get("real_reference") or {}, "_class_mean") or "n/a"),
+        (
+            f"precision / recall / density / coverage (k-NN, k = {k})",
+            lambda r: prdc_text(r) or "n/a",
+        ),
+        (
+            "precision / recall / density / coverage, real vs real (reference)",
+            lambda r: prdc_text(r.get("real_reference") or {}) or "n/a",
+        ),
+        (
+            "mean per-class precision / recall / density / coverage",
+            lambda r: prdc_text(r, "_class_mean") or "n/a",
+        ),
+        (
+            "mean per-class, real vs real (reference)",
+            lambda r: prdc_text(r.get("real_reference") or {}, "_class_mean") or "n/a",
+        ),
     ]
 
 
 def _seed_lines(base, seeds):
     """With several training seeds: each seed's accuracy, each seed's changes, and the paired summaries."""
     return [
-        (f"accuracy at each of {seeds} seeds", lambda r: ", ".join(
-            f"{x['conditional_accuracy']:.1%}" for x in r["across_seeds"]["runs"])),
-        (f"change vs {base} at each seed", lambda r: ", ".join(
-            f"{100 * c:+.1f}" for c in r["conditional_accuracy_change_across_seeds"] or []) or "n/a"),
-        (f"distance / per-class distance change vs {base} at each seed", lambda r: ", ".join(
-            f"{_f(a and 100 * a, '+.0f', '%')} / {_f(b and 100 * b, '+.0f', '%')}" for a, b in zip(
-                r["frechet_distance_change_across_seeds"] or [], r["frechet_distance_class_mean_change_across_seeds"]
-                or [])) or "n/a"),
-        (f"accuracy / distance / per-class change vs {base} over the seed pairs (mean ± standard error)",
-         lambda r: "baseline" if r["policy"] == base else " / ".join(
-             mean_and_error(x, unit) if x else "n/a" for x, unit in zip(
-                 (r.get(f"{key}_change_paired") for key, _, _ in PAIRED_MARGINS), (" points", "%", "%")))),
+        (
+            f"accuracy at each of {seeds} seeds",
+            lambda r: ", ".join(
+                f"{x['conditional_accuracy']:.1%}" for x in r["across_seeds"]["runs"]
+            ),
+        ),
+        (
+            f"change vs {base} at each seed",
+            lambda r: (
+                ", ".join(
+                    f"{100 * c:+.1f}" for c in r["conditional_accuracy_change_across_seeds"] or []
+                )
+                or "n/a"
+            ),
+        ),
+        (
+            f"distance / per-class distance change vs {base} at each seed",
+            lambda r: (
+                ", ".join(
+                    f"{_f(a and 100 * a, '+.0f', '%')} / {_f(b and 100 * b, '+.0f', '%')}"
+                    for a, b in zip(
+                        r["frechet_distance_change_across_seeds"] or [],
+                        r["frechet_distance_class_mean_change_across_seeds"] or [],
+                    )
+                )
+                or "n/a"
+            ),
+        ),
+        (
+            f"accuracy / distance / per-class change vs {base} over the seed pairs (mean ± standard error)",
+            lambda r: (
+                "baseline"
+                if r["policy"] == base
+                else " / ".join(
+                    mean_and_error(x, unit) if x else "n/a"
+                    for x, unit in zip(
+                        (r.get(f"{key}_change_paired") for key, _, _ in PAIRED_MARGINS),
+                        (" points", "%", "%"),
+                    )
+                )
+            ),
+        ),
     ]
 
 
 def _judge_lines(rows, base):
     """With several judges: the accuracy's span over the judges, and its change under each judge."""
     return [
-        (f"accuracy across {len(rows[0]['across_judges']['judges'])} judges (min-max)",
-         lambda r: span_text(r["across_judges"]["conditional_accuracy"], ".1%")),
-        (f"change vs {base} under each judge",
-         lambda r: ", ".join(f"{100 * c:+.1f}" for c in r["accuracy_change_across_judges"] or []) or "n/a"),
+        (
+            f"accuracy across {len(rows[0]['across_judges']['judges'])} judges (min-max)",
+            lambda r: span_text(r["across_judges"]["conditional_accuracy"], ".1%"),
+        ),
+        (
+            f"change vs {base} under each judge",
+            lambda r: (
+                ", ".join(f"{100 * c:+.1f}" for c in r["accuracy_change_across_judges"] or [])
+                or "n/a"
+            ),
+        ),
     ]

@@ -5,6 +5,7 @@ A fresh process per run: the dtype policy is process-global, and a fresh process
 threads and crashes out of the next one's timing. Up to settings.parallel runs train at once (1: one
 after another, each alone on the machine).
 """
+
 import dataclasses
 import json
 import re
@@ -37,12 +38,20 @@ def prepare_output_dir(settings):
     runs = settings.runs(out)
     if settings.resume:
         if not out.is_dir():
-            raise UserError(f"--resume: there is no comparison in {out} to go on with (no such folder)")
+            raise UserError(
+                f"--resume: there is no comparison in {out} to go on with (no such folder)"
+            )
     else:
-        taken = [p for p in [out / "compare.md"] + [run_dir / "config.json" for _, _, run_dir in runs] if p.exists()]
+        taken = [
+            p
+            for p in [out / "compare.md"] + [run_dir / "config.json" for _, _, run_dir in runs]
+            if p.exists()
+        ]
         if taken:
-            raise UserError(f"{out} already holds a comparison ({taken[0]}); choose another --output_dir, "
-                            "or go on with it with --resume")
+            raise UserError(
+                f"{out} already holds a comparison ({taken[0]}); choose another --output_dir, "
+                "or go on with it with --resume"
+            )
     try:
         for _, _, run_dir in runs:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -54,7 +63,11 @@ def prepare_output_dir(settings):
 # What a reused run must share with the comparison's own runs: what a resumed acgan.train run keeps (its
 # model, data and training), and XLA and the budget.
 REUSE_FIXED = RESUME_FIXED + ("jit", "steps", "minutes")
-FINISHED = ("completed", "diverged")  # a report with either status is a run's end (a diverged run is judged too)
+# a report with either status is a run's end (a diverged run is judged too)
+FINISHED = (
+    "completed",
+    "diverged",
+)
 
 
 def run_states(settings, runs):
@@ -71,18 +84,29 @@ def run_states(settings, runs):
         # The run saved its preset and loss resolved ("auto" from the image shape its dataset.json records).
         wanted = settings.train_config(policy)
         arch = auto_arch(wanted.arch, info["image_shape"])
-        wanted = dataclasses.replace(wanted, seed=seed, arch=arch, loss=adversarial_loss(arch, wanted.loss))
-        changed = [f"--{k} {getattr(saved, k)!r}, not {getattr(wanted, k)!r}"
-                   for k in REUSE_FIXED if getattr(saved, k) != getattr(wanted, k)]
+        wanted = dataclasses.replace(
+            wanted, seed=seed, arch=arch, loss=adversarial_loss(arch, wanted.loss)
+        )
+        changed = [
+            f"--{k} {getattr(saved, k)!r}, not {getattr(wanted, k)!r}"
+            for k in REUSE_FIXED
+            if getattr(saved, k) != getattr(wanted, k)
+        ]
         if changed:
-            raise UserError(f"--resume: {run_dir} holds a run trained with {'; '.join(changed)}; give the "
-                            "comparison's own settings, or choose another --output_dir")
+            raise UserError(
+                f"--resume: {run_dir} holds a run trained with {'; '.join(changed)}; give the "
+                "comparison's own settings, or choose another --output_dir"
+            )
         if _report_status(run_dir) in FINISHED:
             states.append("done")
-        elif settings.minutes is not None:  # acgan.train's --minutes is per session: it would train them all again
-            raise UserError(f"--resume: {run_dir} stopped before the end of its {settings.minutes:g} minutes, and a "
-                            "resumed run would train another full budget, so it cannot rejoin an equal-time "
-                            "comparison; remove that run folder to train it afresh")
+        elif (
+            settings.minutes is not None
+        ):  # acgan.train's --minutes is per session: it would train them all again
+            raise UserError(
+                f"--resume: {run_dir} stopped before the end of its {settings.minutes:g} minutes, and a "
+                "resumed run would train another full budget, so it cannot rejoin an equal-time "
+                "comparison; remove that run folder to train it afresh"
+            )
         else:
             states.append("resume")
     return states
@@ -91,10 +115,20 @@ def run_states(settings, runs):
 def train_command(settings, policy, run_dir, seed=None):
     """The `python -m acgan.train` command for one policy (at the training seed given, else --seed): its
     Config written to run_dir/train-config.json, which the command reads (--config)."""
-    config = dataclasses.replace(settings.train_config(policy), seed=settings.seed if seed is None else seed)
+    config = dataclasses.replace(
+        settings.train_config(policy), seed=settings.seed if seed is None else seed
+    )
     path = run_dir / "train-config.json"
     write_atomically(path, config.to_json())
-    return [sys.executable, "-m", "acgan.train", "--config", str(path), "--output_dir", str(run_dir)]
+    return [
+        sys.executable,
+        "-m",
+        "acgan.train",
+        "--config",
+        str(path),
+        "--output_dir",
+        str(run_dir),
+    ]
 
 
 def train_policy(settings, policy, run_dir, echo=print, seed=None, resume=False):
@@ -102,7 +136,9 @@ def train_policy(settings, policy, run_dir, echo=print, seed=None, resume=False)
     the run goes on from its last checkpoint); UserError if it fails."""
     log_path = run_dir / "train.log"
     env = child_env()
-    if settings.parallel > 1:  # runs sharing a GPU: each takes memory as it needs it, not most of the device
+    if (
+        settings.parallel > 1
+    ):  # runs sharing a GPU: each takes memory as it needs it, not most of the device
         env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
     command = train_command(settings, policy, run_dir, seed) + (["--resume"] if resume else [])
@@ -113,10 +149,14 @@ def train_policy(settings, policy, run_dir, echo=print, seed=None, resume=False)
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             returncode = proc.wait()
-        except KeyboardInterrupt:  # the child got the SIGINT too: it saves a checkpoint and its report
+        except (
+            KeyboardInterrupt
+        ):  # the child got the SIGINT too: it saves a checkpoint and its report
             proc.wait()
-            raise UserError(f"interrupted while training {policy}; its checkpoint, report and log are in "
-                            f"{run_dir}{_go_on_text(settings, run_dir.parent)}") from None
+            raise UserError(
+                f"interrupted while training {policy}; its checkpoint, report and log are in "
+                f"{run_dir}{_go_on_text(settings, run_dir.parent)}"
+            ) from None
     if returncode == DIVERGED_STATUS and _report_status(run_dir) == "diverged":
         # A finding, not a failure: the page shows it, judged at the last good checkpoint.
         echo(f"{policy}: diverged ({last_log_line(log_path)}); judging its last good checkpoint")
@@ -124,9 +164,12 @@ def train_policy(settings, policy, run_dir, echo=print, seed=None, resume=False)
     if returncode != 0 or not (run_dir / "report.json").exists():
         how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
         last = last_log_line(log_path)
-        raise UserError(f"training under {policy} failed ({how}{': ' + last if last else ''}); "
-                        f"see {log_path}")
-    echo(f"{policy}{'' if seed is None else f' (seed {seed})'}: trained in {time.perf_counter() - started:.0f} s")
+        raise UserError(
+            f"training under {policy} failed ({how}{': ' + last if last else ''}); see {log_path}"
+        )
+    echo(
+        f"{policy}{'' if seed is None else f' (seed {seed})'}: trained in {time.perf_counter() - started:.0f} s"
+    )
     return run_dir
 
 
@@ -159,11 +202,22 @@ def train_all(settings, runs, out, echo=print, states=None):
         at = f" at seed {seed}" if several else ""
         state = states[i - 1]
         if state == "done":
-            echo(f"[{i}/{len(runs)}] {policy}{at}: trained earlier ({_report_status(run_dir)}), judged as it is")
+            echo(
+                f"[{i}/{len(runs)}] {policy}{at}: trained earlier ({_report_status(run_dir)}), judged as it is"
+            )
             return
         how = "resuming" if state == "resume" else "training"
-        echo(f"[{i}/{len(runs)}] {how} {policy}{at} for {settings.budget()} (log: {run_dir / 'train.log'})")
-        train_policy(settings, policy, run_dir, echo, seed=seed if several else None, resume=state == "resume")
+        echo(
+            f"[{i}/{len(runs)}] {how} {policy}{at} for {settings.budget()} (log: {run_dir / 'train.log'})"
+        )
+        train_policy(
+            settings,
+            policy,
+            run_dir,
+            echo,
+            seed=seed if several else None,
+            resume=state == "resume",
+        )
 
     if settings.parallel == 1:
         for i, run in enumerate(runs, 1):
@@ -184,12 +238,16 @@ def train_all(settings, runs, out, echo=print, states=None):
         jobs = [pool.submit(guarded, i, *run) for i, run in enumerate(runs, 1)]
         try:
             futures.wait(jobs)
-        except KeyboardInterrupt:  # the children got the SIGINT too: each saves a checkpoint and its report
+        except (
+            KeyboardInterrupt
+        ):  # the children got the SIGINT too: each saves a checkpoint and its report
             stop.set()
             for job in jobs:
                 job.cancel()
             futures.wait(jobs)
-            raise UserError(f"interrupted while training; each run's checkpoint, report and log are in its folder "
-                            f"under {out}{_go_on_text(settings, out)}") from None
+            raise UserError(
+                f"interrupted while training; each run's checkpoint, report and log are in its folder "
+                f"under {out}{_go_on_text(settings, out)}"
+            ) from None
     for job in jobs:
         job.result()  # the first failure in run order, if any

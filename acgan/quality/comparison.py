@@ -6,7 +6,7 @@ runs go one after another, never side by side, so they do not share the machine 
 parallel > 1 up to that many train at once (many seeds on one GPU whose small steps leave it idle, or two
 20-minute runs on a 2-core CPU): each run's time per batch is then a shared-machine time, which the page
 says; at equal steps the samples do not depend on the run beside it. Then each run is evaluated in this
-process with one shared judge (acgan.quality.evaluation.evaluate_run), and the page compare.md, the figure
+process with one shared judge (acgan.quality.run_evaluation.evaluate_run), and the page compare.md, the figure
 compare.png and compare.json are written to the output folder.
 
 The pieces: this module (the settings, and train_runs: the first half), compare_runs (run folders, resume,
@@ -23,6 +23,7 @@ With resume the output folder may already hold runs (compare_runs.run_states): f
 as they are, interrupted ones go on from their checkpoints, missing ones train; so an interrupted
 comparison can be finished, or given more seeds.
 """
+
 import dataclasses
 from typing import Optional
 
@@ -36,10 +37,16 @@ from acgan.quality import compare_runs  # no framework loads: the runs train in 
 class CompareSettings:
     """acgan.compare's settings: its flags and keyword arguments. The fields it shares with Config (the same
     names, defaults and help unless given here) are every run's training settings (train_config)."""
-    policies: tuple = setting(("float32", "mixed_float16"), "Dtype policies to compare, comma-separated.")
-    steps: Optional[int] = same_setting(Config, "steps", help="Train every policy this many steps (equal steps).")
-    minutes: Optional[float] = same_setting(Config, "minutes", help="Train every policy this long (equal wall-clock "
-                                            "time).")
+
+    policies: tuple = setting(
+        ("float32", "mixed_float16"), "Dtype policies to compare, comma-separated."
+    )
+    steps: Optional[int] = same_setting(
+        Config, "steps", help="Train every policy this many steps (equal steps)."
+    )
+    minutes: Optional[float] = same_setting(
+        Config, "minutes", help="Train every policy this long (equal wall-clock time)."
+    )
     batch: int = same_setting(Config, "batch")
     dataset: str = same_setting(Config, "dataset")
     classes: Optional[tuple] = same_setting(Config, "classes")
@@ -49,28 +56,52 @@ class CompareSettings:
     arch: str = same_setting(Config, "arch")  # resolved by each run from the data
     loss: str = same_setting(Config, "loss")
     ema_decay: Optional[float] = same_setting(Config, "ema_decay")
-    ema: bool = setting(True, "Sample from the moving average of G's weights where the run kept one (--no-ema: "
-                        "from G's own weights).")
+    ema: bool = setting(
+        True,
+        "Sample from the moving average of G's weights where the run kept one (--no-ema: "
+        "from G's own weights).",
+    )
     jit: bool = same_setting(Config, "jit")
-    seed: int = same_setting(Config, "seed", help="Seed shared by every policy's run and by the evaluation.")
-    backend: str = same_setting(Config, "backend")  # every run trains, and is judged, on this Keras backend
+    seed: int = same_setting(
+        Config, "seed", help="Seed shared by every policy's run and by the evaluation."
+    )
+    # every run trains, and is judged, on this Keras backend
+    backend: str = same_setting(Config, "backend")
     price_per_hour: Optional[float] = same_setting(Config, "price_per_hour")
-    num_samples: int = setting(10_000, "Generated samples judged per run (real test images: as many, or all).")
-    judges: int = setting(1, "Judge every run with this many judges (seeds 0, 1, ...) and show how the accuracy and "
-                          "its change move with the judge; the verdict stays judge 0's.")
-    seeds: int = setting(1, "Train every policy at this many training seeds (--seed, --seed + 1, ...) and rule on "
-                         "the means; each seed's numbers stay on the page.")
-    cas: bool = setting(False, "Also each run's classification accuracy score (acgan.evaluate --cas): shown on the "
-                        "page, not part of the verdict.")
-    parallel: int = setting(1, "Train this many runs at once (default: one after another, each alone on the "
-                            "machine). Quality at equal --steps does not depend on the run beside it; times do.")
+    num_samples: int = setting(
+        10_000, "Generated samples judged per run (real test images: as many, or all)."
+    )
+    judges: int = setting(
+        1,
+        "Judge every run with this many judges (seeds 0, 1, ...) and show how the accuracy and "
+        "its change move with the judge; the verdict stays judge 0's.",
+    )
+    seeds: int = setting(
+        1,
+        "Train every policy at this many training seeds (--seed, --seed + 1, ...) and rule on "
+        "the means; each seed's numbers stay on the page.",
+    )
+    cas: bool = setting(
+        False,
+        "Also each run's classification accuracy score (acgan.evaluate --cas): shown on the "
+        "page, not part of the verdict.",
+    )
+    parallel: int = setting(
+        1,
+        "Train this many runs at once (default: one after another, each alone on the "
+        "machine). Quality at equal --steps does not depend on the run beside it; times do.",
+    )
     labels: bool = same_setting(Config, "labels")
     # Not a training setting (Config's RUN_PLACE): the comparison's own folder.
-    output_dir: Optional[str] = setting(None, "Folder for the runs and the page (default: a new folder under "
-                                        "outputs/).")
-    resume: bool = setting(False, "Go on with the comparison in --output_dir: runs finished there are judged as they "
-                           "are, interrupted ones resume (at --steps), missing ones train (e.g. after Ctrl-C, or with "
-                           "more --seeds); each must have been trained with this command's settings.")
+    output_dir: Optional[str] = setting(
+        None, "Folder for the runs and the page (default: a new folder under outputs/)."
+    )
+    resume: bool = setting(
+        False,
+        "Go on with the comparison in --output_dir: runs finished there are judged as they "
+        "are, interrupted ones resume (at --steps), missing ones train (e.g. after Ctrl-C, or with "
+        "more --seeds); each must have been trained with this command's settings.",
+    )
 
     def validate(self):
         """UserError on the first bad setting; loads no data and starts nothing."""
@@ -82,16 +113,28 @@ class CompareSettings:
             raise UserError(f"--policies names a policy twice: {','.join(self.policies)}")
         if (self.steps is None) == (self.minutes is None):
             raise UserError("give exactly one of --steps (equal steps) or --minutes (equal time)")
-        if isinstance(self.num_samples, bool) or not isinstance(self.num_samples, int) or self.num_samples < 2:
-            raise UserError(f"--num_samples must be an integer of at least 2, got {self.num_samples!r}")
+        if (
+            isinstance(self.num_samples, bool)
+            or not isinstance(self.num_samples, int)
+            or self.num_samples < 2
+        ):
+            raise UserError(
+                f"--num_samples must be an integer of at least 2, got {self.num_samples!r}"
+            )
         if isinstance(self.judges, bool) or not isinstance(self.judges, int) or self.judges < 1:
             raise UserError(f"--judges must be an integer of at least 1, got {self.judges!r}")
         if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
             raise UserError(f"--seeds must be an integer of at least 1, got {self.seeds!r}")
-        if isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or self.parallel < 1:
+        if (
+            isinstance(self.parallel, bool)
+            or not isinstance(self.parallel, int)
+            or self.parallel < 1
+        ):
             raise UserError(f"--parallel must be an integer of at least 1, got {self.parallel!r}")
         if self.resume and not self.output_dir:
-            raise UserError("--resume needs --output_dir: the folder of the comparison to go on with")
+            raise UserError(
+                "--resume needs --output_dir: the folder of the comparison to go on with"
+            )
         for policy in self.policies:
             self.train_config(policy).validate()
         data.validate_dataset_name(self.dataset, classes=self.classes)
@@ -112,13 +155,19 @@ class CompareSettings:
         """(policy, training seed, run folder) for every run, in training order: seed by seed, every policy
         at each; the first seed's run of a policy is out/POLICY (as with one seed), the others out/POLICY-seedN."""
         first = self.seed
-        return [(policy, seed, out / (policy if seed == first else f"{policy}-seed{seed}"))
-                for seed in self.training_seeds() for policy in self.policies]
+        return [
+            (policy, seed, out / (policy if seed == first else f"{policy}-seed{seed}"))
+            for seed in self.training_seeds()
+            for policy in self.policies
+        ]
 
 
 # The settings every run trains with as the comparison says (train_config): the fields shared with Config.
-TRAINING_SETTINGS = tuple(f.name for f in dataclasses.fields(CompareSettings)
-                          if f.name in Config.__dataclass_fields__ and f.name not in RUN_PLACE)
+TRAINING_SETTINGS = tuple(
+    f.name
+    for f in dataclasses.fields(CompareSettings)
+    if f.name in Config.__dataclass_fields__ and f.name not in RUN_PLACE
+)
 
 
 def train_runs(settings, echo=print):

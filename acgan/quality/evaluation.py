@@ -1,21 +1,15 @@
 """Judging a GAN's samples: `evaluate_gan` scores a generator against real held-out images with the
-judge (no file I/O, cheap enough for --eval_every); `evaluate_run` scores a run folder's latest
-checkpoint and records the result in the run (quality.json, report.json, report.md, TensorBoard).
+judge (no file I/O, cheap enough for --eval_every); `TrainingEvaluator` does so during training, and
+`scalars` names what TensorBoard shows of a result. A run folder is judged by run_evaluation.py.
 
 Importing it loads Keras (the judge, the models, sampling): its callers choose the backend first.
 """
-import json
-import time
-from pathlib import Path
 
 import numpy as np
 
 from acgan import data as data_lib
-from acgan.errors import UserError
 from acgan.measure import device
 from acgan.model.networks import build_classifier, takes_labels
-from acgan.quality import cas as cas_lib
-from acgan.quality import inception as inception_lib
 from acgan.quality import judge as judge_lib
 from acgan.quality import prdc
 from acgan.quality.metrics import (
@@ -28,12 +22,7 @@ from acgan.quality.metrics import (
     per_class_subset,
     real_subset,
 )
-from acgan.quality.report_section import RAW_GENERATOR_FILE, SECTION_TITLE, has_report, render_markdown
-from acgan.quality.verdict import ACROSS_JUDGES, spread
-from acgan.training import report as run_report
 from acgan.training import sampling
-from acgan.training.tensorboard import SummaryWriter
-from acgan.util.files import write_atomically, write_json
 
 
 def sample_inputs(num_classes, noise_dim, num_samples, seed=0):
@@ -47,8 +36,10 @@ def sample_inputs(num_classes, noise_dim, num_samples, seed=0):
 def q_accuracy(classifier, images, labels, num_classes, batch=500):
     """The GAN's own Q as a classifier (networks.build_classifier) on uint8 [N, H, W, C] images:
     (overall, per-class) accuracy against `labels`, as conditional_accuracy computes it."""
-    probs = [np.asarray(classifier(images[i : i + batch].astype(np.float32) / 255.0, training=False))
-             for i in range(0, len(images), batch)]
+    probs = [
+        np.asarray(classifier(images[i : i + batch].astype(np.float32) / 255.0, training=False))
+        for i in range(0, len(images), batch)
+    ]
     probs = np.concatenate(probs) if probs else np.zeros((0, num_classes), np.float32)
     return conditional_accuracy(probs, labels, num_classes)
 
@@ -74,15 +65,32 @@ def d_class_margins(models, images, labels, num_classes, batch=500):
     images, labels = images[order], np.asarray(labels)[order]
     logits = []  # [N, K]: every image under every label
     for i in range(0, len(images), batch):
-        features = np.asarray(models.trunk(images[i : i + batch].astype(np.float32) / 255.0, training=False),
-                              np.float32)  # as the head's float32 island takes them (from bfloat16 too)
+        # as the head's float32 island takes them (from bfloat16 too)
+        features = np.asarray(
+            models.trunk(images[i : i + batch].astype(np.float32) / 255.0, training=False),
+            np.float32,
+        )
         n = len(features)
-        logits.append(np.stack([np.asarray(models.d_head([features, np.full(n, k, np.int32)], training=False),
-                                           np.float64).reshape(n) for k in range(num_classes)], axis=1))
+        logits.append(
+            np.stack(
+                [
+                    np.asarray(
+                        models.d_head([features, np.full(n, k, np.int32)], training=False),
+                        np.float64,
+                    ).reshape(n)
+                    for k in range(num_classes)
+                ],
+                axis=1,
+            )
+        )
     logits = np.concatenate(logits) if logits else np.zeros((0, num_classes))
     present = np.array([np.any(labels == c) for c in range(num_classes)])
-    means = np.array([logits[labels == c].mean(axis=0) if present[c] else np.full(num_classes, np.nan)
-                      for c in range(num_classes)])  # M[c, k]
+    means = np.array(
+        [
+            logits[labels == c].mean(axis=0) if present[c] else np.full(num_classes, np.nan)
+            for c in range(num_classes)
+        ]
+    )  # M[c, k]
     margins, nearest = np.full(num_classes, np.nan), np.full(num_classes, -1)
     for k in range(num_classes):
         others = [c for c in range(num_classes) if c != k and present[c]]
@@ -109,7 +117,9 @@ def evaluate_gan(trainer, test_set, judge, num_samples=1000, seed=0, with_q=True
     fake_features, fake_probs = judge.predict(fake)
     real_features, real_probs, real_labels = judge.real_reference(test_set, num_samples, seed)
     overall, per_class = conditional_accuracy(fake_probs, labels, num_classes)
-    class_fd, class_fd_mean = per_class_frechet(real_features, real_labels, fake_features, labels, num_classes)
+    class_fd, class_fd_mean = per_class_frechet(
+        real_features, real_labels, fake_features, labels, num_classes
+    )
     result = {
         "num_generated": int(num_samples),
         "num_real": int(len(real_labels)),
@@ -125,7 +135,9 @@ def evaluate_gan(trainer, test_set, judge, num_samples=1000, seed=0, with_q=True
         "frechet_distance_per_class": dict(zip(test_set.class_names, class_fd)),
         "frechet_distance_class_mean": class_fd_mean,
         # Precision, recall, density and coverage in the same features, overall and per class likewise.
-        **prdc.measure(real_features, real_labels, fake_features, fake_features, labels, test_set.class_names),
+        **prdc.measure(
+            real_features, real_labels, fake_features, fake_features, labels, test_set.class_names
+        ),
         "num_real_per_class": class_counts(real_labels, num_classes).tolist(),
         "num_generated_per_class": class_counts(labels, num_classes).tolist(),
         "classifier_score": classifier_score(fake_probs),
@@ -140,11 +152,19 @@ def evaluate_gan(trainer, test_set, judge, num_samples=1000, seed=0, with_q=True
         # images Q accepts that the real class does not look like (AC-GAN's weak spot).
         classifier = build_classifier(trainer.models)  # once, for both image sets
         images, q_labels = real_subset(test_set, num_samples, seed)
-        result["q_accuracy_real"], q_real_per_class = q_accuracy(classifier, images, q_labels, num_classes)
-        result["q_accuracy_generated"], q_generated_per_class = q_accuracy(classifier, fake, labels, num_classes)
+        result["q_accuracy_real"], q_real_per_class = q_accuracy(
+            classifier, images, q_labels, num_classes
+        )
+        result["q_accuracy_generated"], q_generated_per_class = q_accuracy(
+            classifier, fake, labels, num_classes
+        )
         result["q_accuracy_real_per_class"] = dict(zip(test_set.class_names, q_real_per_class))
-        result["q_accuracy_generated_per_class"] = dict(zip(test_set.class_names, q_generated_per_class))
-        result.update(d_class_margin_entries(trainer.models, images, q_labels, test_set.class_names))
+        result["q_accuracy_generated_per_class"] = dict(
+            zip(test_set.class_names, q_generated_per_class)
+        )
+        result.update(
+            d_class_margin_entries(trainer.models, images, q_labels, test_set.class_names)
+        )
     return result
 
 
@@ -156,9 +176,13 @@ def d_class_margin_entries(models, images, labels, class_names):
         return {}
     margins, nearest = found
     names = list(class_names)
-    return {"d_class_margin_per_class": {name: None if np.isnan(m) else float(m) for name, m in zip(names, margins)},
-            "d_class_nearest": {name: names[k] if k >= 0 else None for name, k in zip(names, nearest)},
-            "d_class_margin_mean": float(np.nanmean(margins)) if np.any(~np.isnan(margins)) else None}
+    return {
+        "d_class_margin_per_class": {
+            name: None if np.isnan(m) else float(m) for name, m in zip(names, margins)
+        },
+        "d_class_nearest": {name: names[k] if k >= 0 else None for name, k in zip(names, nearest)},
+        "d_class_margin_mean": float(np.nanmean(margins)) if np.any(~np.isnan(margins)) else None,
+    }
 
 
 def real_reference(judge, test_set, train_set, num_samples, seed=0):
@@ -177,9 +201,13 @@ def real_reference(judge, test_set, train_set, num_samples, seed=0):
     train_images, _ = real_subset(train_set, num_samples, seed)
     train_features, _ = judge.predict(train_images)
     _, generated_labels = sample_inputs(num_classes, 1, num_samples, seed)
-    class_images, class_labels = per_class_subset(train_set, class_counts(generated_labels, num_classes), seed)
+    class_images, class_labels = per_class_subset(
+        train_set, class_counts(generated_labels, num_classes), seed
+    )
     class_features, _ = judge.predict(class_images)
-    class_fd, class_fd_mean = per_class_frechet(real_features, real_labels, class_features, class_labels, num_classes)
+    class_fd, class_fd_mean = per_class_frechet(
+        real_features, real_labels, class_features, class_labels, num_classes
+    )
     return {
         "frechet_distance": frechet_distance_of(real_features, train_features),
         "kernel_distance": kernel_distance(real_features, train_features, seed=seed),
@@ -187,8 +215,14 @@ def real_reference(judge, test_set, train_set, num_samples, seed=0):
         "num_train": int(len(train_images)),
         "frechet_distance_per_class": dict(zip(test_set.class_names, class_fd)),
         "frechet_distance_class_mean": class_fd_mean,
-        **prdc.measure(real_features, real_labels, train_features, class_features, class_labels,
-                       test_set.class_names),
+        **prdc.measure(
+            real_features,
+            real_labels,
+            train_features,
+            class_features,
+            class_labels,
+            test_set.class_names,
+        ),
         "num_real_per_class": class_counts(real_labels, num_classes).tolist(),
         "num_train_per_class": class_counts(class_labels, num_classes).tolist(),
         "what": "real test images vs real train images, judge features",
@@ -200,13 +234,28 @@ class TrainingEvaluator:
 
     def __init__(self, config):
         self.samples = config.eval_samples
-        self.test_set = data_lib.load_dataset(config.dataset, split="test", data_dir=config.data_dir,
-                                              classes=config.classes, max_per_class=config.max_per_class)
-        self.judge = judge_lib.load_or_train(config.dataset, config.data_dir, config.classes,
-                                             config.max_per_class, test_set=self.test_set)
+        self.test_set = data_lib.load_dataset(
+            config.dataset,
+            split="test",
+            data_dir=config.data_dir,
+            classes=config.classes,
+            max_per_class=config.max_per_class,
+        )
+        self.judge = judge_lib.load_or_train(
+            config.dataset,
+            config.data_dir,
+            config.classes,
+            config.max_per_class,
+            test_set=self.test_set,
+        )
         # The real-vs-real references at this evaluation's sizes, once: every evaluation prints beside them.
-        train_set = data_lib.load_dataset(config.dataset, split="train", data_dir=config.data_dir,
-                                          classes=config.classes, max_per_class=config.max_per_class)
+        train_set = data_lib.load_dataset(
+            config.dataset,
+            split="train",
+            data_dir=config.data_dir,
+            classes=config.classes,
+            max_per_class=config.max_per_class,
+        )
         self.reference = real_reference(self.judge, self.test_set, train_set, self.samples)
         del train_set
         self.last = None
@@ -217,8 +266,11 @@ class TrainingEvaluator:
         A step that samples from G's moving average is scored on it, and on G's own weights too (in
         last["no_ema"], the scalars under quality_no_ema/): what the average buys, as the run goes."""
         trainer.sync_variables()  # Q is called as a Keras model here; on JAX the step's state is elsewhere
-        self.last = dict(evaluate_gan(trainer, self.test_set, self.judge, self.samples), step=step,
-                         real_reference=self.reference)
+        self.last = dict(
+            evaluate_gan(trainer, self.test_set, self.judge, self.samples),
+            step=step,
+            real_reference=self.reference,
+        )
         writer.scalars(scalars(self.last), step)
         if trainer.samples_from_ema:
             trainer.samples_from_ema = False
@@ -227,131 +279,13 @@ class TrainingEvaluator:
             finally:
                 trainer.samples_from_ema = True
             self.last["no_ema"] = raw
-            writer.scalars({tag.replace("quality/", "quality_no_ema/", 1): value
-                            for tag, value in scalars(raw).items()}, step)
-
-
-# ---- A run folder: evaluate, then record in quality.json, report.json, report.md and TensorBoard ----
-
-def evaluate_run(run_dir, num_samples=10_000, seed=0, data_dir=None, judge=None, command=None, echo=print,
-                 judge_seed=0, judges=1, cas=False, inception=None, inception_samples=inception_lib.SAMPLES,
-                 ema=True):
-    """Evaluates a run folder's latest checkpoint and records the result in the run; returns the dict.
-
-    Sets the global dtype policy to the run's (acgan.training.sampling.load_run). `judge` may be passed in to share
-    one judge among runs on the same dataset; otherwise the cached one of seed `judge_seed` is loaded (or
-    trained): judges of other seeds are the same CNN trained from another initialisation and data order,
-    to see how much a verdict depends on the judge. judges > 1: the same samples are judged again by the
-    judges of the next judges - 1 seeds (result["across_judges"]); the headline numbers stay the first's.
-    cas: also the classification accuracy score of the same samples (acgan.quality.cas; its classifiers
-    train from seed `judge_seed`), in result["classification_accuracy_score"]. inception: an
-    acgan.quality.inception.InceptionGraph, for the standard FID and IS of inception_samples (standard_scores).
-    ema: judge the moving average of G's weights where the run kept one (result["generator"]: "ema");
-    False: G's own ("raw"; on a run with an average, recorded in RAW_GENERATOR_FILE instead of quality.json).
-    """
-    started = time.perf_counter()
-    run_dir = Path(run_dir)
-    config, info, trainer = sampling.load_run(run_dir, ema=ema)
-    data_dir = data_dir or config.data_dir
-    test_set = data_lib.load_dataset(config.dataset, split="test", data_dir=data_dir, classes=config.classes,
-                                     max_per_class=config.max_per_class)
-    if list(test_set.class_names) != list(info["class_names"]):
-        raise UserError(f"the test split of {config.dataset} has other classes than {run_dir} was trained on")
-
-    def cached_judge(judge_seed):
-        return judge_lib.load_or_train(config.dataset, data_dir=data_dir, classes=config.classes,
-                                       max_per_class=config.max_per_class, test_set=test_set, seed=judge_seed,
-                                       echo=echo)
-
-    if judge is None:
-        judge = cached_judge(judge_seed)
-    elif judge.info.get("class_names") != list(test_set.class_names):
-        raise ValueError("the judge passed in was trained on other classes than this run's")
-    # The samples, once: every judge (and Inception) scores these same images.
-    z, labels = sample_inputs(test_set.num_classes, trainer.noise_dim, num_samples, seed)
-    fake = sampling.generate_images(trainer, z, labels)
-    train_set = data_lib.load_dataset(config.dataset, split="train", data_dir=data_dir, classes=config.classes,
-                                      max_per_class=config.max_per_class)
-
-    def judged_by(judge, with_q=True):
-        judged = evaluate_gan(trainer, test_set, judge, num_samples, seed, with_q=with_q, fake=fake)
-        judged["real_reference"] = real_reference(judge, test_set, train_set, num_samples, seed)
-        return judged
-
-    result = judged_by(judge)
-    result["inception"] = standard_scores(inception, trainer, config.dataset, train_set, inception_samples, seed,
-                                          data_dir, echo)
-    result.update({
-        "format": "acgan-quality/1",
-        "run_dir": str(run_dir),
-        "command": command or "acgan.quality.evaluation.evaluate_run",
-        "dataset": config.dataset,
-        "policy": config.policy,
-        "step": int(trainer.step.numpy()),
-        "generator": sampling.sampled_generator(trainer),  # "ema": G's moving average; "raw": G's own weights
-        "ema_decay": config.ema_decay,
-        "judge": {k: judge.info.get(k) for k in ("path", "test_accuracy", "num_test", "num_train", "epochs",
-                                                 "seed", "train_seconds", "feature_dim")},
-    })
-    if cas:
-        echo(f"classification accuracy score: training the judge's CNN on the {len(fake):,} samples, and on as "
-             "many real train images for its reference (cached after the first time)")
-        result["classification_accuracy_score"] = cas_lib.classification_accuracy_score(
-            fake, labels, test_set, train_set, seed=judge_seed, cache_dir=Path(data_dir) / "judges")
-    if judges > 1:  # the same samples, judged again by the judges of the next seeds
-        others = []
-        for other_seed in range(judge_seed + 1, judge_seed + judges):
-            other = judged_by(cached_judge(other_seed), with_q=False)
-            other["judge"] = {"seed": other_seed, "test_accuracy": other["judge_test_accuracy"]}
-            others.append(other)
-        result["across_judges"] = across_judges([result] + others)
-    result["seconds"] = time.perf_counter() - started
-    record(run_dir, result)
-    return result
-
-
-def standard_scores(graph, trainer, dataset, train_set, num_samples, seed=0, data_dir="data", echo=print):
-    """A result's "inception" entry: with `graph` (an acgan.quality.inception.InceptionGraph), the standard FID
-    and Inception score of num_samples class-balanced samples (sample_inputs' noise and labels for `seed`)
-    against every train image, the real side cached beside the judges; without it, why there are none."""
-    if graph is None or train_set.image_shape[-1] != 3:
-        return inception_lib.unavailable(dataset, train_set.image_shape)
-    z, labels = sample_inputs(train_set.num_classes, trainer.noise_dim, num_samples, seed)
-    return inception_lib.scores(graph, sampling.generate_images(trainer, z, labels), train_set.images, dataset,
-                                cache_dir=Path(data_dir) / "judges", echo=echo)
-
-
-def across_judges(results):
-    """How much the numbers move with the judge: each judge's seed, accuracy on real test images and
-    numbers (per-class accuracy included), then min / max / mean of ACROSS_JUDGES over the judges."""
-    per_judge = [{"seed": r["judge"].get("seed") or 0, "test_accuracy": r["judge"].get("test_accuracy"),
-                  "conditional_accuracy_per_class": r["conditional_accuracy_per_class"],
-                  "real_reference": {k: r["real_reference"][k]
-                                     for k in ("frechet_distance", "frechet_distance_class_mean")},
-                  **{k: r[k] for k in ACROSS_JUDGES}} for r in results]
-    spreads = {key: spread([j[key] for j in per_judge]) for key in ACROSS_JUDGES}
-    return {"judges": per_judge, **{key: s for key, s in spreads.items() if s}}
-
-
-def record(run_dir, result):
-    """Writes quality.json, merges "quality" into report.json and a section into report.md, logs scalars.
-    G's own weights judged on a run that samples from their average (--no-ema): RAW_GENERATOR_FILE only, so
-    the run's own result stays where the report and compare read it."""
-    if result.get("generator") == "raw" and result.get("ema_decay"):
-        write_json(run_dir / RAW_GENERATOR_FILE, result)
-        return
-    write_json(run_dir / "quality.json", result)
-    report_path = run_dir / "report.json"
-    if has_report(run_dir):
-        report = json.loads(report_path.read_text())
-        report["quality"] = result
-        write_json(report_path, report)
-        markdown = run_report.render_markdown(report)
-        if SECTION_TITLE not in markdown:  # unless the report renderer already shows it
-            markdown = markdown.rstrip("\n") + "\n\n" + render_markdown(result)
-        write_atomically(run_dir / "report.md", markdown)
-    with SummaryWriter(run_dir / "tensorboard") as writer:
-        writer.scalars(scalars(result), result["step"])
+            writer.scalars(
+                {
+                    tag.replace("quality/", "quality_no_ema/", 1): value
+                    for tag, value in scalars(raw).items()
+                },
+                step,
+            )
 
 
 PRDC_SCALARS = (*prdc.NAMES, *(f"{name}_class_mean" for name in prdc.NAMES))
@@ -359,22 +293,39 @@ PRDC_SCALARS = (*prdc.NAMES, *(f"{name}_class_mean" for name in prdc.NAMES))
 
 def scalars(result):
     """The TensorBoard scalars of an evaluation (also what the trainer logs every --eval_every steps)."""
-    out = {f"quality/{k}": result[k] for k in ("conditional_accuracy", "frechet_distance", "frechet_distance_class_mean",
-                                                "classifier_score", "q_accuracy_real", "q_accuracy_generated",
-                                                "d_class_margin_mean", *PRDC_SCALARS)
-           if result.get(k) is not None}
-    for key, tag in (("conditional_accuracy_per_class", "conditional_accuracy_class"),
-                     ("frechet_distance_per_class", "frechet_distance_class"),
-                     *((f"{name}_per_class", f"{name}_class") for name in prdc.NAMES),
-                     ("d_class_margin_per_class", "d_class_margin_class")):
+    out = {
+        f"quality/{k}": result[k]
+        for k in (
+            "conditional_accuracy",
+            "frechet_distance",
+            "frechet_distance_class_mean",
+            "classifier_score",
+            "q_accuracy_real",
+            "q_accuracy_generated",
+            "d_class_margin_mean",
+            *PRDC_SCALARS,
+        )
+        if result.get(k) is not None
+    }
+    for key, tag in (
+        ("conditional_accuracy_per_class", "conditional_accuracy_class"),
+        ("frechet_distance_per_class", "frechet_distance_class"),
+        *((f"{name}_per_class", f"{name}_class") for name in prdc.NAMES),
+        ("d_class_margin_per_class", "d_class_margin_class"),
+    ):
         for name, value in (result.get(key) or {}).items():
             if value is not None:  # a class the judge saw no samples of
                 out[f"quality/{tag}/{name}"] = value
     score = result.get("classification_accuracy_score")
     if score:
         out["quality/classification_accuracy_score"] = score["accuracy"]
-        out.update({f"quality/classification_accuracy_score_class/{name}": value
-                    for name, value in score["per_class"].items() if value is not None})
+        out.update(
+            {
+                f"quality/classification_accuracy_score_class/{name}": value
+                for name, value in score["per_class"].items()
+                if value is not None
+            }
+        )
     if result.get("kernel_distance"):
         out["quality/kernel_distance"] = result["kernel_distance"]["mean"]
     if (result.get("inception") or {}).get("fid") is not None:

@@ -10,28 +10,40 @@ every real train image's. Inception score: exp(E KL(p(y|x) || p(y))) with p(y|x)
 W the weight of `softmax/logits/MatMul` (1008 classes, without the bias, as improved-GAN computes it),
 its mean and standard deviation over 10 consecutive splits of the images.
 """
+
 import hashlib
+import importlib.util
 import io
 import json
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from acgan import backend as backend_lib
 from acgan.errors import UserError
 from acgan.quality.metrics import Moments, frechet_distance, inception_score
+from acgan.training.run_dir import read_run
 from acgan.util.files import write_atomically
 
 GRAPH_FILE = "classify_image_graph_def.pb"
 ARCHIVE_URL = "http://download.tensorflow.org/models/image/imagenet/inception-2015-12-05.tgz"
-INPUT, FEATURES, LOGITS_MATMUL = "ExpandDims", "pool_3", "softmax/logits/MatMul"  # the nodes the recipe reads
+# the nodes the recipe reads
+INPUT, FEATURES, LOGITS_MATMUL = (
+    "ExpandDims",
+    "pool_3",
+    "softmax/logits/MatMul",
+)
 SAMPLES = 50_000  # generated images by default, against every real train image (PyTorch-StudioGAN's table)
 SPLITS = 10
 BATCH = 100
 CACHE_FORMAT = "acgan-inception-real/1"
-PROTOCOL = ("2015-12-05 Inception graph (TTUR's FID, improved-GAN's Inception score): images as float 0-255 at "
-            "their own size into ExpandDims, resized to 299x299 inside the graph, 2048-d pool_3 features; the "
-            "Inception score of softmax(pool_3 @ the softmax/logits weight), 10 splits")
+PROTOCOL = (
+    "2015-12-05 Inception graph (TTUR's FID, improved-GAN's Inception score): images as float 0-255 at "
+    "their own size into ExpandDims, resized to 299x299 inside the graph, 2048-d pool_3 features; the "
+    "Inception score of softmax(pool_3 @ the softmax/logits weight), 10 splits"
+)
 
 
 def graph_path(path):
@@ -40,8 +52,10 @@ def graph_path(path):
     if path.is_dir():
         path = path / GRAPH_FILE
     if not path.is_file():
-        raise UserError(f"--inception {path} does not exist: download the Inception graph once and unpack "
-                        f"{GRAPH_FILE} from it ({ARCHIVE_URL}; the commands are in docs/quality.md)")
+        raise UserError(
+            f"--inception {path} does not exist: download the Inception graph once and unpack "
+            f"{GRAPH_FILE} from it ({ARCHIVE_URL}; the commands are in docs/quality.md)"
+        )
     return path
 
 
@@ -51,8 +65,10 @@ def read_graph(path):
     path = graph_path(path)
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
-        raise UserError(f"--inception {path} is a gzip archive: unpack {GRAPH_FILE} from it first "
-                        f"(tar xzf {path} {GRAPH_FILE})")
+        raise UserError(
+            f"--inception {path} is a gzip archive: unpack {GRAPH_FILE} from it first "
+            f"(tar xzf {path} {GRAPH_FILE})"
+        )
     import tensorflow as tf  # here: only --inception needs TensorFlow, on the TensorFlow backend
     from google.protobuf.message import DecodeError
 
@@ -62,13 +78,17 @@ def read_graph(path):
     except DecodeError:
         graph_def.Clear()
     if not graph_def.node:
-        raise UserError(f"--inception {path} is not a TensorFlow GraphDef: give {GRAPH_FILE}, unpacked from "
-                        f"{ARCHIVE_URL}")
+        raise UserError(
+            f"--inception {path} is not a TensorFlow GraphDef: give {GRAPH_FILE}, unpacked from "
+            f"{ARCHIVE_URL}"
+        )
     names = {node.name for node in graph_def.node}
     missing = [name for name in (INPUT, FEATURES, LOGITS_MATMUL) if name not in names]
     if missing:
-        raise UserError(f"--inception {path} is a GraphDef without {', '.join(missing)}: not the 2015-12-05 "
-                        f"Inception graph ({GRAPH_FILE} from {ARCHIVE_URL})")
+        raise UserError(
+            f"--inception {path} is a GraphDef without {', '.join(missing)}: not the 2015-12-05 "
+            f"Inception graph ({GRAPH_FILE} from {ARCHIVE_URL})"
+        )
     return InceptionGraph(path, graph_def, hashlib.sha256(data).hexdigest())
 
 
@@ -84,27 +104,39 @@ class InceptionGraph:
         import tensorflow as tf  # here: as in read_graph
 
         self.path, self.sha256 = path, sha256
-        for node in graph_def.node:  # devices and shapes written in 2015 would pin ops or say batch 1
+        for (
+            node
+        ) in graph_def.node:  # devices and shapes written in 2015 would pin ops or say batch 1
             node.device = ""
             if "_output_shapes" in node.attr:
                 del node.attr["_output_shapes"]
         self.graph = tf.Graph()
         try:
             with self.graph.as_default():
-                self.images = tf.compat.v1.placeholder(tf.float32, [None, None, None, 3], name="acgan_images")
-                tf.graph_util.import_graph_def(graph_def, input_map={f"{INPUT}:0": self.images}, name="inception")
+                self.images = tf.compat.v1.placeholder(
+                    tf.float32, [None, None, None, 3], name="acgan_images"
+                )
+                tf.graph_util.import_graph_def(
+                    graph_def, input_map={f"{INPUT}:0": self.images}, name="inception"
+                )
                 self.features = self.graph.get_tensor_by_name(f"inception/{FEATURES}:0")
                 weight = self.graph.get_operation_by_name(f"inception/{LOGITS_MATMUL}").inputs[1]
         except (ValueError, TypeError, KeyError, tf.errors.OpError) as e:
-            raise UserError(f"--inception {path}: TensorFlow cannot import it as the Inception graph "
-                            f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
-        self.session = tf.compat.v1.Session(graph=self.graph,
-                                            config=tf.compat.v1.ConfigProto(allow_soft_placement=True))
-        self.weight = np.asarray(self.session.run(weight), np.float64)  # [2048, 1008] in the 2015 graph
+            raise UserError(
+                f"--inception {path}: TensorFlow cannot import it as the Inception graph "
+                f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+            ) from None
+        self.session = tf.compat.v1.Session(
+            graph=self.graph, config=tf.compat.v1.ConfigProto(allow_soft_placement=True)
+        )
+        # [2048, 1008] in the 2015 graph
+        self.weight = np.asarray(self.session.run(weight), np.float64)
         shape = self.features.shape
         if shape.rank != 4 or self.weight.ndim != 2 or shape[-1] != self.weight.shape[0]:
-            raise UserError(f"--inception {path}: its {FEATURES} {shape} and {LOGITS_MATMUL} weight "
-                            f"{list(self.weight.shape)} do not fit together: not the 2015-12-05 Inception graph")
+            raise UserError(
+                f"--inception {path}: its {FEATURES} {shape} and {LOGITS_MATMUL} weight "
+                f"{list(self.weight.shape)} do not fit together: not the 2015-12-05 Inception graph"
+            )
 
     def features_of(self, images):
         """pool_3 features [N, F] (float64) of images [N, H, W, 3] in 0..255."""
@@ -116,13 +148,15 @@ class InceptionGraph:
         0..255, BATCH at a time; echo: a progress line every 30 s."""
         moments, probs, started, shown = Moments(), [], time.perf_counter(), time.perf_counter()
         for i in range(0, len(images), BATCH):
-            features = self.features_of(images[i:i + BATCH])
+            features = self.features_of(images[i : i + BATCH])
             moments.add(features)
             probs.append(softmax(features @ self.weight).astype(np.float32))
             if echo is not None and time.perf_counter() - shown > 30:
                 shown = time.perf_counter()
                 echo(f"  {i + len(features):,} of {len(images):,} {what} ({shown - started:.0f} s)")
-        return moments, np.concatenate(probs) if probs else np.zeros((0, self.weight.shape[1]), np.float32)
+        return moments, np.concatenate(probs) if probs else np.zeros(
+            (0, self.weight.shape[1]), np.float32
+        )
 
 
 def softmax(logits):
@@ -135,11 +169,15 @@ def scores(graph, fake, train_images, dataset, cache_dir=None, echo=print):
     image of `train_images`, the Inception score of `fake` and of the train images, the sample counts and
     the graph file. The train images' statistics are cached in `cache_dir` (once per graph and images)."""
     real = real_statistics(graph, train_images, cache_dir, echo)
-    echo(f"standard FID and Inception score: {len(fake):,} generated images through the Inception graph")
+    echo(
+        f"standard FID and Inception score: {len(fake):,} generated images through the Inception graph"
+    )
     moments, probs = graph.run(fake, echo, "generated images")
     mean, std = inception_score(probs, SPLITS)
     return {
-        "fid": frechet_distance(moments.mean, moments.covariance(), real["mean"], real["covariance"]),
+        "fid": frechet_distance(
+            moments.mean, moments.covariance(), real["mean"], real["covariance"]
+        ),
         "inception_score": mean,
         "inception_score_std": std,
         "splits": SPLITS,
@@ -163,14 +201,20 @@ PAPERS_GENERATED = PAPERS_REAL = 50_000
 def comparability(dataset, num_generated, num_real):
     """What the numbers compare with: papers' only at their protocol's counts on CIFAR-10's whole train set."""
     if dataset == "cifar10" and (num_generated, num_real) == (PAPERS_GENERATED, PAPERS_REAL):
-        return ("comparable with papers' CIFAR-10 FID and Inception score (50,000 generated against the 50,000 "
-                "train images)")
+        return (
+            "comparable with papers' CIFAR-10 FID and Inception score (50,000 generated against the 50,000 "
+            "train images)"
+        )
     if dataset == "cifar10":
-        return (f"not the papers' protocol: {num_generated:,} generated against {num_real:,} train images (papers: "
-                "50,000 against all 50,000; FID falls as the counts grow), so comparable only with runs at "
-                "these counts")
-    return (f"on {dataset}, comparable only with other runs on it at the same sample counts: papers print "
-            "these numbers for CIFAR-10 and other photograph sets")
+        return (
+            f"not the papers' protocol: {num_generated:,} generated against {num_real:,} train images (papers: "
+            "50,000 against all 50,000; FID falls as the counts grow), so comparable only with runs at "
+            "these counts"
+        )
+    return (
+        f"on {dataset}, comparable only with other runs on it at the same sample counts: papers print "
+        "these numbers for CIFAR-10 and other photograph sets"
+    )
 
 
 def _number(value):
@@ -182,8 +226,12 @@ def real_statistics(graph, images, cache_dir=None, echo=print):
     """{count, mean, covariance, inception_score, inception_score_std} of real images (NaN scores where
     there are fewer than SPLITS), from the cache in `cache_dir` when it holds them for this graph (its
     sha256) and these very images, else computed and cached there."""
-    key = {"format": CACHE_FORMAT, "graph_sha256": graph.sha256, "shape": list(images.shape),
-           "images_sha1": hashlib.sha1(np.ascontiguousarray(images).tobytes()).hexdigest()}
+    key = {
+        "format": CACHE_FORMAT,
+        "graph_sha256": graph.sha256,
+        "shape": list(images.shape),
+        "images_sha1": hashlib.sha1(np.ascontiguousarray(images).tobytes()).hexdigest(),
+    }
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache_dir) / f"inception-real-{digest}.npz" if cache_dir is not None else None
     if path is not None and path.is_file():
@@ -192,12 +240,19 @@ def real_statistics(graph, images, cache_dir=None, echo=print):
                 return {name: cached[name] for name in cached.files}
         except (OSError, ValueError, KeyError):
             pass  # unreadable: computed again, and rewritten
-    echo(f"standard FID: {len(images):,} real train images through the Inception graph"
-         + (f" (once: cached in {path})" if path is not None else ""))
+    echo(
+        f"standard FID: {len(images):,} real train images through the Inception graph"
+        + (f" (once: cached in {path})" if path is not None else "")
+    )
     moments, probs = graph.run(images, echo, "real train images")
     mean, std = inception_score(probs, SPLITS) if len(images) >= SPLITS else (np.nan, np.nan)
-    stats = {"count": np.int64(moments.count), "mean": moments.mean, "covariance": moments.covariance(),
-             "inception_score": np.float64(mean), "inception_score_std": np.float64(std)}
+    stats = {
+        "count": np.int64(moments.count),
+        "mean": moments.mean,
+        "covariance": moments.covariance(),
+        "inception_score": np.float64(mean),
+        "inception_score_std": np.float64(std),
+    }
     if path is not None:
         buffer = io.BytesIO()
         np.savez(buffer, **stats)
@@ -208,14 +263,40 @@ def real_statistics(graph, images, cache_dir=None, echo=print):
 def unavailable(dataset, image_shape):
     """The "inception" entry of an evaluation without the graph: {"fid": None, "note": why}."""
     if image_shape[-1] != 3:
-        return {"fid": None, "note": f"not applicable: the standard FID and Inception score are defined for RGB "
-                                     f"photographs, and {dataset}'s images are {'x'.join(map(str, image_shape))}"}
-    return {"fid": None, "note": "not computed: acgan.evaluate --inception PATH computes the standard FID and "
-                                 "Inception score"}
+        return {
+            "fid": None,
+            "note": f"not applicable: the standard FID and Inception score are defined for RGB "
+            f"photographs, and {dataset}'s images are {'x'.join(map(str, image_shape))}",
+        }
+    return {
+        "fid": None,
+        "note": "not computed: acgan.evaluate --inception PATH computes the standard FID and "
+        "Inception score",
+    }
 
 
 def check_rgb(dataset, image_shape):
     """UserError (one line) for --inception on a dataset whose images are not RGB."""
     if list(image_shape)[-1:] != [3]:
-        raise UserError(f"--inception needs RGB images: {dataset}'s are {'x'.join(map(str, image_shape))}, and the "
-                        "Inception network takes colour photographs")
+        raise UserError(
+            f"--inception needs RGB images: {dataset}'s are {'x'.join(map(str, image_shape))}, and the "
+            "Inception network takes colour photographs"
+        )
+
+
+def backend_for(backend, run):
+    """TensorFlow, which runs the Inception graph: the backend of an evaluation with --inception. UserError
+    (one line) for a run whose images are not RGB, another backend chosen, or no TensorFlow installed."""
+    config, info = read_run(Path(run))
+    check_rgb(config.dataset, info.get("image_shape") or [])
+    chosen = backend or backend_lib.running() or os.environ.get("KERAS_BACKEND")
+    if chosen not in (None, "tensorflow"):
+        raise UserError(
+            f"--inception runs the Inception graph on TensorFlow, not {chosen}: evaluate with "
+            "--backend tensorflow" + (" in a new process" if backend_lib.running() else "")
+        )
+    if importlib.util.find_spec("tensorflow") is None:
+        raise UserError(
+            f"--inception needs TensorFlow, which is not installed: {backend_lib.INSTALL['tensorflow']}"
+        )
+    return "tensorflow"

@@ -12,6 +12,7 @@ written last and is the commit marker: a killed training leaves no judge that lo
 
 Importing this module loads Keras: its importers do so after acgan.backend has chosen the backend.
 """
+
 import hashlib
 import json
 import os
@@ -40,6 +41,7 @@ PREDICT_BATCH = 500
 
 def build_model(image_shape, num_classes, seed=0):
     """images (uint8 values as float32) [B, H, W, C] -> class probabilities [B, K]; layer "features" is 128-d."""
+
     def init(i):
         return keras.initializers.GlorotUniform(seed=seed + i)
 
@@ -48,15 +50,24 @@ def build_model(image_shape, num_classes, seed=0):
         images = keras.Input(tuple(image_shape), dtype=f32, name="images")
         x = layers.Rescaling(1.0 / 255.0, dtype=f32, name="scale")(images)
         for i, filters in enumerate((32, 64)):
-            x = layers.Conv2D(filters, 3, padding="same", activation="relu", kernel_initializer=init(i),
-                              dtype=f32, name=f"conv{i + 1}")(x)
+            x = layers.Conv2D(
+                filters,
+                3,
+                padding="same",
+                activation="relu",
+                kernel_initializer=init(i),
+                dtype=f32,
+                name=f"conv{i + 1}",
+            )(x)
             x = layers.MaxPooling2D(2, dtype=f32, name=f"pool{i + 1}")(x)
         x = layers.Flatten(dtype=f32, name="flatten")(x)
-        features = layers.Dense(FEATURE_DIM, activation="relu", kernel_initializer=init(2), dtype=f32,
-                                name="features")(x)
+        features = layers.Dense(
+            FEATURE_DIM, activation="relu", kernel_initializer=init(2), dtype=f32, name="features"
+        )(x)
         x = layers.Dropout(0.3, seed=seed, dtype=f32, name="dropout")(features)
-        probs = layers.Dense(num_classes, activation="softmax", kernel_initializer=init(3), dtype=f32,
-                             name="probs")(x)
+        probs = layers.Dense(
+            num_classes, activation="softmax", kernel_initializer=init(3), dtype=f32, name="probs"
+        )(x)
         return keras.Model(images, probs, name="judge")
 
 
@@ -68,7 +79,9 @@ class Judge:
         self.info = info  # test_accuracy, train_seconds, class_names, path, key ...
         with float32_policy():
             self._both = keras.Model(
-                classifier.input, [classifier.get_layer("features").output, classifier.output], name="judge_both"
+                classifier.input,
+                [classifier.get_layer("features").output, classifier.output],
+                name="judge_both",
             )
         self._real_cache = {}
 
@@ -98,7 +111,8 @@ class Judge:
         if key not in self._real_cache:
             images, labels = real_subset(test_set, num_samples, seed)
             features, probs = self.predict(images)
-            self._real_cache = {key: (features, probs, labels, test_set)}  # holds test_set so its id stays its own
+            # holds test_set so its id stays its own
+            self._real_cache = {key: (features, probs, labels, test_set)}
         return self._real_cache[key][:3]
 
 
@@ -111,33 +125,46 @@ def train(train_set, test_set, epochs=EPOCHS, batch=BATCH, seed=0, echo=print):
     started = time.perf_counter()
     model = build_model(train_set.image_shape, train_set.num_classes, seed=seed)
     with float32_policy():
-        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy",
-                      metrics=["accuracy"])
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        )
     rng = np.random.default_rng(seed)
     images = train_set.images.astype(np.float32)
     for epoch in range(epochs):
         order = rng.permutation(len(images))
-        history = model.fit(images[order], train_set.labels[order], batch_size=batch, epochs=1,
-                            shuffle=False, verbose=0)
-        echo(f"judge epoch {epoch + 1}/{epochs}: train accuracy {history.history['accuracy'][-1]:.4f}")
+        history = model.fit(
+            images[order],
+            train_set.labels[order],
+            batch_size=batch,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+        )
+        echo(
+            f"judge epoch {epoch + 1}/{epochs}: train accuracy {history.history['accuracy'][-1]:.4f}"
+        )
     train_seconds = time.perf_counter() - started
     judge = Judge(model, {})
     _, probs = judge.predict(test_set.images)
     per_class = conditional_accuracy(probs, test_set.labels, test_set.num_classes)[1]
-    judge.info.update({
-        "format": FORMAT,
-        "test_accuracy": accuracy(probs, test_set.labels),
-        "test_accuracy_per_class": dict(zip(test_set.class_names, per_class)),
-        "num_test": len(test_set),
-        "num_train": len(train_set),
-        "epochs": epochs,
-        "batch": batch,
-        "seed": seed,
-        "train_seconds": train_seconds,
-        "class_names": list(train_set.class_names),
-        "image_shape": list(train_set.image_shape),
-        "feature_dim": FEATURE_DIM,
-    })
+    judge.info.update(
+        {
+            "format": FORMAT,
+            "test_accuracy": accuracy(probs, test_set.labels),
+            "test_accuracy_per_class": dict(zip(test_set.class_names, per_class)),
+            "num_test": len(test_set),
+            "num_train": len(train_set),
+            "epochs": epochs,
+            "batch": batch,
+            "seed": seed,
+            "train_seconds": train_seconds,
+            "class_names": list(train_set.class_names),
+            "image_shape": list(train_set.image_shape),
+            "feature_dim": FEATURE_DIM,
+        }
+    )
     return judge
 
 
@@ -173,29 +200,43 @@ def judge_paths(data_dir, stem):
     return folder / f"{stem}.keras", folder / f"{stem}.json"
 
 
-def load_or_train(dataset, data_dir="data", classes=None, max_per_class=None, test_set=None,
-                  epochs=EPOCHS, seed=0, echo=print):
+def load_or_train(
+    dataset,
+    data_dir="data",
+    classes=None,
+    max_per_class=None,
+    test_set=None,
+    epochs=EPOCHS,
+    seed=0,
+    echo=print,
+):
     """The cached judge for this dataset (and class selection), trained and cached first when missing.
 
     `max_per_class` is the run's cap; judge training also stops at MAX_PER_CLASS images per class.
     `test_set` (the real TEST split) is loaded when not given.
     """
     if test_set is None:
-        test_set = data_lib.load_dataset(dataset, split="test", data_dir=data_dir, classes=classes,
-                                         max_per_class=max_per_class)
+        test_set = data_lib.load_dataset(
+            dataset, split="test", data_dir=data_dir, classes=classes, max_per_class=max_per_class
+        )
     stem, key = cache_key(dataset, classes, max_per_class, test_set, epochs, seed)
     model_path, info_path = judge_paths(data_dir, stem)
     judge = _load(model_path, info_path, key)
     if judge is not None:
         return judge
     cap = MAX_PER_CLASS if max_per_class is None else min(max_per_class, MAX_PER_CLASS)
-    train_set = data_lib.load_dataset(dataset, split="train", data_dir=data_dir, classes=classes,
-                                      max_per_class=cap)
-    echo(f"training the judge for {dataset} on {len(train_set)} real train images (cached as {model_path})")
+    train_set = data_lib.load_dataset(
+        dataset, split="train", data_dir=data_dir, classes=classes, max_per_class=cap
+    )
+    echo(
+        f"training the judge for {dataset} on {len(train_set)} real train images (cached as {model_path})"
+    )
     judge = train(train_set, test_set, epochs=epochs, seed=seed, echo=echo)
     judge.info.update({"key": key, "path": str(model_path)})
-    echo(f"judge: {judge.test_accuracy:.2%} on {len(test_set)} held-out test images, "
-         f"trained in {judge.info['train_seconds']:.0f} s")
+    echo(
+        f"judge: {judge.test_accuracy:.2%} on {len(test_set)} held-out test images, "
+        f"trained in {judge.info['train_seconds']:.0f} s"
+    )
     try:
         _save(judge, model_path, info_path)
     except OSError as e:  # an unwritable data_dir only costs retraining next time
@@ -205,7 +246,9 @@ def load_or_train(dataset, data_dir="data", classes=None, max_per_class=None, te
 
 def _save(judge, model_path, info_path):
     model_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=model_path.parent, prefix=f".{model_path.stem}.", suffix=".keras")
+    fd, tmp = tempfile.mkstemp(
+        dir=model_path.parent, prefix=f".{model_path.stem}.", suffix=".keras"
+    )
     os.close(fd)
     try:
         with tensorflow_hidden():  # Keras's saving probes TensorFlow; on JAX it need not load

@@ -1,6 +1,7 @@
 """Sample-quality metrics in pure numpy (no TensorFlow, no Keras): conditional accuracy, classifier
 score, the Fréchet and kernel distances between two feature sets, and the fixed subset of real images
 they are measured against."""
+
 import numpy as np
 
 
@@ -12,7 +13,10 @@ def conditional_accuracy(probs, labels, num_classes=None):
     probs, labels = np.asarray(probs), np.asarray(labels)
     num_classes = num_classes or probs.shape[-1]
     hits = np.argmax(probs, axis=-1) == labels
-    per_class = [float(np.mean(hits[labels == c])) if np.any(labels == c) else None for c in range(num_classes)]
+    per_class = [
+        float(np.mean(hits[labels == c])) if np.any(labels == c) else None
+        for c in range(num_classes)
+    ]
     return float(np.mean(hits)), per_class
 
 
@@ -33,7 +37,9 @@ def inception_score(probs, splits=10):
     n = len(probs)
     if n < splits:
         raise ValueError(f"{n} samples cannot make {splits} splits")
-    scores = [classifier_score(probs[i * n // splits:(i + 1) * n // splits]) for i in range(splits)]
+    scores = [
+        classifier_score(probs[i * n // splits : (i + 1) * n // splits]) for i in range(splits)
+    ]
     return float(np.mean(scores)), float(np.std(scores))
 
 
@@ -55,7 +61,9 @@ class Moments:
             self.count, self.mean, self.scatter = len(x), mean, scatter
             return
         total, delta = self.count + len(x), mean - self.mean
-        self.scatter = self.scatter + scatter + np.outer(delta, delta) * (self.count * len(x) / total)
+        self.scatter = (
+            self.scatter + scatter + np.outer(delta, delta) * (self.count * len(x) / total)
+        )
         self.mean = self.mean + delta * (len(x) / total)
         self.count = total
 
@@ -82,13 +90,17 @@ def frechet_distance(mu1, sigma1, mu2, sigma2):
     inner matrix symmetric PSD, so eigh gives its root stably (no scipy, no complex parts).
     """
     mu1, mu2 = np.asarray(mu1, np.float64), np.asarray(mu2, np.float64)
-    s1, s2 = np.atleast_2d(np.asarray(sigma1, np.float64)), np.atleast_2d(np.asarray(sigma2, np.float64))
+    s1, s2 = (
+        np.atleast_2d(np.asarray(sigma1, np.float64)),
+        np.atleast_2d(np.asarray(sigma2, np.float64)),
+    )
     root1 = _sqrt_psd(s1)
     inner = root1 @ s2 @ root1
     values = np.linalg.eigvalsh((inner + inner.T) / 2.0)
     trace_sqrt = np.sum(np.sqrt(np.clip(values, 0.0, None)))
     distance = np.sum((mu1 - mu2) ** 2) + np.trace(s1) + np.trace(s2) - 2.0 * trace_sqrt
-    return float(max(distance, 0.0))  # rounding can leave a tiny negative for identical distributions
+    # rounding can leave a tiny negative for identical distributions
+    return float(max(distance, 0.0))
 
 
 def frechet_distance_of(features1, features2):
@@ -109,8 +121,12 @@ def kernel_distance(features1, features2, subsets=KID_SUBSETS, subset_size=KID_S
     x_all, y_all = np.asarray(features1, np.float64), np.asarray(features2, np.float64)
     m = min(subset_size, len(x_all), len(y_all))
     if m < 2:
-        raise ValueError(f"the kernel distance needs 2 or more features a side, got {len(x_all)} and {len(y_all)}")
-    if m == len(x_all) == len(y_all):  # every subset is the whole of both sets, in another order: one will do
+        raise ValueError(
+            f"the kernel distance needs 2 or more features a side, got {len(x_all)} and {len(y_all)}"
+        )
+    if (
+        m == len(x_all) == len(y_all)
+    ):  # every subset is the whole of both sets, in another order: one will do
         subsets = 1
     dims = x_all.shape[1]
     rng = np.random.default_rng(seed)
@@ -121,7 +137,12 @@ def kernel_distance(features1, features2, subsets=KID_SUBSETS, subset_size=KID_S
         k_xx, k_yy, k_xy = ((a @ b.T / dims + 1) ** 3 for a, b in ((x, x), (y, y), (x, y)))
         within = (k_xx.sum() - np.trace(k_xx) + k_yy.sum() - np.trace(k_yy)) / (m * (m - 1))
         values.append(within - 2 * k_xy.mean())
-    return {"mean": float(np.mean(values)), "std": float(np.std(values)), "subsets": subsets, "subset_size": m}
+    return {
+        "mean": float(np.mean(values)),
+        "std": float(np.std(values)),
+        "subsets": subsets,
+        "subset_size": m,
+    }
 
 
 def real_subset(test_set, num_samples, seed=0):

@@ -18,6 +18,7 @@ only when n > k, so a side with n <= k gives None (per class too: such a class i
 over classes; k is never shrunk to fit, which would change what the number measures). The distances
 are computed in row blocks of about CHUNK_ELEMENTS, so 10,000 x 10,000 features stay a few tens of MB.
 """
+
 import numpy as np
 
 NEAREST_K = 5  # the `prdc` reference's default and Naeem et al.'s recommendation
@@ -31,7 +32,7 @@ def _squared_distance_blocks(a, b, chunk_elements=CHUNK_ELEMENTS):
     b_norms = np.einsum("ij,ij->i", b, b)
     rows = max(1, chunk_elements // max(1, len(b)))
     for start in range(0, len(a), rows):
-        part = a[start:start + rows]
+        part = a[start : start + rows]
         block = part @ b.T
         block *= -2.0  # in place: one block in memory, not four
         block += np.einsum("ij,ij->i", part, part)[:, None]
@@ -44,7 +45,8 @@ def knn_radii(features, k=NEAREST_K, chunk_elements=CHUNK_ELEMENTS):
     x = np.asarray(features, np.float64)
     radii = np.empty(len(x))
     for start, block in _squared_distance_blocks(x, x, chunk_elements):
-        radii[start:start + len(block)] = np.partition(block, k, axis=1)[:, k]  # index 0: the point itself
+        # index 0: the point itself
+        radii[start : start + len(block)] = np.partition(block, k, axis=1)[:, k]
     return radii
 
 
@@ -54,7 +56,8 @@ def prdc(real, fake, k=NEAREST_K, chunk_elements=CHUNK_ELEMENTS):
     real, fake = np.asarray(real, np.float64), np.asarray(fake, np.float64)
     if len(real) <= k or len(fake) <= k:
         return None
-    centre = real.mean(axis=0)  # distances do not move; the |a|^2 + |b|^2 - 2ab expansion rounds less
+    # distances do not move; the |a|^2 + |b|^2 - 2ab expansion rounds less
+    centre = real.mean(axis=0)
     real, fake = real - centre, fake - centre
     real_radii = knn_radii(real, k, chunk_elements)
     fake_radii = knn_radii(fake, k, chunk_elements)
@@ -62,12 +65,16 @@ def prdc(real, fake, k=NEAREST_K, chunk_elements=CHUNK_ELEMENTS):
     recalled = np.zeros(len(real), bool)
     covered = np.zeros(len(real), bool)
     for start, block in _squared_distance_blocks(real, fake, chunk_elements):
-        radii = real_radii[start:start + len(block), None]
+        radii = real_radii[start : start + len(block), None]
         balls_holding += np.sum(block < radii, axis=0)
-        recalled[start:start + len(block)] = np.any(block < fake_radii[None, :], axis=1)
-        covered[start:start + len(block)] = block.min(axis=1) < radii[:, 0]
-    return {"precision": float(np.mean(balls_holding > 0)), "recall": float(np.mean(recalled)),
-            "density": float(np.mean(balls_holding) / k), "coverage": float(np.mean(covered))}
+        recalled[start : start + len(block)] = np.any(block < fake_radii[None, :], axis=1)
+        covered[start : start + len(block)] = block.min(axis=1) < radii[:, 0]
+    return {
+        "precision": float(np.mean(balls_holding > 0)),
+        "recall": float(np.mean(recalled)),
+        "density": float(np.mean(balls_holding) / k),
+        "coverage": float(np.mean(covered)),
+    }
 
 
 def per_class_prdc(real, real_labels, fake, fake_labels, num_classes, k=NEAREST_K):
@@ -101,5 +108,7 @@ def measure(real, real_labels, fake, class_fake, class_fake_labels, class_names,
     class_fake_labels) against the same class of `real`: an evaluation's generated samples (both the
     same set), or a real-vs-real reference's train images (the per-class side drawn at the generated
     side's per-class sizes)."""
-    per_class = per_class_prdc(real, real_labels, class_fake, class_fake_labels, len(class_names), k)
+    per_class = per_class_prdc(
+        real, real_labels, class_fake, class_fake_labels, len(class_names), k
+    )
     return entries(prdc(real, fake, k), per_class, class_names, k)

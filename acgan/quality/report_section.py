@@ -1,5 +1,6 @@
 """The "Sample quality" section an evaluation adds to a run's report.md, the short texts acgan.evaluate
 prints and acgan.compare's page shows of an evaluation, and where a run keeps its evaluations."""
+
 from acgan.util import markdown
 
 SECTION_TITLE = "## Sample quality"
@@ -24,14 +25,21 @@ def _pct(value):
 
 
 def _reference_text(reference):
-    return (f"{reference['frechet_distance']:.2f} ({reference['num_real']:,} real test images vs "
-            f"{reference['num_train']:,} real train images: the floor a perfect generator would reach)")
+    return (
+        f"{reference['frechet_distance']:.2f} ({reference['num_real']:,} real test images vs "
+        f"{reference['num_train']:,} real train images: the floor a perfect generator would reach)"
+    )
 
 
 def _class_sizes(result):
-    real, generated = result.get("num_real_per_class") or [0], result.get("num_generated_per_class") or [0]
-    return (f"per class {min(real):,}-{max(real):,} real test images vs {min(generated):,}-{max(generated):,} "
-            "generated")
+    real, generated = (
+        result.get("num_real_per_class") or [0],
+        result.get("num_generated_per_class") or [0],
+    )
+    return (
+        f"per class {min(real):,}-{max(real):,} real test images vs {min(generated):,}-{max(generated):,} "
+        "generated"
+    )
 
 
 def _margin(value):
@@ -49,13 +57,16 @@ def span_text(spread, fmt):
 
 def across_judges_text(across):
     """'conditional accuracy 74.7%-81.1% (mean 77.5%), Fréchet distance 21.5-22.9, ...' for the report."""
+
     def span(key, fmt):
         m = across.get(key)
         return m and f"{span_text(m, fmt)} (mean {format(m['mean'], fmt)})"
 
-    parts = [("conditional accuracy", span("conditional_accuracy", ".1%")),
-             ("Fréchet distance", span("frechet_distance", ".2f")),
-             ("mean per-class Fréchet distance", span("frechet_distance_class_mean", ".2f"))]
+    parts = [
+        ("conditional accuracy", span("conditional_accuracy", ".1%")),
+        ("Fréchet distance", span("frechet_distance", ".2f")),
+        ("mean per-class Fréchet distance", span("frechet_distance_class_mean", ".2f")),
+    ]
     return ", ".join(f"{name} {text}" for name, text in parts if text)
 
 
@@ -76,17 +87,31 @@ def prdc_rows(result):
     reference = result.get("real_reference") or {}
     k = result.get("prdc_nearest_k")
     rows = []
-    for suffix, name, sizes in (("", "", f"{result['num_real']:,} real test images vs {result['num_generated']:,} "
-                                         "generated"),
-                                ("_class_mean", "mean per-class ", _class_sizes(result))):
+    for suffix, name, sizes in (
+        (
+            "",
+            "",
+            f"{result['num_real']:,} real test images vs {result['num_generated']:,} generated",
+        ),
+        ("_class_mean", "mean per-class ", _class_sizes(result)),
+    ):
         text = prdc_text(result, suffix)
         if text is None:
             continue
         ref = prdc_text(reference, suffix)
-        rows.append((f"{name}precision / recall / density / coverage (k-NN, k = {k}, judge features)",
-                     f"{text} ({sizes}" + (f"; real vs real (reference): {ref})" if ref else ")")
-                     + ("" if suffix else ": precision and density say how real the samples look, recall and "
-                        "coverage how much of the real images they reach")))
+        rows.append(
+            (
+                f"{name}precision / recall / density / coverage (k-NN, k = {k}, judge features)",
+                f"{text} ({sizes}"
+                + (f"; real vs real (reference): {ref})" if ref else ")")
+                + (
+                    ""
+                    if suffix
+                    else ": precision and density say how real the samples look, recall and "
+                    "coverage how much of the real images they reach"
+                ),
+            )
+        )
     return rows
 
 
@@ -98,10 +123,12 @@ def cas_text(score):
 def render_markdown(result):
     """The report.md section for one evaluation."""
     judge = result.get("judge") or {}
-    judge_line = (f"Judged by a float32 reference CNN (seed {judge.get('seed') or 0}) trained on the real train split "
-                  f"({_pct(judge.get('test_accuracy'))} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
-                  f"checkpoint at step {result['step']:,}, {result['num_generated']:,} generated samples "
-                  f"(classes balanced, seed {result['seed']}).")
+    judge_line = (
+        f"Judged by a float32 reference CNN (seed {judge.get('seed') or 0}) trained on the real train split "
+        f"({_pct(judge.get('test_accuracy'))} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
+        f"checkpoint at step {result['step']:,}, {result['num_generated']:,} generated samples "
+        f"(classes balanced, seed {result['seed']})."
+    )
     lines = [SECTION_TITLE, "", judge_line, ""] + markdown.table(["", ""], summary_rows(result))
     if result.get("conditional_accuracy_per_class"):
         lines += [""] + per_class_table(result)
@@ -112,56 +139,105 @@ def render_markdown(result):
 def _kid_text(result):
     """KID's mean and spread over its subsets, and the real-vs-real reference where there is one."""
     kid = result["kernel_distance"]
-    text = (f"{kid['mean']:.4f} ± {kid['std']:.4f} (unbiased, so it can read below 0; {kid['subsets']} subsets of "
-            f"{kid['subset_size']:,} a side")
+    text = (
+        f"{kid['mean']:.4f} ± {kid['std']:.4f} (unbiased, so it can read below 0; {kid['subsets']} subsets of "
+        f"{kid['subset_size']:,} a side"
+    )
     reference = (result.get("real_reference") or {}).get("kernel_distance")
-    return text + (f"; real vs real: {reference['mean']:.4f} ± {reference['std']:.4f})" if reference else ")")
+    return text + (
+        f"; real vs real: {reference['mean']:.4f} ± {reference['std']:.4f})" if reference else ")"
+    )
 
 
 def summary_rows(result):
     """The section's (name, value) rows: the judge's numbers, their references, Q's, D's margin, CAS, FID."""
-    score = result.get("classification_accuracy_score") or {}
     sizes = f"{result['num_real']:,} real test images vs {result['num_generated']:,} generated"
     if result["num_real"] < result["num_generated"]:
         sizes += " (the test split holds fewer than asked; compare only at equal sizes)"
-    return [
-        ("conditional accuracy (judge)",
-         f"{_pct(result['conditional_accuracy'])} (chance {_pct(result['chance'])}; "
-         f"real test images: {_pct(result.get('real_conditional_accuracy'))})"),
-        *([(f"across {len(result['across_judges']['judges'])} judges (seeds "
-            f"{', '.join(str(j['seed']) for j in result['across_judges']['judges'])}; the same samples)",
-            across_judges_text(result["across_judges"]))] if result.get("across_judges") else []),
-        ("Fréchet distance, judge features", f"{result['frechet_distance']:.2f} ({sizes})"),
-        *([("Fréchet distance, real vs real (reference)", _reference_text(result["real_reference"]))]
-          if result.get("real_reference") else []),
-        *([("kernel distance (KID), judge features", _kid_text(result))] if result.get("kernel_distance") else []),
-        *([("mean per-class Fréchet distance (intra-class)",
-            f"{result['frechet_distance_class_mean']:.2f} ({_class_sizes(result)})")]
-          if result.get("frechet_distance_class_mean") is not None else []),
-        *([("mean per-class Fréchet distance, real vs real (reference)",
-            f"{_fd(result['real_reference'].get('frechet_distance_class_mean'))} (each class's real test images "
-            "vs as many real train images of the class as were generated for it)")]
-          if (result.get("real_reference") or {}).get("frechet_distance_class_mean") is not None else []),
-        *prdc_rows(result),
-        ("classifier score", f"{result['classifier_score']:.2f} (1 to {result['num_classes']}; real test "
-                             f"images: {result.get('real_classifier_score', float('nan')):.2f})"),
-        ("Q's accuracy on real test images", _pct(result.get("q_accuracy_real"))),
-        *([("Q's accuracy on the generated samples (names the class G was asked for)",
-            f"{_pct(result['q_accuracy_generated'])} (the judge: {_pct(result['conditional_accuracy'])}; where Q is "
-            "far above the judge, G draws what its own Q accepts rather than what the class looks like)")]
-          if result.get("q_accuracy_generated") is not None else []),
-        *([("D's class margin (mean over classes)",
-            f"{result['d_class_margin_mean']:+.2f}: under each class's label, D's mean logit for that class's real "
-            "images minus for the other class it scores highest, per class below (G asked for a class is pushed "
-            "towards it only as far as this is positive)")]
-          if result.get("d_class_margin_mean") is not None else []),
-        *([("classification accuracy score (CAS)",
-            f"{cas_text(score)}: the judge's CNN trained on the {score['num_train']:,} samples, scored on the "
-            f"{score['num_test']:,} real test images; the reference trained on as many real train images per "
-            "class. Low where G draws a class as something its real images are not")]
-          if score else []),
-        *inception_rows(result.get("inception") or {}),
+    reference = result.get("real_reference") or {}
+    rows = [
+        (
+            "conditional accuracy (judge)",
+            f"{_pct(result['conditional_accuracy'])} (chance {_pct(result['chance'])}; "
+            f"real test images: {_pct(result.get('real_conditional_accuracy'))})",
+        )
     ]
+    if result.get("across_judges"):
+        seeds = ", ".join(str(j["seed"]) for j in result["across_judges"]["judges"])
+        rows.append(
+            (
+                f"across {len(result['across_judges']['judges'])} judges (seeds {seeds}; the same samples)",
+                across_judges_text(result["across_judges"]),
+            )
+        )
+    rows.append(("Fréchet distance, judge features", f"{result['frechet_distance']:.2f} ({sizes})"))
+    if reference:
+        rows.append(("Fréchet distance, real vs real (reference)", _reference_text(reference)))
+    if result.get("kernel_distance"):
+        rows.append(("kernel distance (KID), judge features", _kid_text(result)))
+    if result.get("frechet_distance_class_mean") is not None:
+        rows.append(
+            (
+                "mean per-class Fréchet distance (intra-class)",
+                f"{result['frechet_distance_class_mean']:.2f} ({_class_sizes(result)})",
+            )
+        )
+    if reference.get("frechet_distance_class_mean") is not None:
+        rows.append(
+            (
+                "mean per-class Fréchet distance, real vs real (reference)",
+                f"{_fd(reference['frechet_distance_class_mean'])} (each class's real test images "
+                "vs as many real train images of the class as were generated for it)",
+            )
+        )
+    return (
+        rows
+        + prdc_rows(result)
+        + _model_rows(result)
+        + inception_rows(result.get("inception") or {})
+    )
+
+
+def _model_rows(result):
+    """The rows on the models themselves: the classifier score, Q's accuracy, D's class margin, CAS."""
+    rows = [
+        (
+            "classifier score",
+            f"{result['classifier_score']:.2f} (1 to {result['num_classes']}; real test "
+            f"images: {result.get('real_classifier_score', float('nan')):.2f})",
+        ),
+        ("Q's accuracy on real test images", _pct(result.get("q_accuracy_real"))),
+    ]
+    if result.get("q_accuracy_generated") is not None:
+        rows.append(
+            (
+                "Q's accuracy on the generated samples (names the class G was asked for)",
+                f"{_pct(result['q_accuracy_generated'])} (the judge: "
+                f"{_pct(result['conditional_accuracy'])}; where Q is far above the judge, G draws "
+                "what its own Q accepts rather than what the class looks like)",
+            )
+        )
+    if result.get("d_class_margin_mean") is not None:
+        rows.append(
+            (
+                "D's class margin (mean over classes)",
+                f"{result['d_class_margin_mean']:+.2f}: under each class's label, D's mean logit for "
+                "that class's real images minus for the other class it scores highest, per class "
+                "below (G asked for a class is pushed towards it only as far as this is positive)",
+            )
+        )
+    score = result.get("classification_accuracy_score")
+    if score:
+        rows.append(
+            (
+                "classification accuracy score (CAS)",
+                f"{cas_text(score)}: the judge's CNN trained on the {score['num_train']:,} samples, "
+                f"scored on the {score['num_test']:,} real test images; the reference trained on as "
+                "many real train images per class. Low where G draws a class as something its real "
+                "images are not",
+            )
+        )
+    return rows
 
 
 def _score_text(mean, std):
@@ -170,31 +246,42 @@ def _score_text(mean, std):
 
 def inception_text(entry):
     """The printed line of a computed "inception" entry: the standard FID and Inception score, their sizes."""
-    return (f"standard FID {entry['fid']:.2f} ({entry['num_generated']:,} generated vs {entry['num_real']:,} real "
-            f"train images), Inception score {_score_text(entry['inception_score'], entry['inception_score_std'])} "
-            f"(real train images {_score_text(entry['real_inception_score'], entry['real_inception_score_std'])}; "
-            f"the 2015 Inception graph {entry['graph']}, sha256 {entry['sha256']})")
+    return (
+        f"standard FID {entry['fid']:.2f} ({entry['num_generated']:,} generated vs {entry['num_real']:,} real "
+        f"train images), Inception score {_score_text(entry['inception_score'], entry['inception_score_std'])} "
+        f"(real train images {_score_text(entry['real_inception_score'], entry['real_inception_score_std'])}; "
+        f"the 2015 Inception graph {entry['graph']}, sha256 {entry['sha256']})"
+    )
 
 
 def inception_rows(entry):
     """The section's rows of the standard FID and Inception score, or one row saying why there are none."""
     if entry.get("fid") is None:
         return [("FID and Inception score, standard", entry.get("note", "n/a"))]
-    return [(f"FID, standard (2015 Inception graph, {entry['feature_dim']}-d pool_3)",
-             f"{entry['fid']:.2f} ({entry['num_generated']:,} generated vs {entry['num_real']:,} real train "
-             f"images; {entry['note']})"),
-            ("Inception score, standard",
-             f"{_score_text(entry['inception_score'], entry['inception_score_std'])} (mean ± standard deviation over "
-             f"{entry['splits']} splits of the {entry['num_generated']:,} generated; real train images: "
-             f"{_score_text(entry['real_inception_score'], entry['real_inception_score_std'])})"),
-            ("Inception graph", f"`{entry['graph']}` (sha256 {entry['sha256']})")]
+    return [
+        (
+            f"FID, standard (2015 Inception graph, {entry['feature_dim']}-d pool_3)",
+            f"{entry['fid']:.2f} ({entry['num_generated']:,} generated vs {entry['num_real']:,} real train "
+            f"images; {entry['note']})",
+        ),
+        (
+            "Inception score, standard",
+            f"{_score_text(entry['inception_score'], entry['inception_score_std'])} (mean ± standard deviation over "
+            f"{entry['splits']} splits of the {entry['num_generated']:,} generated; real train images: "
+            f"{_score_text(entry['real_inception_score'], entry['real_inception_score_std'])})",
+        ),
+        ("Inception graph", f"`{entry['graph']}` (sha256 {entry['sha256']})"),
+    ]
 
 
 def _class_prdc_text(result, name):
     """'0.71 / 0.43 / 0.92 / 0.55 (0.75 / 0.74 / 1.00 / 0.96)' for one class; n/a where it has too few
     samples on a side."""
+
     def of(values):
-        return prdc_text({key: (values.get(f"{key}_per_class") or {}).get(name) for key in PRDC}, fmt=".2f")
+        return prdc_text(
+            {key: (values.get(f"{key}_per_class") or {}).get(name) for key in PRDC}, fmt=".2f"
+        )
 
     text, ref = of(result), of(result.get("real_reference") or {})
     return (text or "n/a") + (f" ({ref})" if ref else "")
@@ -209,19 +296,27 @@ def per_class_table(result):
     q_real = result.get("q_accuracy_real_per_class") or {}
     q_generated = result.get("q_accuracy_generated_per_class") or {}
     cas_real = (score.get("real_reference") or {}).get("per_class") or {}
-    margins, nearest = result.get("d_class_margin_per_class") or {}, result.get("d_class_nearest") or {}
+    margins, nearest = (
+        result.get("d_class_margin_per_class") or {},
+        result.get("d_class_nearest") or {},
+    )
     q_columns = bool(q_real and q_generated)
     prdc = result.get("precision_per_class")
-    header = (["class", "conditional accuracy", "Fréchet distance", "real vs real (reference)"]
-              + (["precision / recall / density / coverage (real vs real)"] if prdc else [])
-              + (["Q on real", "Q on generated"] if q_columns else []) + (["CAS", "CAS, real"] if score else [])
-              + (["D's class margin (closest class)"] if margins else []))
-    rows = [[name, _pct(acc), _fd(class_fd.get(name)), _fd(reference_fd.get(name))]
-            + ([_class_prdc_text(result, name)] if prdc else [])
-            + ([_pct(q_real.get(name)), _pct(q_generated.get(name))] if q_columns else [])
-            + ([_pct(score["per_class"].get(name)), _pct(cas_real.get(name))] if score else [])
-            + ([f"{_margin(margins.get(name))} ({nearest.get(name)})"] if margins else [])
-            for name, acc in result["conditional_accuracy_per_class"].items()]
+    header = (
+        ["class", "conditional accuracy", "Fréchet distance", "real vs real (reference)"]
+        + (["precision / recall / density / coverage (real vs real)"] if prdc else [])
+        + (["Q on real", "Q on generated"] if q_columns else [])
+        + (["CAS", "CAS, real"] if score else [])
+        + (["D's class margin (closest class)"] if margins else [])
+    )
+    rows = [
+        [name, _pct(acc), _fd(class_fd.get(name)), _fd(reference_fd.get(name))]
+        + ([_class_prdc_text(result, name)] if prdc else [])
+        + ([_pct(q_real.get(name)), _pct(q_generated.get(name))] if q_columns else [])
+        + ([_pct(score["per_class"].get(name)), _pct(cas_real.get(name))] if score else [])
+        + ([f"{_margin(margins.get(name))} ({nearest.get(name)})"] if margins else [])
+        for name, acc in result["conditional_accuracy_per_class"].items()
+    ]
     return markdown.table(header, rows)
 
 
@@ -233,19 +328,30 @@ def summary_line(result):
         return f" (real vs real {reference[key]:.2f})" if reference.get(key) is not None else ""
 
     class_mean = result.get("frechet_distance_class_mean")
-    return (f"step {result['step']}: conditional accuracy {result['conditional_accuracy']:.1%} "
-            f"(chance {result['chance']:.0%}), Fréchet distance {result['frechet_distance']:.2f}"
-            f"{ref('frechet_distance')} ({result['num_real']} real vs {result['num_generated']} generated), "
-            + (f"mean per-class Fréchet distance {class_mean:.2f}{ref('frechet_distance_class_mean')}, "
-               if class_mean is not None else "")
-            + _prdc_part(result, reference)
-            + f"classifier score "
-            f"{result['classifier_score']:.2f}, Q on real test images {result['q_accuracy_real']:.1%}, "
-            f"Q on the generated samples {result['q_accuracy_generated']:.1%}"
-            + (f", D's class margin {result['d_class_margin_mean']:+.2f} ({lowest_margin(result)})"
-               if result.get("d_class_margin_mean") is not None else "")
-            + (f", classification accuracy score {cas_text(result['classification_accuracy_score'])}"
-               if result.get("classification_accuracy_score") else ""))
+    return (
+        f"step {result['step']}: conditional accuracy {result['conditional_accuracy']:.1%} "
+        f"(chance {result['chance']:.0%}), Fréchet distance {result['frechet_distance']:.2f}"
+        f"{ref('frechet_distance')} ({result['num_real']} real vs {result['num_generated']} generated), "
+        + (
+            f"mean per-class Fréchet distance {class_mean:.2f}{ref('frechet_distance_class_mean')}, "
+            if class_mean is not None
+            else ""
+        )
+        + _prdc_part(result, reference)
+        + f"classifier score "
+        f"{result['classifier_score']:.2f}, Q on real test images {result['q_accuracy_real']:.1%}, "
+        f"Q on the generated samples {result['q_accuracy_generated']:.1%}"
+        + (
+            f", D's class margin {result['d_class_margin_mean']:+.2f} ({lowest_margin(result)})"
+            if result.get("d_class_margin_mean") is not None
+            else ""
+        )
+        + (
+            f", classification accuracy score {cas_text(result['classification_accuracy_score'])}"
+            if result.get("classification_accuracy_score")
+            else ""
+        )
+    )
 
 
 def _prdc_part(result, reference):
@@ -254,5 +360,8 @@ def _prdc_part(result, reference):
     if text is None:
         return ""
     ref = prdc_text(reference)
-    return (f"precision / recall / density / coverage {text} ("
-            + (f"real vs real {ref}; " if ref else "") + f"k = {result['prdc_nearest_k']}), ")
+    return (
+        f"precision / recall / density / coverage {text} ("
+        + (f"real vs real {ref}; " if ref else "")
+        + f"k = {result['prdc_nearest_k']}), "
+    )

@@ -1,6 +1,7 @@
 """acgan.compare's statistics, pure of files and training: a policy's row over several training seeds,
 the changes against the baseline (float32), the seeds' paired changes against each margin, and the
 verdict paragraph."""
+
 import math
 
 import numpy as np
@@ -18,18 +19,49 @@ FD_REFERENCE_MULTIPLE = 3.0
 
 # Precision, recall, density and coverage (acgan.quality.prdc), overall and their means over the classes,
 # with the k they were measured at: on the page beside their real-vs-real references, not in the verdict.
-PRDC_MEANS = ("precision", "recall", "density", "coverage", "precision_class_mean", "recall_class_mean",
-              "density_class_mean", "coverage_class_mean")
+PRDC_MEANS = (
+    "precision",
+    "recall",
+    "density",
+    "coverage",
+    "precision_class_mean",
+    "recall_class_mean",
+    "density_class_mean",
+    "coverage_class_mean",
+)
 PRDC_KEYS = PRDC_MEANS + ("prdc_nearest_k",)
 # A policy's row over several training seeds: these are averaged; the run folder, grid, judge and
 # references stay the first seed's (the references depend on the judge and the sample sizes, not the run).
-MEAN_OVER_SEEDS = ("steps", "loop_seconds", "compile_seconds", "time_per_batch_ms", "time_per_batch_median_ms",
-                   "time_per_1000_samples_ms", "cost_per_million_batches", "peak_memory_bytes",
-                   "conditional_accuracy", "frechet_distance", "frechet_distance_class_mean", "classifier_score",
-                   "q_accuracy_real", "q_accuracy_generated", "inception_fid", "classification_accuracy_score",
-                   "classification_accuracy_score_real", *PRDC_MEANS)
-PER_SEED = ("seed", "steps", "run_dir", "status", "time_per_batch_median_ms", "conditional_accuracy",
-            "frechet_distance", "frechet_distance_class_mean")
+MEAN_OVER_SEEDS = (
+    "steps",
+    "loop_seconds",
+    "compile_seconds",
+    "time_per_batch_ms",
+    "time_per_batch_median_ms",
+    "time_per_1000_samples_ms",
+    "cost_per_million_batches",
+    "peak_memory_bytes",
+    "conditional_accuracy",
+    "frechet_distance",
+    "frechet_distance_class_mean",
+    "classifier_score",
+    "q_accuracy_real",
+    "q_accuracy_generated",
+    "inception_fid",
+    "classification_accuracy_score",
+    "classification_accuracy_score_real",
+    *PRDC_MEANS,
+)
+PER_SEED = (
+    "seed",
+    "steps",
+    "run_dir",
+    "status",
+    "time_per_batch_median_ms",
+    "conditional_accuracy",
+    "frechet_distance",
+    "frechet_distance_class_mean",
+)
 
 
 # What --judges N reports the spread of, over the judges (evaluation.across_judges) and over seeds here.
@@ -39,7 +71,9 @@ ACROSS_JUDGES = ("conditional_accuracy", "frechet_distance", "frechet_distance_c
 def spread(values):
     """min / max / mean of the values that are not None (None when none is)."""
     values = [v for v in values if v is not None]
-    return {"min": min(values), "max": max(values), "mean": float(np.mean(values))} if values else None
+    return (
+        {"min": min(values), "max": max(values), "mean": float(np.mean(values))} if values else None
+    )
 
 
 def _mean(values):
@@ -65,8 +99,10 @@ def combine_seeds(runs):
     row["skipped_steps"] = sum(r["skipped_steps"] for r in runs)
     row["status"] = next((r["status"] for r in runs if r["status"] != "completed"), "completed")
     if all(r.get("frechet_distance_per_class") for r in runs):
-        row["frechet_distance_per_class"] = {k: _mean([r["frechet_distance_per_class"][k] for r in runs])
-                                             for k in runs[0]["frechet_distance_per_class"]}
+        row["frechet_distance_per_class"] = {
+            k: _mean([r["frechet_distance_per_class"][k] for r in runs])
+            for k in runs[0]["frechet_distance_per_class"]
+        }
     if all(r.get("across_judges") for r in runs):
         judges = []
         for j, first in enumerate(runs[0]["across_judges"]["judges"]):
@@ -74,12 +110,23 @@ def combine_seeds(runs):
             for key in ACROSS_JUDGES:
                 judge[key] = _mean([r["across_judges"]["judges"][j][key] for r in runs])
             judge["conditional_accuracy_per_class"] = {
-                k: _mean([r["across_judges"]["judges"][j]["conditional_accuracy_per_class"][k] for r in runs])
-                for k in first["conditional_accuracy_per_class"]}
+                k: _mean(
+                    [
+                        r["across_judges"]["judges"][j]["conditional_accuracy_per_class"][k]
+                        for r in runs
+                    ]
+                )
+                for k in first["conditional_accuracy_per_class"]
+            }
             judges.append(judge)
-        row["across_judges"] = {"judges": judges, **{key: spread([j[key] for j in judges]) for key in ACROSS_JUDGES}}
-    row["across_seeds"] = {"runs": [{k: r.get(k) for k in PER_SEED} for r in runs],
-                           **{key: spread([r[key] for r in runs]) for key in ACROSS_JUDGES}}
+        row["across_judges"] = {
+            "judges": judges,
+            **{key: spread([j[key] for j in judges]) for key in ACROSS_JUDGES},
+        }
+    row["across_seeds"] = {
+        "runs": [{k: r.get(k) for k in PER_SEED} for r in runs],
+        **{key: spread([r[key] for r in runs]) for key in ACROSS_JUDGES},
+    }
     return row
 
 
@@ -100,8 +147,13 @@ def add_baseline(rows):
     reference = (base.get("real_reference") or {}).get("frechet_distance")
     limit = frechet_limit(base["frechet_distance"], reference)
     base_class = base.get("frechet_distance_class_mean")
-    class_limit = None if base_class is None else frechet_limit(
-        base_class, (base.get("real_reference") or {}).get("frechet_distance_class_mean"))
+    class_limit = (
+        None
+        if base_class is None
+        else frechet_limit(
+            base_class, (base.get("real_reference") or {}).get("frechet_distance_class_mean")
+        )
+    )
     for r in rows:
         r["baseline"] = base["policy"]
         t, bt = r["time_per_batch_median_ms"], base["time_per_batch_median_ms"]
@@ -114,35 +166,56 @@ def add_baseline(rows):
         mean = r.get("frechet_distance_class_mean")
         r["class_frechet_change"] = _relative(mean, base_class)
         r["class_frechet_limit"] = class_limit
-        r["class_frechet_held"] = None if mean is None or class_limit is None else mean <= class_limit
-        r["quality_held"] = r["accuracy_held"] and r["frechet_held"] and r["class_frechet_held"] is not False
+        r["class_frechet_held"] = (
+            None if mean is None or class_limit is None else mean <= class_limit
+        )
+        r["quality_held"] = (
+            r["accuracy_held"] and r["frechet_held"] and r["class_frechet_held"] is not False
+        )
         # With several judges: the accuracy change under each judge (the same judge on both sides), so a
         # reader sees whether a verdict near the margin would survive another judge.
         judges, base_judges = ((x.get("across_judges") or {}).get("judges") for x in (r, base))
         r["accuracy_change_across_judges"] = (
-            [a["conditional_accuracy"] - b["conditional_accuracy"] for a, b in zip(judges, base_judges)]
-            if judges and base_judges and len(judges) == len(base_judges) else None)
+            [
+                a["conditional_accuracy"] - b["conditional_accuracy"]
+                for a, b in zip(judges, base_judges)
+            ]
+            if judges and base_judges and len(judges) == len(base_judges)
+            else None
+        )
         # With several training seeds: the change at each seed (the same seed on both sides), and the
         # distances' changes likewise, so a reader sees how far one pair of runs could have misled.
         seeds, base_seeds = ((x.get("across_seeds") or {}).get("runs") for x in (r, base))
-        paired = seeds and base_seeds and [a["seed"] for a in seeds] == [b["seed"] for b in base_seeds]
-        for key, change in (("conditional_accuracy", lambda a, b: a - b),
-                            ("frechet_distance", _relative), ("frechet_distance_class_mean", _relative)):
+        paired = (
+            seeds and base_seeds and [a["seed"] for a in seeds] == [b["seed"] for b in base_seeds]
+        )
+        for key, change in (
+            ("conditional_accuracy", lambda a, b: a - b),
+            ("frechet_distance", _relative),
+            ("frechet_distance_class_mean", _relative),
+        ):
             r[f"{key}_change_across_seeds"] = (
-                [change(a[key], b[key]) for a, b in zip(seeds, base_seeds)] if paired else None)
+                [change(a[key], b[key]) for a, b in zip(seeds, base_seeds)] if paired else None
+            )
         # The seeds' paired changes as a mean and its standard error, placed against each margin, so a
         # reader sees whether this many seeds can decide the verdict at all.
         for key, margin, held_above in PAIRED_MARGINS:
-            r[f"{key}_change_paired"] = paired_summary(r[f"{key}_change_across_seeds"], margin, held_above)
+            r[f"{key}_change_paired"] = paired_summary(
+                r[f"{key}_change_across_seeds"], margin, held_above
+            )
 
 
 # Each criterion's per-seed change, its margin, and whether a change above the margin holds: accuracy may
 # fall at most 3 points; a distance may grow at most 15% (the rule's relative part: the reference part
 # matters only for a baseline almost at the data).
-PAIRED_MARGINS = (("conditional_accuracy", -QUALITY_TOLERANCE, True),
-                  ("frechet_distance", FD_RELATIVE_TOLERANCE, False),
-                  ("frechet_distance_class_mean", FD_RELATIVE_TOLERANCE, False))
-DECIDED_AT = 2.0  # standard errors between the mean paired change and a margin for the seeds to decide it
+PAIRED_MARGINS = (
+    ("conditional_accuracy", -QUALITY_TOLERANCE, True),
+    ("frechet_distance", FD_RELATIVE_TOLERANCE, False),
+    ("frechet_distance_class_mean", FD_RELATIVE_TOLERANCE, False),
+)
+DECIDED_AT = (
+    2.0  # standard errors between the mean paired change and a margin for the seeds to decide it
+)
 
 
 def paired_summary(changes, margin, held_above):
@@ -158,61 +231,94 @@ def paired_summary(changes, margin, held_above):
     sd = math.sqrt(sum((c - mean) ** 2 for c in changes) / (n - 1))
     gap = (mean - margin) if held_above else (margin - mean)
     se = sd / math.sqrt(n)
-    return {"pairs": n, "mean": mean, "standard_error": se, "margin": margin,
-            "held_side_in_standard_errors": gap / se if se else None,
-            "pairs_to_decide": math.ceil((DECIDED_AT * sd / gap) ** 2) if se and gap else None}
+    return {
+        "pairs": n,
+        "mean": mean,
+        "standard_error": se,
+        "margin": margin,
+        "held_side_in_standard_errors": gap / se if se else None,
+        "pairs_to_decide": math.ceil((DECIDED_AT * sd / gap) ** 2) if se and gap else None,
+    }
 
 
 def verdict(rows):
     """One paragraph: did quality hold for every policy, and if not, which criterion failed where."""
     base = next(r for r in rows if r["policy"] == r["baseline"])
     reference = (base.get("real_reference") or {}).get("frechet_distance")
-    rule = (f"conditional accuracy at most {100 * QUALITY_TOLERANCE:.0f} points below {base['policy']}'s, and "
-            f"Fréchet distance at most {rows[0]['frechet_limit']:.2f} = the larger of {base['policy']}'s "
-            f"{base['frechet_distance']:.2f} + {FD_RELATIVE_TOLERANCE:.0%}")
-    rule += (f" and {base['policy']}'s + {FD_REFERENCE_MULTIPLE:g} x the real-vs-real reference {reference:.2f}"
-             if reference is not None else " (no real-vs-real reference measured)")
+    rule = (
+        f"conditional accuracy at most {100 * QUALITY_TOLERANCE:.0f} points below {base['policy']}'s, and "
+        f"Fréchet distance at most {rows[0]['frechet_limit']:.2f} = the larger of {base['policy']}'s "
+        f"{base['frechet_distance']:.2f} + {FD_RELATIVE_TOLERANCE:.0%}"
+    )
+    rule += (
+        f" and {base['policy']}'s + {FD_REFERENCE_MULTIPLE:g} x the real-vs-real reference {reference:.2f}"
+        if reference is not None
+        else " (no real-vs-real reference measured)"
+    )
     missed = []
     for r in rows:
         why = []
         if not r["accuracy_held"]:
             why.append(f"conditional accuracy {100 * r['accuracy_change']:+.1f} points")
         if not r["frechet_held"]:
-            why.append(f"Fréchet distance {r['frechet_distance']:.2f} ({100 * r['frechet_change']:+.0f}%)")
+            why.append(
+                f"Fréchet distance {r['frechet_distance']:.2f} ({100 * r['frechet_change']:+.0f}%)"
+            )
         if r.get("class_frechet_held") is False:
-            why.append(f"mean per-class Fréchet distance {r['frechet_distance_class_mean']:.2f} "
-                       f"({100 * r['class_frechet_change']:+.0f}%, limit {r['class_frechet_limit']:.2f})")
+            why.append(
+                f"mean per-class Fréchet distance {r['frechet_distance_class_mean']:.2f} "
+                f"({100 * r['class_frechet_change']:+.0f}%, limit {r['class_frechet_limit']:.2f})"
+            )
         if why:
             missed.append(f"{r['policy']} ({', '.join(why)})")
     if base.get("class_frechet_limit") is not None:
-        rule += (f"; and the mean per-class Fréchet distance likewise, at most {base['class_frechet_limit']:.2f} "
-                 f"against {base['policy']}'s {base['frechet_distance_class_mean']:.2f}")
+        rule += (
+            f"; and the mean per-class Fréchet distance likewise, at most {base['class_frechet_limit']:.2f} "
+            f"against {base['policy']}'s {base['frechet_distance_class_mean']:.2f}"
+        )
     others = [r for r in rows if r is not base]
-    seeds = _accuracy_changes_text(others, "conditional_accuracy_change_across_seeds", "at", "seeds")
+    seeds = _accuracy_changes_text(
+        others, "conditional_accuracy_change_across_seeds", "at", "seeds"
+    )
     judges = _accuracy_changes_text(others, "accuracy_change_across_judges", "under", "judges")
     n_seeds = seeds and len(others[0]["conditional_accuracy_change_across_seeds"])
-    spread = ((f" The verdict is on the means over {n_seeds} training seeds; seed by seed (each against {base['policy']} "
-               f"at the same seed): {seeds}." if seeds else "")
-              + _paired_text(others, base["policy"])
-              + (f" Judged again by judges of other seeds (the verdict is judge 0's): {judges}." if judges else ""))
+    spread = (
+        (
+            f" The verdict is on the means over {n_seeds} training seeds; seed by seed (each against {base['policy']} "
+            f"at the same seed): {seeds}."
+            if seeds
+            else ""
+        )
+        + _paired_text(others, base["policy"])
+        + (
+            f" Judged again by judges of other seeds (the verdict is judge 0's): {judges}."
+            if judges
+            else ""
+        )
+    )
     if missed:
         return f"Quality did not hold for {'; '.join(missed)}. Held means: {rule}.{spread}"
     return f"Quality held for every policy: {rule}.{spread}"
 
 
 def mean_and_error(summary, unit):
-    """"-2.7 ± 4.5 points" or "+35% ± 16%": a paired summary's mean and standard error."""
+    """ "-2.7 ± 4.5 points" or "+35% ± 16%": a paired summary's mean and standard error."""
     digits = 1 if unit == " points" else 0
-    return f"{100 * summary['mean']:+.{digits}f} ± {100 * summary['standard_error']:.{digits}f}{unit}"
+    return (
+        f"{100 * summary['mean']:+.{digits}f} ± {100 * summary['standard_error']:.{digits}f}{unit}"
+    )
 
 
 def _paired_change_text(summary, what, unit):
-    """"accuracy -2.7 ± 4.5 points, 0.1 standard errors on the held side of -3": one criterion's paired
+    """ "accuracy -2.7 ± 4.5 points, 0.1 standard errors on the held side of -3": one criterion's paired
     summary (paired_summary), in points or percent."""
     z = summary["held_side_in_standard_errors"]
     margin = f"{100 * summary['margin']:+.0f}{unit}"
-    where = ("no spread between the seeds" if z is None else
-             f"{abs(z):.1f} standard errors on the {'held' if z >= 0 else 'failing'} side of {margin}")
+    where = (
+        "no spread between the seeds"
+        if z is None
+        else f"{abs(z):.1f} standard errors on the {'held' if z >= 0 else 'failing'} side of {margin}"
+    )
     return f"{what} {mean_and_error(summary, unit)}, {where}"
 
 
@@ -221,12 +327,20 @@ def _paired_text(rows, base):
     ('' with one seed)."""
     parts, open_, pairs = [], [], None
     for r in rows:
-        summaries = [(r.get(f"{key}_change_paired"), what, unit) for (key, _, _), what, unit in zip(
-            PAIRED_MARGINS, ("accuracy", "distance", "per-class distance"), (" points", "%", "%"))]
+        summaries = [
+            (r.get(f"{key}_change_paired"), what, unit)
+            for (key, _, _), what, unit in zip(
+                PAIRED_MARGINS,
+                ("accuracy", "distance", "per-class distance"),
+                (" points", "%", "%"),
+            )
+        ]
         if not summaries[0][0]:
             continue
         pairs = summaries[0][0]["pairs"]
-        parts.append(f"{r['policy']}'s " + "; ".join(_paired_change_text(*x) for x in summaries if x[0]))
+        parts.append(
+            f"{r['policy']}'s " + "; ".join(_paired_change_text(*x) for x in summaries if x[0])
+        )
         for summary, what, _ in summaries:
             z = summary and summary["held_side_in_standard_errors"]
             if z is not None and abs(z) < DECIDED_AT:
@@ -235,18 +349,25 @@ def _paired_text(rows, base):
                 open_.append(f"{r['policy']}'s {what}{needs}")
     if not parts:
         return ""
-    text = (f" Paired over the {pairs} seeds (each seed's change against {base} at that seed; mean ± standard "
-            f"error): {'; '.join(parts)}.")
+    text = (
+        f" Paired over the {pairs} seeds (each seed's change against {base} at that seed; mean ± standard "
+        f"error): {'; '.join(parts)}."
+    )
     if open_:
-        text += (f" Less than {DECIDED_AT:g} standard errors from its margin, these seeds cannot tell on which side "
-                 f"the policy is: {', '.join(open_)}.")
+        text += (
+            f" Less than {DECIDED_AT:g} standard errors from its margin, these seeds cannot tell on which side "
+            f"the policy is: {', '.join(open_)}."
+        )
     return text
 
 
 def _accuracy_changes_text(rows, key, preposition, what):
-    """"P's accuracy change was a to b points, within the margin at k of n seeds; ..." ('' without them)."""
+    """ "P's accuracy change was a to b points, within the margin at k of n seeds; ..." ('' without them)."""
     if not rows or not all(r.get(key) for r in rows):
         return ""
-    return "; ".join(f"{r['policy']}'s accuracy change was {100 * min(r[key]):+.1f} to {100 * max(r[key]):+.1f} "
-                     f"points, within the margin {preposition} {sum(x >= -QUALITY_TOLERANCE for x in r[key])} "
-                     f"of {len(r[key])} {what}" for r in rows)
+    return "; ".join(
+        f"{r['policy']}'s accuracy change was {100 * min(r[key]):+.1f} to {100 * max(r[key]):+.1f} "
+        f"points, within the margin {preposition} {sum(x >= -QUALITY_TOLERANCE for x in r[key])} "
+        f"of {len(r[key])} {what}"
+        for r in rows
+    )

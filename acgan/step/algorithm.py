@@ -28,6 +28,7 @@ The fusions, kept because they pay on a GPU, each in one place:
   backward pass. On TensorFlow that is one persistent tape; on JAX, under jit, XLA merges the two
   traced trunk forwards on the fake batch into one.
 """
+
 import abc
 from typing import Any, NamedTuple, Optional, Protocol
 
@@ -43,7 +44,9 @@ class Networks(Protocol):
 
     def trunk(self, images): ...
 
-    def d_head(self, features, labels): ...  # D's real/fake logits (labels: acgan_cifar's projection)
+    def d_head(
+        self, features, labels
+    ): ...  # D's real/fake logits (labels: acgan_cifar's projection)
 
     def q_head(self, features): ...  # Q's class logits
 
@@ -73,8 +76,12 @@ def q_losses(nets, labels, real_features, fake_labels, fake_features):
     """Q's losses from the trunk's features of both batches (its head sees the real batch first)."""
     q_real = nets.q_head(real_features)
     q_fake = nets.q_head(fake_features)
-    return QLosses(losses.ce(labels, q_real), losses.ce(fake_labels, q_fake),
-                   accuracy(labels, q_real), accuracy(fake_labels, q_fake))
+    return QLosses(
+        losses.ce(labels, q_real),
+        losses.ce(fake_labels, q_fake),
+        accuracy(labels, q_real),
+        accuracy(fake_labels, q_fake),
+    )
 
 
 def accuracy(labels, logits):

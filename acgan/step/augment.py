@@ -11,6 +11,7 @@ translation by up to 1/8 of the side, and cutout of a square half the side. Imag
 The random draws are a hash of (step, image, salt) in 32-bit integer ops, so TensorFlow and JAX draw the
 same numbers without a random state in the step, and the steps of both backends stay equal.
 """
+
 from keras import ops
 
 DRAWS = 7  # per image: brightness, saturation, contrast, shift y, shift x, cutout y, cutout x
@@ -35,7 +36,9 @@ def draws(step, batch, salt, offset=0):
 
     `step` an int scalar tensor (the step counter), `offset` the first image's index in the global batch
     (a replica's share starts further on)."""
-    index = ops.reshape(ops.arange(batch, dtype="int32") + ops.cast(offset, "int32"), (-1, 1)) * DRAWS
+    index = (
+        ops.reshape(ops.arange(batch, dtype="int32") + ops.cast(offset, "int32"), (-1, 1)) * DRAWS
+    )
     counter = index + ops.reshape(ops.arange(DRAWS, dtype="int32"), (1, -1))
     key = _hash(ops.cast(step, "int32") * 2 + salt)
     bits = _hash(_hash(ops.bitwise_xor(counter, key)))
@@ -83,7 +86,12 @@ def _translate(x, u, ratio=0.125):
     reach_y, reach_x = int(height * ratio), int(width * ratio)
     sy = ops.floor(u[:, 0] * (2 * reach_y + 1)) - reach_y
     sx = ops.floor(u[:, 1] * (2 * reach_x + 1)) - reach_x
-    return ops.einsum("bik,bjl,bklc->bijc", _shift_matrix(sy, height), _shift_matrix(sx, width), x - 0.5) + 0.5
+    return (
+        ops.einsum(
+            "bik,bjl,bklc->bijc", _shift_matrix(sy, height), _shift_matrix(sx, width), x - 0.5
+        )
+        + 0.5
+    )
 
 
 def _cutout(x, u, ratio=0.5):
@@ -95,7 +103,8 @@ def _cutout(x, u, ratio=0.5):
     ys = ops.reshape(ops.arange(height, dtype="float32"), (1, height, 1))
     xs = ops.reshape(ops.arange(width, dtype="float32"), (1, 1, width))
     top, left = ops.reshape(top, (-1, 1, 1)), ops.reshape(left, (-1, 1, 1))
-    cut = ops.logical_and(ops.logical_and(ys >= top, ys < top + ch), ops.logical_and(xs >= left, xs < left + cw))
+    cut = ops.logical_and(
+        ops.logical_and(ys >= top, ys < top + ch), ops.logical_and(xs >= left, xs < left + cw)
+    )
     keep = 1.0 - ops.cast(cut, "float32")[..., None]
     return x * keep + 0.5 * (1.0 - keep)
-

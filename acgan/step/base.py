@@ -22,6 +22,7 @@ learning-rate scale; next_skip_streak and metric_vector are the step's shared bo
 A backend's step adds its state, runs algorithm.iteration (the update itself) in its train_step, and
 supplies the hooks named below (`_host_*`, `_set_learning_rates`).
 """
+
 import abc
 import hashlib
 
@@ -46,10 +47,14 @@ class StepBase(abc.ABC):
         # from them, so a run's policy has one source.
         policies = {model.dtype_policy.name for model in models}
         if len(policies) != 1:
-            raise ValueError(f"the models were built under different dtype policies: {sorted(policies)}")
+            raise ValueError(
+                f"the models were built under different dtype policies: {sorted(policies)}"
+            )
         self.policy = policies.pop()
         self.learning_rates = tuple(preset.learning_rates)  # (D, G, Q)
-        self.learning_rate_scale = 1.0  # the factor on them now (set_learning_rate_scale: the preset's decay)
+        self.learning_rate_scale = (
+            1.0  # the factor on them now (set_learning_rate_scale: the preset's decay)
+        )
         # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
         self.q_learns_from_fakes = bool(preset.q_learns_from_fakes)
         # False: the fake batch's class loss moves nothing (it is only measured); the class reaches G
@@ -61,7 +66,8 @@ class StepBase(abc.ABC):
         self.loss = preset.loss  # D's and G's real/fake loss (losses.py); Preset checked it
         # An exponential moving average of G's trainable weights (G-EMA), in float32, for sampling; 0: none.
         self.ema_decay = float(preset.ema_decay)
-        self.samples_from_ema = self.ema_decay > 0  # generate() draws from the average (grids, evaluations)
+        # generate() draws from the average (grids, evaluations)
+        self.samples_from_ema = self.ema_decay > 0
         self.generator_holds_ema = False  # swap_in_ema() made G's own weights the average
 
     def _make_optimizers(self):
@@ -75,12 +81,16 @@ class StepBase(abc.ABC):
         """The variables each optimizer trains, and the optimizers built for them."""
         # {optimizer name: the models (MODEL_NAMES) whose trainable weights it trains, in this order}. Q
         # trains the shared trunk, its head and (with g_learns_from_q) G: the mutual-information term.
-        self.trained_models = {"d": ("trunk", "d_head"), "g": ("generator",),
-                               "q": ("trunk", "q_head") + (("generator",) if self.g_learns_from_q else ())}
+        self.trained_models = {
+            "d": ("trunk", "d_head"),
+            "g": ("generator",),
+            "q": ("trunk", "q_head") + (("generator",) if self.g_learns_from_q else ()),
+        }
         models = dict(zip(MODEL_NAMES, self.models))
         self.d_variables, self.g_variables, self.q_variables = (
             [v for model in self.trained_models[name] for v in models[model].trainable_variables]
-            for name in OPTIMIZER_NAMES)
+            for name in OPTIMIZER_NAMES
+        )
         for optimizer, variables in self._optimizers_and_variables():
             optimizer.build(variables)
 
@@ -215,11 +225,16 @@ def ema_decay_at(decay, step):
 def moved_ema(averages, weights, decay):
     """The new average of each of `weights` (float32 whatever the policy): decay * average + (1 - decay) *
     weight. One elementwise update per weight; compiled, XLA fuses them into a few kernels."""
-    return [average * decay + ops.cast(weight, "float32") * (1.0 - decay) for average, weight in zip(averages, weights)]
+    return [
+        average * decay + ops.cast(weight, "float32") * (1.0 - decay)
+        for average, weight in zip(averages, weights)
+    ]
 
 
 def metric_vector(losses, scales, step, iterations, streak):
     """The step's metrics as one float32 vector in METRIC_NAMES order: the losses and accuracies, each
     optimizer's loss scale, its skipped steps so far (the step counter minus its iterations) and its
     skip streak."""
-    return ops.concatenate([losses, scales, ops.cast(step - iterations, "float32"), ops.cast(streak, "float32")])
+    return ops.concatenate(
+        [losses, scales, ops.cast(step - iterations, "float32"), ops.cast(streak, "float32")]
+    )

@@ -5,6 +5,7 @@ The optimizers' and the models' names, the order of the step's metric vector and
 host-side reader (numpy only: `np.asarray` copies a TensorFlow tensor or a JAX array alike), and the
 learning-rate decay's factor. A preset's settings are in acgan.presets; the step's shared code in base.py.
 """
+
 import numpy as np
 
 OPTIMIZER_NAMES = ("d", "g", "q")
@@ -12,7 +13,10 @@ MODEL_NAMES = ("generator", "trunk", "d_head", "q_head")  # the order of network
 LOSS_METRICS = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake")
 # The order of the step's metric vector.
 METRIC_NAMES = LOSS_METRICS + tuple(
-    f"{name}_{what}" for what in ("loss_scale", "skipped", "skipped_in_a_row") for name in OPTIMIZER_NAMES)
+    f"{name}_{what}"
+    for what in ("loss_scale", "skipped", "skipped_in_a_row")
+    for name in OPTIMIZER_NAMES
+)
 
 
 def learning_rate_scale(progress, decay):

@@ -7,6 +7,7 @@ TensorFlow and Keras are imported inside the functions that use them: this modul
 helpers (check_global_batch, short_device_name) also serve the JAX runtime, which must not load
 TensorFlow, and the benchmark's parent process, which loads no framework at all.
 """
+
 import functools
 import json
 import os
@@ -17,7 +18,7 @@ from acgan.errors import UserError
 
 
 def short_device_name(name):
-    """"/job:localhost/replica:0/task:0/device:CPU:1", "/cpu:1" and "CPU:1" all become "cpu:1"."""
+    """ "/job:localhost/replica:0/task:0/device:CPU:1", "/cpu:1" and "CPU:1" all become "cpu:1"."""
     return name.strip().lower().split("device:")[-1].lstrip("/")
 
 
@@ -40,19 +41,25 @@ def split_host_cpu(count):
     if existing and len(existing) >= count:
         return
     try:
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * count
+        )
     except RuntimeError:
-        raise UserError(f"--devices names {count} CPU devices, but TensorFlow's devices were already set up "
-                        f"with {len(tf.config.list_logical_devices('CPU'))}") from None
+        raise UserError(
+            f"--devices names {count} CPU devices, but TensorFlow's devices were already set up "
+            f"with {len(tf.config.list_logical_devices('CPU'))}"
+        ) from None
 
 
 def tf_config():
     """The parsed TF_CONFIG of a multi-worker run; a clear error when it is missing or malformed."""
     text = os.environ.get("TF_CONFIG")
     if not text:
-        raise UserError("--strategy multi_worker needs TF_CONFIG (the cluster and this task) in the environment "
-                        "(see docs/scaling.md#several-workers), or resume a multi_worker run on this one process "
-                        "with --strategy default")
+        raise UserError(
+            "--strategy multi_worker needs TF_CONFIG (the cluster and this task) in the environment "
+            "(see docs/scaling.md#several-workers), or resume a multi_worker run on this one process "
+            "with --strategy default"
+        )
     try:
         spec = json.loads(text)
         cluster, task = spec["cluster"], spec["task"]
@@ -60,8 +67,10 @@ def tf_config():
     except (ValueError, KeyError, TypeError):
         in_cluster = False
     if not in_cluster:
-        raise UserError("TF_CONFIG must be JSON like {\"cluster\": {\"worker\": [\"host:port\", ...]}, "
-                        "\"task\": {\"type\": \"worker\", \"index\": 0}} with the task in the cluster")
+        raise UserError(
+            'TF_CONFIG must be JSON like {"cluster": {"worker": ["host:port", ...]}, '
+            '"task": {"type": "worker", "index": 0}} with the task in the cluster'
+        )
     return spec
 
 
@@ -77,7 +86,9 @@ def make_strategy(name, devices=None):
     validate_strategy(name)
     if name == "auto":
         # Physical, not logical: listing logical devices would initialize them before split_host_cpu.
-        name = "mirrored" if len(tf.config.list_physical_devices("GPU")) > 1 or devices else "default"
+        name = (
+            "mirrored" if len(tf.config.list_physical_devices("GPU")) > 1 or devices else "default"
+        )
     # Cached under the resolved name and normalized devices: "auto" and "mirrored", "/CPU:0" and
     # "cpu:0" must give the same strategy object.
     return _strategy(name, tuple(short_device_name(d) for d in devices) if devices else None)
@@ -107,28 +118,36 @@ def _check_devices_exist(devices):
     known = {short_device_name(d.name) for d in tf.config.list_logical_devices()}
     for d in devices:
         if short_device_name(d) not in known:
-            raise UserError(f"--devices: no device {d!r} on this machine (it has {', '.join(sorted(known))})")
+            raise UserError(
+                f"--devices: no device {d!r} on this machine (it has {', '.join(sorted(known))})"
+            )
 
 
 def _tpu_strategy():
     import tensorflow as tf
 
     try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=os.environ.get("TPU_NAME", "local"))
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+            tpu=os.environ.get("TPU_NAME", "local")
+        )
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, RuntimeError, tf.errors.OpError) as e:
         detail = " ".join(str(e).split())[:200]
-        raise UserError(f"--strategy tpu: no TPU found (on a TPU VM it is found by itself; for a pod or remote TPU set TPU_NAME; {detail})") from None
+        raise UserError(
+            f"--strategy tpu: no TPU found (on a TPU VM it is found by itself; for a pod or remote TPU set TPU_NAME; {detail})"
+        ) from None
     return tf.distribute.TPUStrategy(resolver)
 
 
 def strategy_name(strategy):
     import tensorflow as tf
 
-    for cls, name in ((tf.distribute.TPUStrategy, "tpu"),
-                      (tf.distribute.MultiWorkerMirroredStrategy, "multi_worker"),
-                      (tf.distribute.MirroredStrategy, "mirrored")):
+    for cls, name in (
+        (tf.distribute.TPUStrategy, "tpu"),
+        (tf.distribute.MultiWorkerMirroredStrategy, "multi_worker"),
+        (tf.distribute.MirroredStrategy, "mirrored"),
+    ):
         if isinstance(strategy, cls):
             return name
     return "default"
@@ -187,13 +206,17 @@ def _sum_over_replicas(strategy, values):
     import tensorflow as tf
 
     local = tf.constant(values, tf.float32)
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: local), axis=None).numpy()
+    return strategy.reduce(
+        tf.distribute.ReduceOp.SUM, strategy.run(lambda: local), axis=None
+    ).numpy()
 
 
 def check_global_batch(batch, replicas, what="--batch"):
     if batch % replicas:
-        raise UserError(f"{what} {batch} does not divide by the {replicas} replicas; "
-                        f"use a multiple of {replicas} (it is the global batch)")
+        raise UserError(
+            f"{what} {batch} does not divide by the {replicas} replicas; "
+            f"use a multiple of {replicas} (it is the global batch)"
+        )
 
 
 def compile_plan(strategy, jit, sync_bn):
@@ -213,8 +236,10 @@ def compile_plan(strategy, jit, sync_bn):
         return "step", "one replica: the whole step is one XLA cluster"
     all_gpu = all(d.startswith("gpu:") for d in replica_devices(strategy))
     if sync_bn and not all_gpu:
-        return "off", ("synchronized batch norm all-reduces inside the forward pass, and XLA compiles that "
-                       "only between GPUs; use --nosync_bn to compile each replica's pass")
+        return "off", (
+            "synchronized batch norm all-reduces inside the forward pass, and XLA compiles that "
+            "only between GPUs; use --nosync_bn to compile each replica's pass"
+        )
     return "forward_backward", "several replicas: each replica's forward/backward pass is compiled"
 
 
@@ -235,7 +260,9 @@ def agree_on_finite(grads):
     present = [g for g in grads if g is not None]
     local = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in present])
     # ReduceOp has only SUM and MEAN: count the replicas that overflowed.
-    overflowed = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(local), tf.float32))
+    overflowed = context.all_reduce(
+        tf.distribute.ReduceOp.SUM, tf.cast(tf.logical_not(local), tf.float32)
+    )
     poison = tf.where(overflowed > 0.0, float("nan"), 0.0)
     return [None if g is None else g + tf.cast(poison, g.dtype) for g in grads]
 

@@ -2,7 +2,9 @@
 the benchmark. A step built for a preset's weights anywhere is the step training built for them."""
 
 
-def build_step(preset, backend, models, num_classes, *, jit=True, strategy=None, sync_bn=True, mesh=None):
+def build_step(
+    preset, backend, models, num_classes, *, jit=True, strategy=None, sync_bn=True, mesh=None
+):
     """The train step (base.py's contract) of `backend` for `models`, built from `preset`.
 
     preset: the acgan.presets.Preset it trains, its loss and G-EMA decay as the run has them
@@ -18,7 +20,9 @@ def build_step(preset, backend, models, num_classes, *, jit=True, strategy=None,
         # Imported here, once the backend is chosen: importing tf_step loads TensorFlow.
         from acgan.step.tf_step import TensorFlowStep
 
-        return TensorFlowStep(models, num_classes, preset, jit=jit, strategy=strategy, sync_bn=sync_bn)
+        return TensorFlowStep(
+            models, num_classes, preset, jit=jit, strategy=strategy, sync_bn=sync_bn
+        )
     if backend == "jax":
         if strategy is not None:
             raise ValueError("a tf.distribute strategy is TensorFlow's; JAX's step takes a mesh")

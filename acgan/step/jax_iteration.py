@@ -8,6 +8,7 @@ explicit: G's in its one forward; the trunk's and D head's in D's pass (real, th
 in the G/Q pass; the rest are dropped. Under mixed_float16 each loss is scaled by its own optimizer's
 scale as the state handed to the step holds it (JaxStep.scaled).
 """
+
 import functools
 
 import jax
@@ -28,8 +29,9 @@ class _StatelessNetworks:
         self.trainable, self.state, self.moving = trainable, state, moving
 
     def _call(self, name, inputs):
-        outputs, state = self.models[name].stateless_call(self.trainable[name], self.state[name], inputs,
-                                                          training=True)
+        outputs, state = self.models[name].stateless_call(
+            self.trainable[name], self.state[name], inputs, training=True
+        )
         if name in self.moving:
             self.state[name] = state
         return outputs
@@ -53,13 +55,18 @@ class JaxIteration(algorithm.Backend):
         self._step = step
         self.models = step.models
         self.loss, self.augment = step.loss, step.augment
-        self.q_learns_from_fakes, self.g_learns_from_q = step.q_learns_from_fakes, step.g_learns_from_q
+        self.q_learns_from_fakes, self.g_learns_from_q = (
+            step.q_learns_from_fakes,
+            step.g_learns_from_q,
+        )
         self.weights = {name: dict(state["models"][name]) for name in MODEL_NAMES}
         self.optimizers = dict(state["optimizers"])
 
     def _networks(self, moving=(), **trainable):
         """The networks at the weights as they stand, `trainable` ({model name: values}) replacing some."""
-        values = {name: trainable.get(name, self.weights[name]["trainable"]) for name in MODEL_NAMES}
+        values = {
+            name: trainable.get(name, self.weights[name]["trainable"]) for name in MODEL_NAMES
+        }
         state = {name: self.weights[name]["non_trainable"] for name in MODEL_NAMES}
         return _StatelessNetworks(self.models, values, state, moving)
 
@@ -67,21 +74,26 @@ class JaxIteration(algorithm.Backend):
         return self._step.scaled(name, self.optimizers[name], loss)
 
     def augmented(self, images, step, salt):
-        return augment_lib.augment(images, augment_lib.draws(step, images.shape[0], salt), self.augment)
+        return augment_lib.augment(
+            images, augment_lib.draws(step, images.shape[0], salt), self.augment
+        )
 
     def generator_forward(self, z, labels, step):
         """G's one forward as a jax.vjp (G's batch-norm statistics move here, once); its pullback is G's
         backward pass."""
         g = self.weights["generator"]
-        forward = functools.partial(self._g_forward, non_trainable=g["non_trainable"], z=z, labels=labels, step=step)
+        forward = functools.partial(
+            self._g_forward, non_trainable=g["non_trainable"], z=z, labels=labels, step=step
+        )
         fake, pullback, g["non_trainable"] = jax.vjp(forward, g["trainable"], has_aux=True)
         return jax.lax.stop_gradient(fake), lambda cotangent: list(pullback(cotangent)[0])
 
     def _g_forward(self, trainable, non_trainable, z, labels, step):
         """G's images (augmented as D sees them, so G's gradients pass back through the augmentation) and
         G's new batch statistics."""
-        images, non_trainable = self.models.generator.stateless_call(trainable, non_trainable, [z, labels],
-                                                                     training=True)
+        images, non_trainable = self.models.generator.stateless_call(
+            trainable, non_trainable, [z, labels], training=True
+        )
         if self.augment:
             images = self.augmented(images, step, augment_lib.FAKE)
         return images, non_trainable
@@ -90,13 +102,16 @@ class JaxIteration(algorithm.Backend):
         n_trunk = len(self.weights["trunk"]["trainable"])
 
         def loss_fn(d_trainable):
-            nets = self._networks(("trunk", "d_head"), trunk=d_trainable[:n_trunk], d_head=d_trainable[n_trunk:])
+            nets = self._networks(
+                ("trunk", "d_head"), trunk=d_trainable[:n_trunk], d_head=d_trainable[n_trunk:]
+            )
             d_loss = algorithm.d_loss(nets, self.loss, real, labels, fake, fake_labels)
             return self._scaled("d", d_loss), (d_loss, nets.state["trunk"], nets.state["d_head"])
 
         trunk, head = self.weights["trunk"], self.weights["d_head"]
-        grads, (d_loss, trunk["non_trainable"], head["non_trainable"]) = jax.grad(loss_fn, has_aux=True)(
-            trunk["trainable"] + head["trainable"])
+        grads, (d_loss, trunk["non_trainable"], head["non_trainable"]) = jax.grad(
+            loss_fn, has_aux=True
+        )(trunk["trainable"] + head["trainable"])
         return d_loss, grads
 
     def g_and_q_gradients(self, real, labels, fake, fake_labels):
@@ -117,28 +132,44 @@ class JaxIteration(algorithm.Backend):
             q = algorithm.q_losses(nets, labels, nets.trunk(real), fake_labels, fake_features)
             q_loss = q.real + q.fake
             learned = q_loss if learned_from_fakes else q.real
-            return self._scaled("q", learned), (q_loss, q.accuracy_real, q.accuracy_fake, nets.state["q_head"])
+            return self._scaled("q", learned), (
+                q_loss,
+                q.accuracy_real,
+                q.accuracy_fake,
+                nets.state["q_head"],
+            )
 
         g_cotangent, g_loss = jax.grad(g_loss_fn, has_aux=True)(fake)
         # One backward pass gives Q's gradients and its cotangent when both learn from the fake batch.
         fused = self.q_learns_from_fakes and self.g_learns_from_q
         learned = functools.partial(q_loss_fn, learned_from_fakes=self.q_learns_from_fakes)
         q_grads, (q_loss, accuracy_real, accuracy_fake, q_head["non_trainable"]) = jax.grad(
-            learned, argnums=(0, 1, 2) if fused else (0, 1), has_aux=True)(trunk["trainable"], q_head["trainable"], fake)
+            learned, argnums=(0, 1, 2) if fused else (0, 1), has_aux=True
+        )(trunk["trainable"], q_head["trainable"], fake)
         q_cotangent = q_grads[2] if fused else None
-        if self.g_learns_from_q and not fused:  # L_Q reaches G, but Q's weights learn from real images only
-            q_cotangent, _ = jax.grad(functools.partial(q_loss_fn, learned_from_fakes=True), argnums=2,
-                                      has_aux=True)(trunk["trainable"], q_head["trainable"], fake)
-        return algorithm.GQGradients(g_loss=g_loss, q_loss=q_loss, q_accuracy_real=accuracy_real,
-                                     q_accuracy_fake=accuracy_fake, q_grads=list(q_grads[0]) + list(q_grads[1]),
-                                     g_cotangent=g_cotangent, q_cotangent=q_cotangent)
+        if (
+            self.g_learns_from_q and not fused
+        ):  # L_Q reaches G, but Q's weights learn from real images only
+            q_cotangent, _ = jax.grad(
+                functools.partial(q_loss_fn, learned_from_fakes=True), argnums=2, has_aux=True
+            )(trunk["trainable"], q_head["trainable"], fake)
+        return algorithm.GQGradients(
+            g_loss=g_loss,
+            q_loss=q_loss,
+            q_accuracy_real=accuracy_real,
+            q_accuracy_fake=accuracy_fake,
+            q_grads=list(q_grads[0]) + list(q_grads[1]),
+            g_cotangent=g_cotangent,
+            q_cotangent=q_cotangent,
+        )
 
     def apply(self, name, grads):
         """Optimizer `name`'s stateless_apply on the weights of the models it trains, as they stand."""
         models = self._step.trained_models[name]
         values = [v for model in models for v in self.weights[model]["trainable"]]
-        values, self.optimizers[name] = self._step.optimizer(name).stateless_apply(self.optimizers[name], grads,
-                                                                                   values)
+        values, self.optimizers[name] = self._step.optimizer(name).stateless_apply(
+            self.optimizers[name], grads, values
+        )
         for model in models:
             count = len(self.weights[model]["trainable"])
             self.weights[model]["trainable"], values = values[:count], values[count:]

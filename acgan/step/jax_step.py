@@ -25,6 +25,7 @@ gradients, and the batch-norm statistics (what --sync_bn means on TensorFlow). A
 any device's shard is therefore in the one gradient every LossScaleOptimizer checks: all skip together.
 With processes on several hosts the state is a global array; reads take this process's own copy.
 """
+
 import jax
 import jax.numpy as jnp
 import keras
@@ -77,18 +78,26 @@ class JaxStep(StepBase):
 
     def __init__(self, models, num_classes, preset=presets.REFERENCE, jit=True, mesh=None):
         if keras.backend.backend() != "jax":
-            raise RuntimeError(f"JaxStep needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}")
+            raise RuntimeError(
+                f"JaxStep needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}"
+            )
         self._set_up(models, num_classes, preset)
         self._make_optimizers()
         self._build_optimizers()  # the same variable lists, in the same order, as tf_step.TensorFlowStep's
         self._optimizers = self._named_optimizers()
         # Where, in each optimizer's variable list, its (inner optimizer's) iteration count and its loss
         # scale are.
-        self._iterations_index = {n: _index(o.variables, o.iterations) for n, o in self._optimizers.items()}
-        self._scale_index = {n: _index(o.variables, o.dynamic_scale) if precision.is_loss_scaled(o) else None
-                             for n, o in self._optimizers.items()}
-        self._learning_rate_index = {n: _index(o.variables, precision.learning_rate_variable(o))
-                                     for n, o in self._optimizers.items()}
+        self._iterations_index = {
+            n: _index(o.variables, o.iterations) for n, o in self._optimizers.items()
+        }
+        self._scale_index = {
+            n: _index(o.variables, o.dynamic_scale) if precision.is_loss_scaled(o) else None
+            for n, o in self._optimizers.items()
+        }
+        self._learning_rate_index = {
+            n: _index(o.variables, precision.learning_rate_variable(o))
+            for n, o in self._optimizers.items()
+        }
         # Several devices: the state replicated on each, every batch input split along its first axis.
         self.mesh = mesh
         if mesh is not None:
@@ -97,8 +106,11 @@ class JaxStep(StepBase):
         self._state = self._place(self._state_from_variables())
         self._keys = self._state_keys()
         self.compile_mode = "step" if jit else "off"
-        self.compile_reason = ("jax.jit: the whole step is one XLA computation, its state donated" if jit
-                               else "--nojit: the step runs op by op, uncompiled")
+        self.compile_reason = (
+            "jax.jit: the whole step is one XLA computation, its state donated"
+            if jit
+            else "--nojit: the step runs op by op, uncompiled"
+        )
         self.retrace()
 
     # -- state ---------------------------------------------------------------------------------------
@@ -106,15 +118,23 @@ class JaxStep(StepBase):
     def _state_from_variables(self):
         """The state as the Keras variables hold it now, in fresh buffers; the skip streak at zero."""
         return {
-            "models": {name: {"trainable": [_copy(v.value) for v in model.trainable_variables],
-                              "non_trainable": [_copy(v.value) for v in model.non_trainable_variables]}
-                       for name, model in zip(MODEL_NAMES, self.models)},
-            "optimizers": {name: [_copy(v.value) for v in o.variables] for name, o in self._optimizers.items()},
+            "models": {
+                name: {
+                    "trainable": [_copy(v.value) for v in model.trainable_variables],
+                    "non_trainable": [_copy(v.value) for v in model.non_trainable_variables],
+                }
+                for name, model in zip(MODEL_NAMES, self.models)
+            },
+            "optimizers": {
+                name: [_copy(v.value) for v in o.variables] for name, o in self._optimizers.items()
+            },
             "step": jnp.zeros((), jnp.int32),
             # Consecutive skipped steps per optimizer; not in state(), as the TF step does not checkpoint it.
             "skip_streak": jnp.zeros(len(OPTIMIZER_NAMES), jnp.int32),
             # G's average (G-EMA) in float32, starting at G's weights; empty without one.
-            "g_ema": [jnp.array(v.value, jnp.float32, copy=True) for v in self.g_variables] if self.ema_decay else [],
+            "g_ema": [jnp.array(v.value, jnp.float32, copy=True) for v in self.g_variables]
+            if self.ema_decay
+            else [],
         }
 
     def _state_keys(self):
@@ -128,7 +148,11 @@ class JaxStep(StepBase):
             for i, v in enumerate(optimizer.variables):
                 keys.append((f"optimizers/{v.path}", ("optimizers", name, i)))
         keys.append(("step", ("step",)))
-        keys += [(f"ema/generator/{v.path}", ("g_ema", i)) for i, v in enumerate(self.g_variables) if self.ema_decay]
+        keys += [
+            (f"ema/generator/{v.path}", ("g_ema", i))
+            for i, v in enumerate(self.g_variables)
+            if self.ema_decay
+        ]
         if len({key for key, _ in keys}) != len(keys):
             raise ValueError("two variables share a path; state() needs unique keys")
         return keys
@@ -143,7 +167,9 @@ class JaxStep(StepBase):
             if isinstance(x, jax.Array) and x.sharding == self._replicated:
                 return x
             value = np.asarray(x)
-            return jax.make_array_from_callback(value.shape, self._replicated, lambda index: value[index])
+            return jax.make_array_from_callback(
+                value.shape, self._replicated, lambda index: value[index]
+            )
 
         return jax.tree_util.tree_map(place, tree)
 
@@ -161,8 +187,12 @@ class JaxStep(StepBase):
             return arrays
         if global_batch is None or global_batch == len(arrays[0]):
             return tuple(jax.device_put(x, self._split) for x in arrays)
-        return tuple(jax.make_array_from_process_local_data(self._split, np.asarray(x), (global_batch,) + x.shape[1:])
-                     for x in arrays)
+        return tuple(
+            jax.make_array_from_process_local_data(
+                self._split, np.asarray(x), (global_batch,) + x.shape[1:]
+            )
+            for x in arrays
+        )
 
     def _at(self, path):
         node = self._state
@@ -200,7 +230,10 @@ class JaxStep(StepBase):
             node[path[-1]] = jnp.array(value, dtype=old.dtype)
         new["skip_streak"] = jnp.zeros(len(OPTIMIZER_NAMES), jnp.int32)
         if without_ema and self.ema_decay:
-            new["g_ema"] = [jnp.array(v, jnp.float32, copy=True) for v in new["models"]["generator"]["trainable"]]
+            new["g_ema"] = [
+                jnp.array(v, jnp.float32, copy=True)
+                for v in new["models"]["generator"]["trainable"]
+            ]
         self._state = self._place(new)
 
     def _set_learning_rates(self, rates):
@@ -229,9 +262,12 @@ class JaxStep(StepBase):
         """(Re)builds the step functions; call it after patching anything the step calls."""
         if self.compile_mode == "step" and self.mesh is not None:
             # The same function, partitioned: state in and out replicated, the four batch inputs split.
-            self._step_function = jax.jit(self._step, donate_argnums=0,
-                                          in_shardings=(self._replicated,) + (self._split,) * 4,
-                                          out_shardings=(self._replicated, self._replicated))
+            self._step_function = jax.jit(
+                self._step,
+                donate_argnums=0,
+                in_shardings=(self._replicated,) + (self._split,) * 4,
+                out_shardings=(self._replicated, self._replicated),
+            )
             self._generate_function = jax.jit(self._generate)
         elif self.compile_mode == "step":
             self._step_function = jax.jit(self._step, donate_argnums=0)
@@ -251,7 +287,9 @@ class JaxStep(StepBase):
         """One step: uint8 images [B, H, W, C], int labels [B], z [B, noise_dim], int fake_labels [B].
         Returns its StepMetrics without waiting for the device."""
         self._state, vector = self._step_function(self._state, images, labels, z, fake_labels)
-        self._signature = [jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x in (images, labels, z, fake_labels)]
+        self._signature = [
+            jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x in (images, labels, z, fake_labels)
+        ]
         return StepMetrics(vector)
 
     def compiled_hlo(self):
@@ -282,24 +320,38 @@ class JaxStep(StepBase):
         streak = next_skip_streak(state["skip_streak"], iterations_before, iterations)
         g_trainable = run.weights["generator"]["trainable"]
         new_state = {
-            "models": {name: {kind: list(values) for kind, values in run.weights[name].items()}
-                       for name in MODEL_NAMES},
+            "models": {
+                name: {kind: list(values) for kind, values in run.weights[name].items()}
+                for name in MODEL_NAMES
+            },
             "optimizers": {name: list(values) for name, values in run.optimizers.items()},
             "step": step,
             "skip_streak": streak,
             # G's average moves toward G's weights after both of their updates.
-            "g_ema": moved_ema(state["g_ema"], g_trainable, ema_decay_at(self.ema_decay, state["step"])),
+            "g_ema": moved_ema(
+                state["g_ema"], g_trainable, ema_decay_at(self.ema_decay, state["step"])
+            ),
         }
         loss_values = jnp.stack([jnp.asarray(x, jnp.float32) for x in loss_values])
-        return new_state, metric_vector(loss_values, self._scales(run.optimizers), step, iterations, streak)
+        return new_state, metric_vector(
+            loss_values, self._scales(run.optimizers), step, iterations, streak
+        )
 
     def _iterations(self, optimizer_values):
-        return jnp.stack([jnp.asarray(optimizer_values[n][self._iterations_index[n]], jnp.int32)
-                          for n in OPTIMIZER_NAMES])
+        return jnp.stack(
+            [
+                jnp.asarray(optimizer_values[n][self._iterations_index[n]], jnp.int32)
+                for n in OPTIMIZER_NAMES
+            ]
+        )
 
     def _scales(self, optimizer_values):
-        return jnp.stack([jnp.asarray(optimizer_values[n][i] if i is not None else 1.0, jnp.float32)
-                          for n, i in self._scale_index.items()])
+        return jnp.stack(
+            [
+                jnp.asarray(optimizer_values[n][i] if i is not None else 1.0, jnp.float32)
+                for n, i in self._scale_index.items()
+            ]
+        )
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -317,7 +369,9 @@ class JaxStep(StepBase):
     def _host_model_values(self, name, model):
         values = self._local(self._state["models"][name])
         by_id = {id(v): x for v, x in zip(model.trainable_variables, values["trainable"])}
-        by_id.update({id(v): x for v, x in zip(model.non_trainable_variables, values["non_trainable"])})
+        by_id.update(
+            {id(v): x for v, x in zip(model.non_trainable_variables, values["non_trainable"])}
+        )
         return [by_id[id(variable)] for variable in model.variables]
 
     def _host_ema_values(self):
@@ -340,7 +394,8 @@ class JaxStep(StepBase):
 
     def _generate(self, trainable, non_trainable, z, labels):
         images, _ = self.models.generator.stateless_call(
-            trainable, non_trainable, [z, jnp.asarray(labels).astype(jnp.int32)], training=False)
+            trainable, non_trainable, [z, jnp.asarray(labels).astype(jnp.int32)], training=False
+        )
         return images
 
 

@@ -9,15 +9,17 @@ loss-scale guard across replicas. XLA compiles the whole step with one replica, 
 and backward passes with several (distribute.compile_plan). The metrics come back as one float32 vector
 (StepMetrics), so the host reads them with one copy.
 """
+
 import keras
 import tensorflow as tf
 
 from acgan import presets
 from acgan.model import precision
 from acgan.model.networks import d_head_inputs
-from acgan.step import augment as augment_lib
 from acgan.step import algorithm, distribute
+from acgan.step import augment as augment_lib
 from acgan.step.base import StepBase, ema_decay_at, metric_vector, moved_ema, next_skip_streak
+
 # The backend-neutral names live in common.py; re-exported so `from acgan.step.tf_step import ...` keeps working.
 from acgan.step.common import LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, StepMetrics  # noqa: F401
 
@@ -52,8 +54,9 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
     acgan.presets.Preset whose settings it trains with (its loss resolved; factory.build_step gives it).
     """
 
-    def __init__(self, models, num_classes, preset=presets.REFERENCE, jit=True, strategy=None,
-                 sync_bn=True):
+    def __init__(
+        self, models, num_classes, preset=presets.REFERENCE, jit=True, strategy=None, sync_bn=True
+    ):
         super().__init__(name="acgan")
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
@@ -68,15 +71,23 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
             # Consecutive skipped steps per optimizer, for the divergence check between metric reads.
             # Not checkpointed: a resumed run starts counting afresh, as the monitor always did.
             self._scratch = _Untracked()
-            self._scratch.skip_streak = tf.Variable(tf.zeros(len(OPTIMIZER_NAMES), tf.int64), trainable=False,
-                                                    name="skip_streak")
+            self._scratch.skip_streak = tf.Variable(
+                tf.zeros(len(OPTIMIZER_NAMES), tf.int64), trainable=False, name="skip_streak"
+            )
             # G's average (G-EMA): outside the checkpoint's `gan`, so older checkpoints still restore it whole;
             # checkpoints hold it as `g_ema` (ema_checkpointable).
             self._scratch.ema = tf.Module(name="g_ema")
-            self._scratch.ema.weights = [tf.Variable(tf.cast(v.value, tf.float32), trainable=False, name="g_ema")
-                                         for v in self.g_variables] if self.ema_decay else []
+            self._scratch.ema.weights = (
+                [
+                    tf.Variable(tf.cast(v.value, tf.float32), trainable=False, name="g_ema")
+                    for v in self.g_variables
+                ]
+                if self.ema_decay
+                else []
+            )
         self.compile_mode, self.compile_reason = distribute.compile_plan(
-            self.strategy, jit, self.synchronized_batch_norm)
+            self.strategy, jit, self.synchronized_batch_norm
+        )
         self.retrace()
 
     def retrace(self):
@@ -91,7 +102,9 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         self._gq_pass = compiled(self._gq_forward_backward)
         # autograph=False: the step has no Python control flow on tensors to convert (Keras branches with
         # ops.cond), and converting every call it makes cost about a quarter of the CPU time of tracing it.
-        self._step_function = tf.function(self._step, jit_compile=self.compile_mode == "step", autograph=False)
+        self._step_function = tf.function(
+            self._step, jit_compile=self.compile_mode == "step", autograph=False
+        )
 
     def train_step(self, images, labels, z, fake_labels):
         """One global step (see _step); returns its StepMetrics without waiting for the device."""
@@ -104,19 +117,25 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         optimizers = [optimizer for optimizer, _ in self._optimizers_and_variables()]
         iterations_before = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
         step_before = self.step.read_value()
-        per_replica = self.strategy.run(self._replica_step, args=(images, labels, z, fake_labels, step_before))
+        per_replica = self.strategy.run(
+            self._replica_step, args=(images, labels, z, fake_labels, step_before)
+        )
         # Each replica returns its share (local mean / replicas), so the sum is the global-batch mean.
         loss_values = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         if self.ema_decay:  # G's weights are equal on every replica: the average is updated as one
             averages = self._scratch.ema.weights
             decay = ema_decay_at(self.ema_decay, step_before)
-            for average, value in zip(averages, moved_ema(averages, [v.value for v in self.g_variables], decay)):
+            for average, value in zip(
+                averages, moved_ema(averages, [v.value for v in self.g_variables], decay)
+            ):
                 average.assign(value)
         self.step.assign_add(1)
         iterations = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
         streak = next_skip_streak(self._scratch.skip_streak, iterations_before, iterations)
         self._scratch.skip_streak.assign(streak)
-        scales = tf.stack([tf.cast(precision.current_loss_scale(o), tf.float32) for o in optimizers])
+        scales = tf.stack(
+            [tf.cast(precision.current_loss_scale(o), tf.float32) for o in optimizers]
+        )
         return metric_vector(loss_values, scales, self.step, iterations, streak)
 
     def _replica_step(self, images, labels, z, fake_labels, step):
@@ -133,7 +152,9 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         """`images` augmented with this step's draws for this replica's share of the global batch."""
         batch = tf.shape(images)[0]
         offset = tf.distribute.get_replica_context().replica_id_in_sync_group * batch
-        return augment_lib.augment(images, augment_lib.draws(step, batch, salt, offset), self.augment)
+        return augment_lib.augment(
+            images, augment_lib.draws(step, batch, salt, offset), self.augment
+        )
 
     def generator_forward(self, z, labels, step):
         """G's one forward, recorded on a tape that G's backward pass (called once or twice) reads."""
@@ -173,8 +194,12 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
     def _d_forward_backward(self, real, labels, fake, fake_labels):
         """L_D (this replica's share) and its still-scaled gradients; `fake` is a constant here."""
         with tf.GradientTape() as tape:
-            d_loss = algorithm.d_loss(_KerasNetworks(self.models), self.loss, real, labels, fake,
-                                      fake_labels) / self.replicas
+            d_loss = (
+                algorithm.d_loss(
+                    _KerasNetworks(self.models), self.loss, real, labels, fake, fake_labels
+                )
+                / self.replicas
+            )
             scaled = precision.scale_loss(self.d_optimizer, d_loss)
         return tf.cast(d_loss, tf.float32), tape.gradient(scaled, self.d_variables)
 
@@ -187,7 +212,9 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         the batch statistics without moving their averages again (a StatelessScope drops the updates).
         """
         nets = _KerasNetworks(self.models)
-        q_trunk_and_head = self.models.trunk.trainable_variables + self.models.q_head.trainable_variables
+        q_trunk_and_head = (
+            self.models.trunk.trainable_variables + self.models.q_head.trainable_variables
+        )
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(fake)
             # One scope per call: inside a scope a state update is visible to the next read, so with one
@@ -203,21 +230,32 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
             q_loss = q_real_loss + q.fake / self.replicas
             g_scaled = precision.scale_loss(self.g_optimizer, g_loss)
             q_scaled = precision.scale_loss(self.q_optimizer, q_loss)
-            if not self.q_learns_from_fakes:  # the trunk and Q head then learn from the real batch alone
+            if (
+                not self.q_learns_from_fakes
+            ):  # the trunk and Q head then learn from the real batch alone
                 q_real_scaled = precision.scale_loss(self.q_optimizer, q_real_loss)
         g_cotangent = tape.gradient(g_scaled, fake)
         q_cotangent = None
-        if self.q_learns_from_fakes and self.g_learns_from_q:  # one backward pass: Q's gradients and G's cotangent
+        if (
+            self.q_learns_from_fakes and self.g_learns_from_q
+        ):  # one backward pass: Q's gradients and G's cotangent
             *q_grads, q_cotangent = tape.gradient(q_scaled, q_trunk_and_head + [fake])
         else:
-            q_grads = tape.gradient(q_scaled if self.q_learns_from_fakes else q_real_scaled, q_trunk_and_head)
+            q_grads = tape.gradient(
+                q_scaled if self.q_learns_from_fakes else q_real_scaled, q_trunk_and_head
+            )
             if self.g_learns_from_q:
                 q_cotangent = tape.gradient(q_scaled, fake)
         del tape
         return algorithm.GQGradients(
-            g_loss=tf.cast(g_loss, tf.float32), q_loss=tf.cast(q_loss, tf.float32),
-            q_accuracy_real=q.accuracy_real / self.replicas, q_accuracy_fake=q.accuracy_fake / self.replicas,
-            q_grads=q_grads, g_cotangent=g_cotangent, q_cotangent=q_cotangent)
+            g_loss=tf.cast(g_loss, tf.float32),
+            q_loss=tf.cast(q_loss, tf.float32),
+            q_accuracy_real=q.accuracy_real / self.replicas,
+            q_accuracy_fake=q.accuracy_fake / self.replicas,
+            q_grads=q_grads,
+            g_cotangent=g_cotangent,
+            q_cotangent=q_cotangent,
+        )
 
     @property
     def ema_checkpointable(self):
@@ -249,11 +287,16 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
             precision.learning_rate_variable(optimizer).assign(rate)
 
     def _host_step_and_iterations(self):
-        return int(self.step.numpy()), [int(o.iterations.numpy()) for o, _ in self._optimizers_and_variables()]
+        return int(self.step.numpy()), [
+            int(o.iterations.numpy()) for o, _ in self._optimizers_and_variables()
+        ]
 
     def _host_loss_scales(self):
         # Through a tensor: float() of a Keras variable holding a MirroredVariable raises.
-        return [tf.convert_to_tensor(precision.current_loss_scale(o)) for o, _ in self._optimizers_and_variables()]
+        return [
+            tf.convert_to_tensor(precision.current_loss_scale(o))
+            for o, _ in self._optimizers_and_variables()
+        ]
 
     def _host_model_values(self, name, model):
         return [variable.numpy() for variable in model.variables]  # this worker's first replica's
@@ -264,7 +307,10 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         generator = self.models.generator
         if not self.samples_from_ema:
             return generator([z, labels], training=False)
-        images, _ = generator.stateless_call([a.value() for a in self._scratch.ema.weights],
-                                             [v.value for v in generator.non_trainable_variables], [z, labels],
-                                             training=False)
+        images, _ = generator.stateless_call(
+            [a.value() for a in self._scratch.ema.weights],
+            [v.value for v in generator.non_trainable_variables],
+            [z, labels],
+            training=False,
+        )
         return images

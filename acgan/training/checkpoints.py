@@ -10,6 +10,7 @@ removes its own partial files and raises DiskFull: the previous checkpoint stays
 TensorFlow is imported inside the functions that need it: move_aside and the messages serve the JAX
 backend's checkpoints too (jax_checkpoints.py).
 """
+
 import re
 import sys
 from pathlib import Path
@@ -111,8 +112,10 @@ def none_intact_error(directory, damaged, unfit, then, doing="cannot resume: "):
     message says so."""
     listed = "; ".join(reason for _, reason in damaged)
     if len(unfit) == len(damaged):
-        return UserError(f"{doing}the checkpoints in {directory} read whole, but none fits the model this "
-                         f"code builds ({listed}); were they written by another version of acgan? {then}")
+        return UserError(
+            f"{doing}the checkpoints in {directory} read whole, but none fits the model this "
+            f"code builds ({listed}); were they written by another version of acgan? {then}"
+        )
     return UserError(f"{doing}no intact checkpoint in {directory} ({listed}); {then}")
 
 
@@ -125,16 +128,27 @@ def restore_newest_intact(checkpoint, directory, move_damaged=True):
     found = candidates(directory)
     # expect_partial: the caller may restore a part (the models) and the rest on its own.
     good, damaged, unfit = first_intact(
-        found, damage, lambda prefix: checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial(),
-        "does not restore")
+        found,
+        damage,
+        lambda prefix: (
+            checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
+        ),
+        "does not restore",
+    )
     if good is None and damaged:
-        raise none_intact_error(directory, damaged, unfit,
-                                "the files are left as they are; start a new run with another --output_dir")
+        raise none_intact_error(
+            directory,
+            damaged,
+            unfit,
+            "the files are left as they are; start a new run with another --output_dir",
+        )
     if damaged and move_damaged:
         for prefix, reason in damaged:
             where = move_aside(prefix)
-            sys.stderr.write(f"warning: checkpoint {Path(prefix).name} is damaged ({reason}); moved to "
-                             f"{where}, resuming from {Path(good).name}\n")
+            sys.stderr.write(
+                f"warning: checkpoint {Path(prefix).name} is damaged ({reason}); moved to "
+                f"{where}, resuming from {Path(good).name}\n"
+            )
         rewrite_state(directory, [p for p in found if p not in dict(damaged)])
     sys.stderr.flush()
     return good
@@ -149,7 +163,9 @@ def newest_intact(directory):
         reason = damage(prefix)
         if reason is None:
             return prefix
-        sys.stderr.write(f"warning: checkpoint {Path(prefix).name} is damaged ({reason}); skipping it\n")
+        sys.stderr.write(
+            f"warning: checkpoint {Path(prefix).name} is damaged ({reason}); skipping it\n"
+        )
     if found:
         raise UserError(f"no intact checkpoint in {directory}")
     return None
@@ -162,11 +178,11 @@ def move_aside(prefix):
     target_dir.mkdir(exist_ok=True)
     files = [p for p in prefix.parent.glob(prefix.name + ".*") if p.is_file()]
     new_name, k = prefix.name, 1
-    while any((target_dir / (new_name + p.name[len(prefix.name):])).exists() for p in files):
+    while any((target_dir / (new_name + p.name[len(prefix.name) :])).exists() for p in files):
         k += 1
         new_name = f"{prefix.name}.{k}"
     for p in files:
-        p.rename(target_dir / (new_name + p.name[len(prefix.name):]))
+        p.rename(target_dir / (new_name + p.name[len(prefix.name) :]))
     return target_dir / new_name
 
 
@@ -178,9 +194,13 @@ def rewrite_state(directory, remaining):
     remaining = sorted((p for p in remaining if Path(p + ".index").is_file()), key=step_of)
     if remaining:
         times = [Path(p + ".index").stat().st_mtime for p in remaining]
-        tf.compat.v1.train.update_checkpoint_state(str(directory), remaining[-1], remaining,
-                                                   all_model_checkpoint_timestamps=times,
-                                                   last_preserved_timestamp=min(times) - 1.0)
+        tf.compat.v1.train.update_checkpoint_state(
+            str(directory),
+            remaining[-1],
+            remaining,
+            all_model_checkpoint_timestamps=times,
+            last_preserved_timestamp=min(times) - 1.0,
+        )
 
 
 def save(manager, step):

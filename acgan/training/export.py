@@ -32,6 +32,7 @@ a float32 model only (Keras's rule; api.export refuses --keep_policy with it). T
 (float32 [N, noise_dim]) and `labels` (int32 [N]); the batch is dynamic; the output's name depends on the
 backend that wrote the file, so read the first output.
 """
+
 import contextlib
 import json
 import logging
@@ -66,11 +67,15 @@ def portable_layer(layer, dtype=None):
         return keras.layers.Conv2DTranspose.from_config(config)
     if isinstance(layer, BatchNorm):
         return keras.layers.BatchNormalization.from_config(config)
-    if isinstance(layer, UnitRange):  # a float32 output whatever the policy (blocks.float32_tanh_to_unit)
+    if isinstance(
+        layer, UnitRange
+    ):  # a float32 output whatever the policy (blocks.float32_tanh_to_unit)
         return lambda x: keras.ops.add(keras.ops.multiply(x, 0.5), 0.5)
     if not type(layer).__module__.startswith("keras."):
-        raise RuntimeError(f"cannot export layer {layer.name!r}: {type(layer).__name__} is acgan's own and has no "
-                        "built-in Keras equivalent in acgan/training/export.py")
+        raise RuntimeError(
+            f"cannot export layer {layer.name!r}: {type(layer).__name__} is acgan's own and has no "
+            "built-in Keras equivalent in acgan/training/export.py"
+        )
     return type(layer).from_config(config)
 
 
@@ -78,7 +83,9 @@ def portable_generator(generator, keep_policy=False):
     """`generator` cloned into built-in Keras layers with its weights: float32 compute, or with
     keep_policy each layer's own policy."""
     dtype = None if keep_policy else "float32"
-    clone = keras.models.clone_model(generator, clone_function=lambda layer: portable_layer(layer, dtype))
+    clone = keras.models.clone_model(
+        generator, clone_function=lambda layer: portable_layer(layer, dtype)
+    )
     for layer in generator.layers:
         if layer.weights:
             clone.get_layer(layer.name).set_weights(layer.get_weights())
@@ -132,10 +139,19 @@ def export_run(run_dir, out, keep_policy=False, format="keras", ema=True):
     Sets the run's dtype policy (as acgan.generate does). ema: G's moving average where the run kept one. Nothing is left half-written:
     the file or folder appears whole or not at all."""
     config, info, trainer = load_run(Path(run_dir), ema=ema)
-    with backend.tensorflow_hidden():  # on JAX, each layer's get_config probes TensorFlow (a 10-second import)
+    with (
+        backend.tensorflow_hidden()
+    ):  # on JAX, each layer's get_config probes TensorFlow (a 10-second import)
         generator = portable_generator(trainer.models.generator, keep_policy)
-    meta = metadata(config, info, generator, int(trainer.step.numpy()), keep_policy, run_dir,
-                    sampled_generator(trainer))
+    meta = metadata(
+        config,
+        info,
+        generator,
+        int(trainer.step.numpy()),
+        keep_policy,
+        run_dir,
+        sampled_generator(trainer),
+    )
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -195,7 +211,9 @@ def _save_onnx(generator, meta, out):
     os.close(fd)
     # The signature given, not inferred: Keras 3.15's ONNX export takes a Functional model that was never
     # called (a clone) for one it cannot trace unless a signature is passed.
-    signature = [[keras.InputSpec(dtype=x.dtype, shape=x.shape, name=x.name) for x in generator.inputs]]
+    signature = [
+        [keras.InputSpec(dtype=x.dtype, shape=x.shape, name=x.name) for x in generator.inputs]
+    ]
     try:
         with _converters_quiet(), backend.tensorflow_hidden():
             generator.export(tmp, format="onnx", verbose=False, input_signature=signature)

@@ -1,4 +1,5 @@
 """Sample grids as pictures: uint8 images laid out one row per class, saved as PNG (numpy and Pillow only)."""
+
 import io
 
 import numpy as np
@@ -44,7 +45,9 @@ def label_rows(grid, class_names, padding=2):
     draw = ImageDraw.Draw(label)
     for r, (name, box) in enumerate(zip(class_names, boxes)):
         centre = padding + r * row_height + (row_height - padding) / 2
-        draw.text((padding + 1, round(centre - (box[1] + box[3]) / 2)), str(name), fill=255, font=font)
+        draw.text(
+            (padding + 1, round(centre - (box[1] + box[3]) / 2)), str(name), fill=255, font=font
+        )
     margin_pixels = np.repeat(np.asarray(label, np.uint8)[..., None], depth, axis=-1)
     return np.concatenate([margin_pixels, grid], axis=1)
 

@@ -8,6 +8,7 @@ reading every array finds truncation and noise: a resume takes the newest checkp
 and loads, and moves newer damaged ones to checkpoints/damaged/ with a line each (as checkpoints.py
 does for TensorFlow's). Only model weights are needed to sample, so `assign_models` serves any backend.
 """
+
 import io
 import json
 import re
@@ -52,16 +53,24 @@ def _intact(directory, load, move_damaged):
     """The newest checkpoint whose arrays read whole and `load` accepts, or None when there is none;
     newer damaged ones are moved aside (when move_damaged) or skipped, with a line each. UserError
     when checkpoints exist and none is intact (then nothing is moved)."""
-    good, damaged, unfit = first_intact(candidates(directory), damage, lambda path: load(read(path)), "does not load")
+    good, damaged, unfit = first_intact(
+        candidates(directory), damage, lambda path: load(read(path)), "does not load"
+    )
     if good is None and damaged:
-        raise none_intact_error(directory, damaged, unfit, "the files are left as they are", doing="")
+        raise none_intact_error(
+            directory, damaged, unfit, "the files are left as they are", doing=""
+        )
     for path, reason in damaged:
         if move_damaged:
             where = move_aside(str(path.with_suffix("")))
-            sys.stderr.write(f"warning: checkpoint {path.name} is damaged ({reason}); moved to {where}, "
-                             f"resuming from {good.name}\n")
+            sys.stderr.write(
+                f"warning: checkpoint {path.name} is damaged ({reason}); moved to {where}, "
+                f"resuming from {good.name}\n"
+            )
         else:
-            sys.stderr.write(f"warning: checkpoint {path.name} is damaged ({reason}); skipping it\n")
+            sys.stderr.write(
+                f"warning: checkpoint {path.name} is damaged ({reason}); skipping it\n"
+            )
     sys.stderr.flush()
     return good
 
@@ -126,9 +135,13 @@ class JaxCheckpoints:
         try:
             write_atomically(path, buffer.getvalue())
         except DiskFull as e:
-            kept = f"; {Path(self.latest_checkpoint).name} is intact, resume from it" if self.latest_checkpoint else ""
+            kept = (
+                f"; {Path(self.latest_checkpoint).name} is intact, resume from it"
+                if self.latest_checkpoint
+                else ""
+            )
             raise DiskFull(f"{e}{kept}") from None
         self.latest_checkpoint = str(path)
-        for old in candidates(self.directory)[self.keep:]:
+        for old in candidates(self.directory)[self.keep :]:
             disk.remove_quietly(old)
         return self.latest_checkpoint

@@ -7,6 +7,7 @@ The same interface as tf_runtime.py; no TensorFlow is imported.
 there are several local devices, else default; multi_worker starts jax.distributed (every process's
 devices in one mesh). The mesh has one axis, "data": the state is replicated, each batch split.
 """
+
 import contextlib
 import os
 import signal
@@ -36,21 +37,32 @@ def start_processes(config):
             try:
                 value = int(os.environ[variable])
             except ValueError:
-                raise UserError(f"{variable} must be an integer, got {os.environ[variable]!r}") from None
+                raise UserError(
+                    f"{variable} must be an integer, got {os.environ[variable]!r}"
+                ) from None
         values[name] = value
     try:
-        jax.distributed.initialize(coordinator_address=config.coordinator_address,
-                                   heartbeat_timeout_seconds=HEARTBEAT_SECONDS, **values)
+        jax.distributed.initialize(
+            coordinator_address=config.coordinator_address,
+            heartbeat_timeout_seconds=HEARTBEAT_SECONDS,
+            **values,
+        )
     except (ValueError, TypeError, RuntimeError) as e:
         detail = " ".join(str(e).split())[:200]
-        raise UserError(f"--strategy multi_worker on JAX: jax.distributed.initialize failed ({detail}); give "
-                        "--coordinator_address, --num_processes and --process_id (see docs/scaling.md), or resume a "
-                        "multi_worker run on this one process with --strategy default") from None
+        raise UserError(
+            f"--strategy multi_worker on JAX: jax.distributed.initialize failed ({detail}); give "
+            "--coordinator_address, --num_processes and --process_id (see docs/scaling.md), or resume a "
+            "multi_worker run on this one process with --strategy default"
+        ) from None
 
 
 def _cpu_devices_named(devices):
     """How many host CPU devices --devices names (cpu:0,cpu:3 -> 4), for jax_num_cpu_devices."""
-    ids = [int(name.split(":")[1]) for name in devices if name.startswith("cpu:") and name.split(":")[1].isdigit()]
+    ids = [
+        int(name.split(":")[1])
+        for name in devices
+        if name.startswith("cpu:") and name.split(":")[1].isdigit()
+    ]
     return max(ids) + 1 if ids else 0
 
 
@@ -59,9 +71,12 @@ def pick_devices(strategy, devices=None):
     if devices:
         names = [short_device_name(d).replace("cuda:", "gpu:") for d in devices]
         cpus = _cpu_devices_named(names)
-        if cpus > 1 and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        if cpus > 1 and "xla_force_host_platform_device_count" not in os.environ.get(
+            "XLA_FLAGS", ""
+        ):
             try:
-                jax.config.update("jax_num_cpu_devices", cpus)  # splits the host CPU, as TensorFlow's does
+                # splits the host CPU, as TensorFlow's does
+                jax.config.update("jax_num_cpu_devices", cpus)
             except RuntimeError:
                 pass  # JAX's devices are already set up: the check below names what there is
         known = {}
@@ -70,9 +85,13 @@ def pick_devices(strategy, devices=None):
                 known[f"{platform}:{i}"] = device
         missing = [d for d in names if d not in known]
         if missing:
-            raise UserError(f"--devices: no device {missing[0]!r} here (JAX sees {', '.join(known)})")
+            raise UserError(
+                f"--devices: no device {missing[0]!r} here (JAX sees {', '.join(known)})"
+            )
         if len({known[d].platform for d in names}) > 1:
-            raise UserError("--devices: name devices of one kind (a mesh of CPUs and accelerators is not supported)")
+            raise UserError(
+                "--devices: name devices of one kind (a mesh of CPUs and accelerators is not supported)"
+            )
         if len(set(names)) != len(names):
             raise UserError(f"--devices names a device twice: {', '.join(devices)}")
         return "mirrored", [known[d] for d in names]
@@ -94,21 +113,35 @@ class JaxRuntime:
         self.replicas, self.processes = len(self.devices), jax.process_count()
         check_global_batch(config.batch, self.replicas)
         if self.replicas > 1 and not config.sync_bn:
-            raise UserError("--nosync_bn: on JAX the step sees the global batch as one array, so batch-norm "
-                            "statistics are always over the global batch; drop the flag")
+            raise UserError(
+                "--nosync_bn: on JAX the step sees the global batch as one array, so batch-norm "
+                "statistics are always over the global batch; drop the flag"
+            )
         self.chief = jax.process_index() == 0  # the one writer
         # One device: no mesh, the step exactly as it always ran. Several: one "data" axis over them.
-        self.mesh = jax.sharding.Mesh(np.array(self.devices), ("data",)) if self.replicas > 1 else None
+        self.mesh = (
+            jax.sharding.Mesh(np.array(self.devices), ("data",)) if self.replicas > 1 else None
+        )
         self.trainer = None
-        idle = len(jax.local_devices()) - len([d for d in self.devices if d.process_index == jax.process_index()])
-        self.notes = [f"the JAX backend trains on {self.replicas} device(s) ({self.devices[0]}...); {idle} more are "
-                      "idle (--strategy mirrored uses every local device)"] if idle else []
+        idle = len(jax.local_devices()) - len(
+            [d for d in self.devices if d.process_index == jax.process_index()]
+        )
+        self.notes = (
+            [
+                f"the JAX backend trains on {self.replicas} device(s) ({self.devices[0]}...); {idle} more are "
+                "idle (--strategy mirrored uses every local device)"
+            ]
+            if idle
+            else []
+        )
 
     def scope(self):
         return contextlib.nullcontext()
 
     def make_step(self, preset, models, num_classes, config):
-        self.trainer = build_step(preset, self.name, models, num_classes, jit=config.jit, mesh=self.mesh)
+        self.trainer = build_step(
+            preset, self.name, models, num_classes, jit=config.jit, mesh=self.mesh
+        )
         return self.trainer
 
     def layout(self, trainer):
@@ -116,11 +149,19 @@ class JaxRuntime:
             "strategy": self.strategy,
             "replicas": self.replicas,
             "workers": self.processes,
-            "replica_devices": [f"{d.platform}:{d.id}" for d in self.devices] if self.mesh else [str(self.devices[0])],
-            "synchronized_batch_norm": self.replicas > 1,  # one global batch: the statistics are its own
+            "replica_devices": [f"{d.platform}:{d.id}" for d in self.devices]
+            if self.mesh
+            else [str(self.devices[0])],
+            "synchronized_batch_norm": self.replicas
+            > 1,  # one global batch: the statistics are its own
             "xla": trainer.compile_mode,
-            "xla_reason": trainer.compile_reason + (f", partitioned over a {self.replicas}-device mesh (the batch "
-                                                    "split, the state replicated)" if self.mesh else ""),
+            "xla_reason": trainer.compile_reason
+            + (
+                f", partitioned over a {self.replicas}-device mesh (the batch "
+                "split, the state replicated)"
+                if self.mesh
+                else ""
+            ),
         }
 
     def checkpoints(self, trainer, directory, keep):
@@ -131,22 +172,33 @@ class JaxRuntime:
         reads only the rows of its own devices, the same rows of the same global batch as one process."""
         plan = BatchPlan(len(data), config.batch, config.seed, noise_dim, data.num_classes)
         if self.mesh is None:
-            return prefetched(data, plan, start_step, lambda batch: jax.device_put(batch, self.devices[0]))
+            return prefetched(
+                data, plan, start_step, lambda batch: jax.device_put(batch, self.devices[0])
+            )
         if self.processes == 1:
             return prefetched(data, plan, start_step, self.trainer.shard_batch)
         share = config.batch // self.processes
         rows = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
-        return prefetched(data, plan, start_step, lambda batch: self.trainer.shard_batch(batch, config.batch),
-                          rows=rows)
+        return prefetched(
+            data,
+            plan,
+            start_step,
+            lambda batch: self.trainer.shard_batch(batch, config.batch),
+            rows=rows,
+        )
 
     def agree_on_stop(self, stop_signal, out_of_time):
         """Across processes: any process's reason to stop is every process's (a signal reaches one, each
         clock runs its own), so they all stop after the same step."""
         if self.processes == 1:
             return stop_signal, out_of_time
-        wishes = np.array([stop_signal == signal.SIGINT, stop_signal == signal.SIGTERM, out_of_time], np.int32)
+        wishes = np.array(
+            [stop_signal == signal.SIGINT, stop_signal == signal.SIGTERM, out_of_time], np.int32
+        )
         shared = np.asarray(multihost_utils.process_allgather(wishes)).reshape(-1, 3).any(axis=0)
-        return signal.SIGINT if shared[0] else signal.SIGTERM if shared[1] else None, bool(shared[2])
+        return signal.SIGINT if shared[0] else signal.SIGTERM if shared[1] else None, bool(
+            shared[2]
+        )
 
     def wait_for_all_workers(self):
         if self.processes > 1:

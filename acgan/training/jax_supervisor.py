@@ -7,6 +7,7 @@ the status it is called with (std::bad_cast). A peer lost any other way is found
 forwards SIGINT and SIGTERM (the child has a process group of its own, so a terminal's Ctrl-C reaches it
 once), takes the child with it when killed, and turns that abort into LostWorker (the line and exit
 status LOST_WORKER_STATUS) and the chief's report."""
+
 import ctypes
 import ctypes.util
 import os
@@ -23,7 +24,9 @@ FATAL = "Terminating process because the JAX distributed service detected fatal 
 
 
 def needed(config):
-    return config.backend == "jax" and config.strategy == "multi_worker" and not os.environ.get(CHILD)
+    return (
+        config.backend == "jax" and config.strategy == "multi_worker" and not os.environ.get(CHILD)
+    )
 
 
 def _die_with_parent():
@@ -39,7 +42,9 @@ def _lost(stderr):
     peer = re.search(r"Task (\d+) heartbeat timeout", stderr)
     if peer:
         return f"process {peer.group(1)}"
-    if "coordination_service" in stderr and ("Socket closed" in stderr or "Connection reset" in stderr):
+    if "coordination_service" in stderr and (
+        "Socket closed" in stderr or "Connection reset" in stderr
+    ):
         return "process 0 (the coordinator)"
     return "a peer process"
 
@@ -47,13 +52,22 @@ def _lost(stderr):
 def supervise(config):
     """Runs this command again as the training process and returns its exit status; raises LostWorker
     (the CLI's line and LOST_WORKER_STATUS) when JAX aborted it for a lost peer."""
-    child = subprocess.Popen(sys.orig_argv, env=dict(os.environ, **{CHILD: "1"}), stderr=subprocess.PIPE,
-                             text=True, errors="replace", process_group=0, preexec_fn=_die_with_parent)
+    child = subprocess.Popen(
+        sys.orig_argv,
+        env=dict(os.environ, **{CHILD: "1"}),
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        process_group=0,
+        preexec_fn=_die_with_parent,
+    )
     for stop in (signal.SIGINT, signal.SIGTERM):
         signal.signal(stop, lambda signum, frame: child.send_signal(signum))
     seen = []
     for line in child.stderr:
-        if seen or FATAL in line:  # JAX's abort: its status, a native stack, a module list; the line replaces it
+        if (
+            seen or FATAL in line
+        ):  # JAX's abort: its status, a native stack, a module list; the line replaces it
             seen.append(line)
             continue
         sys.stderr.write(line)
@@ -61,6 +75,12 @@ def supervise(config):
     status = child.wait()
     if not seen:
         return status if status >= 0 else 128 - status
-    process_id = config.process_id if config.process_id is not None else int(os.environ.get("JAX_PROCESS_ID", -1))
+    process_id = (
+        config.process_id
+        if config.process_id is not None
+        else int(os.environ.get("JAX_PROCESS_ID", -1))
+    )
     run_dir = Path(config.output_dir) if config.output_dir else None
-    raise lost_worker.stopped(_lost("".join(seen)), None, run_dir, process_id == 0, jax_checkpoints.newest_intact)
+    raise lost_worker.stopped(
+        _lost("".join(seen)), None, run_dir, process_id == 0, jax_checkpoints.newest_intact
+    )

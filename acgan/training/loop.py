@@ -9,6 +9,7 @@ under multi_worker only the chief keeps files) or jax_runtime.py (one device or 
 under multi_worker only process 0 keeps files). What measures the loop (the step timing, the profiler)
 watches it from observers.py. This module imports neither TensorFlow nor JAX.
 """
+
 import dataclasses
 import shutil
 import signal
@@ -23,8 +24,8 @@ import keras
 from acgan.model.networks import run_preset
 from acgan.model.precision import needs_loss_scaling
 from acgan.step.common import learning_rate_scale
-from acgan.training import report as run_report
 from acgan.training import lost_worker, run_lock
+from acgan.training import report as run_report
 from acgan.training.health import DivergenceMonitor
 from acgan.training.observers import Observers
 from acgan.training.report_content import assemble_report
@@ -39,12 +40,12 @@ from acgan.util import disk
 
 class RunResult(NamedTuple):
     run_dir: Path
-    status: str                     # "completed", "interrupted" or "diverged"
-    message: Optional[str] = None   # why it stopped early
-    signal: Optional[int] = None    # the signal that interrupted it
-    chief: bool = True              # False on multi-worker tasks whose files were discarded
+    status: str  # "completed", "interrupted" or "diverged"
+    message: Optional[str] = None  # why it stopped early
+    signal: Optional[int] = None  # the signal that interrupted it
+    chief: bool = True  # False on multi-worker tasks whose files were discarded
     weights_fingerprint: Optional[str] = None
-    step_seconds: tuple = ()        # this session's wall time per timed step
+    step_seconds: tuple = ()  # this session's wall time per timed step
 
 
 def run(config, command=None, make_evaluator=None):
@@ -54,10 +55,14 @@ def run(config, command=None, make_evaluator=None):
     acgan.quality.evaluation.TrainingEvaluator; training does not import quality)."""
     config.validate()
     if config.eval_every and make_evaluator is None:
-        raise ValueError("config.eval_every needs run(..., make_evaluator=...) to judge the samples with")
+        raise ValueError(
+            "config.eval_every needs run(..., make_evaluator=...) to judge the samples with"
+        )
     policy = keras.mixed_precision.global_policy().name
     if policy != config.policy:
-        raise RuntimeError(f"set the dtype policy {config.policy!r} before run() (it is {policy!r})")
+        raise RuntimeError(
+            f"set the dtype policy {config.policy!r} before run() (it is {policy!r})"
+        )
     started = time.perf_counter()
     runtime = make_runtime(config)  # before anything touches a device
     chief = runtime.chief
@@ -65,15 +70,22 @@ def run(config, command=None, make_evaluator=None):
     # The preset it trains, resolved once ("auto" from the data's shape; --loss and --ema_decay applied) and
     # saved as such, so every reader rebuilds that one.
     preset = run_preset(config, data.image_shape)
-    config = dataclasses.replace(config, arch=preset.name, loss=preset.loss, ema_decay=preset.ema_decay)
+    config = dataclasses.replace(
+        config, arch=preset.name, loss=preset.loss, ema_decay=preset.ema_decay
+    )
     run_dir, resume = prepare_run_dir(config, chief)
-    lock = run_lock.take(run_dir, chief)  # one writer per run folder (the chief); the kernel frees it if we die
+    # one writer per run folder (the chief); the kernel frees it if we die
+    lock = run_lock.take(run_dir, chief)
     # Every worker does the same work (reads of replicated state may be collective); only the chief's
     # files are kept. The others write into a scratch folder that is deleted at the end.
     files_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="acgan-worker-"))
     try:
-        with disk.full_disk_stops_clearly(files_dir):  # a full disk: DiskFull, one line, exit status 4
-            setup = set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evaluator)
+        with disk.full_disk_stops_clearly(
+            files_dir
+        ):  # a full disk: DiskFull, one line, exit status 4
+            setup = set_up(
+                config, preset, runtime, data, run_dir, files_dir, resume, make_evaluator
+            )
             outcome = train_loop(setup, config, started)
             report = assemble_report(setup, outcome, config, command, started)
             run_report.write_report(files_dir, report)
@@ -82,18 +94,25 @@ def run(config, command=None, make_evaluator=None):
             shutil.rmtree(files_dir, ignore_errors=True)
         run_lock.release(lock)
     runtime.wait_for_all_workers()
-    return RunResult(run_dir, outcome.status, outcome.message, outcome.signal, chief, report["weights_fingerprint"],
-                     outcome.clock.intervals)
+    return RunResult(
+        run_dir,
+        outcome.status,
+        outcome.message,
+        outcome.signal,
+        chief,
+        report["weights_fingerprint"],
+        outcome.clock.intervals,
+    )
 
 
 class LoopOutcome(NamedTuple):
-    status: str                 # "completed", "interrupted" or "diverged"
+    status: str  # "completed", "interrupted" or "diverged"
     message: Optional[str]
     signal: Optional[int]
-    step: int                   # the last step trained
-    final_metrics: dict         # the last step's metrics, read on the host
-    clock: SessionClock         # this session's timing
-    earlier_sessions: list      # session_record dicts of the sessions before this one
+    step: int  # the last step trained
+    final_metrics: dict  # the last step's metrics, read on the host
+    clock: SessionClock  # this session's timing
+    earlier_sessions: list  # session_record dicts of the sessions before this one
     loop_seconds: float
 
 
@@ -123,13 +142,19 @@ def train_loop(setup, config, started):
                 results = [setup.trainer.train_step(*batch) for batch in batches]
                 observers.after_updates(session, block, results)
                 going = session.after_block(results, block.read_now)
-        except Exception as error:  # a collective that failed because a peer process is gone: one line
-            lost = (lost_worker.lost_peer(error, setup.runtime.name, setup.runtime.peers())
-                    if config.strategy == "multi_worker" else None)
+        except (
+            Exception
+        ) as error:  # a collective that failed because a peer process is gone: one line
+            lost = (
+                lost_worker.lost_peer(error, setup.runtime.name, setup.runtime.peers())
+                if config.strategy == "multi_worker"
+                else None
+            )
             if lost is None:
                 raise
-            raise lost_worker.stopped(lost, session.step, setup.run_dir, setup.chief,
-                                      setup.runtime.newest_checkpoint) from None
+            raise lost_worker.stopped(
+                lost, session.step, setup.run_dir, setup.chief, setup.runtime.newest_checkpoint
+            ) from None
 
         # -- the end: the last step's metrics, the final grid and checkpoint --
         session.read_last_step()  # the sync that ends its interval
@@ -140,12 +165,28 @@ def train_loop(setup, config, started):
             if session.step % config.checkpoint_every:
                 session.save_checkpoint()
     sys.stdout.write("\n")
-    return LoopOutcome(session.status, session.message, session.stop_signal, session.step, session.last_values,
-                       timing.clock, setup.earlier_sessions, loop_seconds)
+    return LoopOutcome(
+        session.status,
+        session.message,
+        session.stop_signal,
+        session.step,
+        session.last_values,
+        timing.clock,
+        setup.earlier_sessions,
+        loop_seconds,
+    )
 
 
 # On the console: losses and accuracies averaged since the start, loss scale and skips as they are now.
-_SHOWN = ("d_loss", "g_loss", "q_loss", "q_accuracy_real", "q_accuracy_fake", "g_loss_scale", "g_skipped")
+_SHOWN = (
+    "d_loss",
+    "g_loss",
+    "q_loss",
+    "q_accuracy_real",
+    "q_accuracy_fake",
+    "g_loss_scale",
+    "g_skipped",
+)
 _STATEFUL = ("g_loss_scale", "g_skipped")
 
 
@@ -159,18 +200,34 @@ class Session:
 
     def __init__(self, setup, config, started, observers):
         s, trainer = setup, setup.trainer
-        self.setup, self.config, self.trainer, self.started, self.observers = setup, config, trainer, started, observers
+        self.setup, self.config, self.trainer, self.started, self.observers = (
+            setup,
+            config,
+            trainer,
+            started,
+            observers,
+        )
         self.batches = s.runtime.batches(s.data, config, trainer.noise_dim, s.start_step)
         self.writer = SummaryWriter(s.files_dir / "tensorboard")
-        self.grids = TrainingGrids(trainer, s.files_dir, s.data.num_classes, config.seed, s.data.class_names,
-                                   config.labels, self.writer)
-        self.progress = keras.utils.Progbar(s.steps, stateful_metrics=_STATEFUL, unit_name="step",
-                                            verbose=1 if s.chief else 0)
-        self.monitor = DivergenceMonitor(needs_loss_scaling(config.policy), config.max_skipped_in_a_row)
+        self.grids = TrainingGrids(
+            trainer,
+            s.files_dir,
+            s.data.num_classes,
+            config.seed,
+            s.data.class_names,
+            config.labels,
+            self.writer,
+        )
+        self.progress = keras.utils.Progbar(
+            s.steps, stateful_metrics=_STATEFUL, unit_name="step", verbose=1 if s.chief else 0
+        )
+        self.monitor = DivergenceMonitor(
+            needs_loss_scaling(config.policy), config.max_skipped_in_a_row
+        )
         self.deadline = None if config.minutes is None else started + config.minutes * 60.0
         self.stop_signals = StopSignals()
         self.step, self.metrics = s.start_step, None
-        self.pending = None                    # (step, metrics) of a logged step not read yet
+        self.pending = None  # (step, metrics) of a logged step not read yet
         self.last_read, self.last_values = None, {}
         self.status, self.message, self.stop_signal = "completed", None, None
 
@@ -185,7 +242,10 @@ class Session:
         self.observers.after_block(self)
 
         # -- grids, evaluation, checkpoints: each reads (and checks) the step it follows --
-        sample, evaluate = _due(config.sample_every, step), self.setup.evaluator and _due(config.eval_every, step)
+        sample, evaluate = (
+            _due(config.sample_every, step),
+            self.setup.evaluator and _due(config.eval_every, step),
+        )
         checkpoint = _due(config.checkpoint_every, step)
         if sample or evaluate or checkpoint:
             if self._diverged(self.read(step, self.metrics)):
@@ -203,7 +263,8 @@ class Session:
 
         # -- stop? --
         stop_signal, out_of_time = self.setup.runtime.agree_on_stop(
-            self.stop_signals.received, bool(self.deadline and time.perf_counter() >= self.deadline))
+            self.stop_signals.received, bool(self.deadline and time.perf_counter() >= self.deadline)
+        )
         if stop_signal:
             self.status, self.stop_signal = "interrupted", stop_signal
             self.message = f"stopped by {signal.Signals(stop_signal).name} at step {step}"
@@ -262,7 +323,11 @@ class Session:
         if self.setup.steps:
             progress = self.step / self.setup.steps
         else:
-            progress = (time.perf_counter() - self.started) / (self.config.minutes * 60.0) if self.deadline else None
+            progress = (
+                (time.perf_counter() - self.started) / (self.config.minutes * 60.0)
+                if self.deadline
+                else None
+            )
         scale = learning_rate_scale(progress, decay)
         if force or scale != self.trainer.learning_rate_scale:
             self.trainer.set_learning_rate_scale(scale)
@@ -271,9 +336,17 @@ class Session:
 
     def save_checkpoint(self):
         s = self.setup
-        record = session_record(self.observers.timing.clock, len(s.earlier_sessions), s.start_step, self.step,
-                                self.config, s.machine, s.layout)
-        s.checkpoints.save(self.step, s.earlier_sessions + [record])  # a full disk: DiskFull, the previous one intact
+        record = session_record(
+            self.observers.timing.clock,
+            len(s.earlier_sessions),
+            s.start_step,
+            self.step,
+            self.config,
+            s.machine,
+            s.layout,
+        )
+        # a full disk: DiskFull, the previous one intact
+        s.checkpoints.save(self.step, s.earlier_sessions + [record])
 
 
 def _due(every, step):

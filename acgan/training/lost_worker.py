@@ -9,6 +9,7 @@ two processes the lost one is the other, named from the cluster.
 A process that vanishes without closing its connections (a host that dies) is found by the coordination
 service's heartbeat instead: TensorFlow's after 10 s (its default), JAX's after HEARTBEAT_SECONDS.
 """
+
 import json
 import re
 from pathlib import Path
@@ -21,7 +22,12 @@ from acgan.util.files import write_json
 HEARTBEAT_SECONDS = 30
 
 _TF_PEER = re.compile(r"remote target /job:(\w+)/replica:\d+/task:(\d+)")
-_JAX_SIGNS = ("Connection closed by peer", "Connection reset by peer", "heartbeat timeout", "tasks are unhealthy")
+_JAX_SIGNS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "heartbeat timeout",
+    "tasks are unhealthy",
+)
 
 
 def lost_peer(error, backend, peers):
@@ -30,7 +36,12 @@ def lost_peer(error, backend, peers):
     it is the one lost whatever the error names (TensorFlow's text names the task only sometimes)."""
     text = str(error)
     if backend == "tensorflow":
-        if type(error).__name__ not in ("UnavailableError", "CancelledError", "AbortedError", "InternalError"):
+        if type(error).__name__ not in (
+            "UnavailableError",
+            "CancelledError",
+            "AbortedError",
+            "InternalError",
+        ):
             return None
         if "Collective ops is aborted" not in text:
             return None
@@ -61,7 +72,14 @@ def stopped(lost, step, run_dir, chief, newest_checkpoint):
             report["steps"] = step
         write_json(path, report)
     when = f" after step {step}" if step is not None else ""
-    where = (f"the last intact checkpoint is {name}" if name else
-             f"no intact checkpoint in {folder}" if folder else "its checkpoints are in the run's folder")
-    return LostWorker(f"lost {lost} of this multi_worker run{when}; {where}; resume on one process with "
-                      f"{resume} --strategy default, or start every process again with --resume")
+    where = (
+        f"the last intact checkpoint is {name}"
+        if name
+        else f"no intact checkpoint in {folder}"
+        if folder
+        else "its checkpoints are in the run's folder"
+    )
+    return LostWorker(
+        f"lost {lost} of this multi_worker run{when}; {where}; resume on one process with "
+        f"{resume} --strategy default, or start every process again with --resume"
+    )

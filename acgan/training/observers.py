@@ -17,6 +17,7 @@ ordinary steps follow, untimed; then one block of as many steps again runs back 
 fetched first, timed between two syncs (the bare device step); then every step is timed, loop top to
 loop top (session_timing.py says what that time holds).
 """
+
 import time
 from typing import NamedTuple
 
@@ -25,9 +26,9 @@ from acgan.training.session_timing import SessionClock
 
 
 class Block(NamedTuple):
-    steps: int           # how many steps run back to back
-    kind: str            # "compile", "warm-up", "bare" (the bare-step window) or "timed"
-    read_now: bool       # read the last step's metrics at once (a sync), not a step late
+    steps: int  # how many steps run back to back
+    kind: str  # "compile", "warm-up", "bare" (the bare-step window) or "timed"
+    read_now: bool  # read the last step's metrics at once (a sync), not a step late
 
 
 class Observer:
@@ -56,7 +57,11 @@ class StepTiming(Observer):
     """The session's clock, and the plan of its blocks (see the module's docstring)."""
 
     def __init__(self, config, steps):
-        self.config, self.steps = config, steps  # steps: the step to stop at, or None under --minutes
+        # steps: the step to stop at, or None under --minutes
+        self.config, self.steps = (
+            config,
+            steps,
+        )
         self.clock = SessionClock()
         self.blocks = 0
         self.started = self._window_started = None
@@ -78,7 +83,11 @@ class StepTiming(Observer):
         if self.blocks == 2 + warmup and warmup:
             count = self._window_size(step)
             # Where no step fits, one ordinary step runs in its place, untimed like the warm-up.
-            return Block(count, "bare", read_now=True) if count > 0 else Block(1, "warm-up", read_now=False)
+            return (
+                Block(count, "bare", read_now=True)
+                if count > 0
+                else Block(1, "warm-up", read_now=False)
+            )
         return Block(1, "timed", read_now=False)
 
     def _window_size(self, step):
@@ -105,10 +114,14 @@ class StepTiming(Observer):
     def after_updates(self, session, block, results):
         if block.kind == "bare":
             results[-1].read()  # the sync: every enqueued step has finished
-            self.clock.bare_step_seconds = (time.perf_counter() - self._window_started) / block.steps
+            self.clock.bare_step_seconds = (
+                time.perf_counter() - self._window_started
+            ) / block.steps
 
     def after_read(self):
-        if self.clock.compile_seconds is None:  # the compile step's read (read_now): the sync that ends its time
+        if (
+            self.clock.compile_seconds is None
+        ):  # the compile step's read (read_now): the sync that ends its time
             self.clock.compile_seconds = time.perf_counter() - self.started
         self.clock.synced()
 
@@ -133,8 +146,10 @@ class Profiling(Observer):
     def after_block(self, session):
         with self.timing.maintenance("profiling"):
             if self.window.after(session.step, session.metrics.read):
-                print(f"\nprofile of steps {self.window.first}:{self.window.last}: "
-                      f"{self.window.directory / 'profile.md'}")
+                print(
+                    f"\nprofile of steps {self.window.first}:{self.window.last}: "
+                    f"{self.window.directory / 'profile.md'}"
+                )
 
     def train_ends(self, session):  # a session that ended inside the range: what it holds
         self.window.after(session.step, session.metrics.read, final=True)
@@ -148,9 +163,12 @@ class Observers(Observer):
         self.timing = StepTiming(config, setup.steps)
         self.all = [self.timing]
         if config.profile_steps and setup.chief:
-            window = StepWindow(config.profile_steps, setup.files_dir / "profile",
-                                title=f"{config.backend}, {config.policy}, batch {config.batch}",
-                                hlo_text=setup.trainer.compiled_hlo)
+            window = StepWindow(
+                config.profile_steps,
+                setup.files_dir / "profile",
+                title=f"{config.backend}, {config.policy}, batch {config.batch}",
+                hlo_text=setup.trainer.compiled_hlo,
+            )
             self.all.append(Profiling(window, self.timing))
 
     def before_block(self, session, block):
@@ -179,4 +197,3 @@ class Observers(Observer):
 
     def maintenance(self, kind):
         return self.timing.maintenance(kind)
-

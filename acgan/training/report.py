@@ -1,5 +1,6 @@
 """The run report: report.json (everything) and report.md (a readable table), with the pieces that
 describe the distribution and price the run."""
+
 from acgan.measure import flops, prices, timing
 from acgan.step import distribute
 from acgan.util import markdown
@@ -23,17 +24,21 @@ def run_cost(time_per_batch_ms, price_per_hour, machine, layout):
     """Cost of a million global batches on everything the run used (prices.priced_units)."""
     price = prices.choose_price(machine["name"], machine["kind"], price_per_hour)
     units, unit = prices.priced_units(price, layout["replicas"], layout["workers"], machine)
-    return timing.cost_summary(time_per_batch_ms, price["usd_per_hour"], units=units, unit=unit,
-                               basis=price["description"])
+    return timing.cost_summary(
+        time_per_batch_ms, price["usd_per_hour"], units=units, unit=unit, basis=price["description"]
+    )
 
 
 def run_arithmetic(trainer, config, times, machine, layout):
     """The step's FLOPs per batch (counted from the layers), the TFLOP/s of the wall time per batch and of
     the bare step, and their shares of the peak of every replica's device."""
-    count = flops.step_flops_from_layers(trainer.models, config.batch, trainer.q_learns_from_fakes,
-                                         trainer.g_learns_from_q)
+    count = flops.step_flops_from_layers(
+        trainer.models, config.batch, trainer.q_learns_from_fakes, trainer.g_learns_from_q
+    )
     replicas = layout["replicas"] if layout else 1
-    wall = flops.arithmetic_summary(count, "layers", times.get("time_per_batch_ms"), machine, config.policy, replicas)
+    wall = flops.arithmetic_summary(
+        count, "layers", times.get("time_per_batch_ms"), machine, config.policy, replicas
+    )
     bare = flops.utilisation(count, times.get("bare_step_ms"), wall["peak_tflops"])
     return dict(wall, bare_tflops=bare["tflops"], bare_share_of_peak=bare["share_of_peak"])
 
@@ -71,8 +76,12 @@ def _xla(report):
     layout = report.get("distribution")
     if not layout:
         return "on" if report["jit"] else "off"
-    mode = {"step": "on (whole step)", "forward_backward": "on (each replica's forward/backward pass)",
-            "tpu": "on (TPU)", "off": "off"}[layout["xla"]]
+    mode = {
+        "step": "on (whole step)",
+        "forward_backward": "on (each replica's forward/backward pass)",
+        "tpu": "on (TPU)",
+        "off": "off",
+    }[layout["xla"]]
     if layout["xla"] == "off" and report["jit"]:  # asked for, but the strategy ruled it out
         mode += f": {layout['xla_reason']}"
     return mode
@@ -96,38 +105,72 @@ def _median(timing):
 
 def _backend(report, device):
     if report.get("backend", "tensorflow") == "jax":
-        return (f"JAX {device.get('jax')}, Keras {device.get('keras')}; float32 matmul precision "
-                f"{device.get('jax_matmul_precision')}")
+        return (
+            f"JAX {device.get('jax')}, Keras {device.get('keras')}; float32 matmul precision "
+            f"{device.get('jax_matmul_precision')}"
+        )
     return f"TensorFlow {device.get('tensorflow')}, Keras {device.get('keras')}"
 
 
 def _maintenance(seconds):
     if not seconds:
         return "none"
-    return ", ".join(f"{what} {value:,.1f} s" for what, value in sorted(seconds.items())) + " (left out of the timing)"
+    return (
+        ", ".join(f"{what} {value:,.1f} s" for what, value in sorted(seconds.items()))
+        + " (left out of the timing)"
+    )
 
 
 def render_markdown(report):
     lines = [f"# Run report: {report['run_dir']}", "", f"`{report['command']}`", ""]
     lines += markdown.table(["", ""], summary_rows(report))
-    lines += ["", "Time per batch is wall time per iteration, loop top to loop top: the step, the input pipeline, "
-              "metric reads, TensorBoard and the progress bar, less only the time spent on grids, evaluations "
-              "and checkpoints. Cost uses it. All timing is this session's."]
+    lines += [
+        "",
+        "Time per batch is wall time per iteration, loop top to loop top: the step, the input pipeline, "
+        "metric reads, TensorBoard and the progress bar, less only the time spent on grids, evaluations "
+        "and checkpoints. Cost uses it. All timing is this session's.",
+    ]
     if report.get("earlier_sessions"):
-        lines += ["", "Earlier sessions of this run (resumed since; not blended into the figures above):", ""]
+        lines += [
+            "",
+            "Earlier sessions of this run (resumed since; not blended into the figures above):",
+            "",
+        ]
         lines += markdown.table(
-            ["session", "steps", "device", "strategy", "replicas", "XLA", "ms per batch (wall, mean)", "bare step ms"],
-            [[e["session"], f"{e['start_step']}–{e['end_step']}", f"{e['device_kind']}: {e['device']}", e["strategy"],
-              e["replicas"], e["xla"], _fmt((e.get("timing") or {}).get("time_per_batch_ms"), "", 2),
-              _fmt((e.get("timing") or {}).get("bare_step_ms"), "", 2)] for e in report["earlier_sessions"]],
-            align="rlllrlrr")
+            [
+                "session",
+                "steps",
+                "device",
+                "strategy",
+                "replicas",
+                "XLA",
+                "ms per batch (wall, mean)",
+                "bare step ms",
+            ],
+            [
+                [
+                    e["session"],
+                    f"{e['start_step']}–{e['end_step']}",
+                    f"{e['device_kind']}: {e['device']}",
+                    e["strategy"],
+                    e["replicas"],
+                    e["xla"],
+                    _fmt((e.get("timing") or {}).get("time_per_batch_ms"), "", 2),
+                    _fmt((e.get("timing") or {}).get("bare_step_ms"), "", 2),
+                ]
+                for e in report["earlier_sessions"]
+            ],
+            align="rlllrlrr",
+        )
     if report.get("quality_during_training"):
         lines += ["", _quality_during_training(report["quality_during_training"])]
     if report.get("advice"):
         lines += ["", "Hardware advice:", ""] + [f"- {line}" for line in report["advice"]]
     if report.get("final_metrics"):
         lines += ["", "Final metrics:", ""]
-        lines += markdown.table(["metric", "value"], [[k, f"{v:.4g}"] for k, v in report["final_metrics"].items()])
+        lines += markdown.table(
+            ["metric", "value"], [[k, f"{v:.4g}"] for k, v in report["final_metrics"].items()]
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -159,10 +202,16 @@ def summary_rows(report):
         ("bare device step (back to back)", _bare(timing)),
         ("time per 1000 samples", _fmt(timing.get("time_per_1000_samples_ms"), " ms", 1)),
         ("samples per second", _fmt(timing.get("samples_per_second"), "", 1)),
-        ("samples per second per replica", _fmt(timing.get("samples_per_second_per_replica"), "", 1)),
+        (
+            "samples per second per replica",
+            _fmt(timing.get("samples_per_second_per_replica"), "", 1),
+        ),
         ("arithmetic (wall time per batch)", _arithmetic(report.get("arithmetic"))),
-        ("measured steps", f"{timing.get('measured_steps', 0)} of this session's {report.get('session_steps', '?')} "
-                           f"(the compile step, {report['warmup_steps']} warm-up steps and as many timing the bare step excluded)"),
+        (
+            "measured steps",
+            f"{timing.get('measured_steps', 0)} of this session's {report.get('session_steps', '?')} "
+            f"(the compile step, {report['warmup_steps']} warm-up steps and as many timing the bare step excluded)",
+        ),
         ("grids, evaluation, checkpoints", _maintenance(report.get("maintenance_seconds") or {})),
         ("peak memory", _fmt(report["peak_memory_bytes"] / 2**20, " MiB", 1)),
         ("cost of 10^6 batches", _cost(report["cost"])),
@@ -185,14 +234,17 @@ def _cost(cost):
 def _quality_during_training(during):
     """The last --eval_every evaluation, as one sentence (acgan.evaluate measures it in full)."""
     reference = during.get("real_reference") or {}
-    text = (f"Sample quality at step {during['step']} ({during['num_generated']} samples; "
-            "`python -m acgan.evaluate` for the full measurement): conditional accuracy "
-            f"{during['conditional_accuracy']:.1%}, Fréchet distance {during['frechet_distance']:.1f}"
-            + _real_vs_real(reference, "frechet_distance"))
+    text = (
+        f"Sample quality at step {during['step']} ({during['num_generated']} samples; "
+        "`python -m acgan.evaluate` for the full measurement): conditional accuracy "
+        f"{during['conditional_accuracy']:.1%}, Fréchet distance {during['frechet_distance']:.1f}"
+        + _real_vs_real(reference, "frechet_distance")
+    )
     class_mean = during.get("frechet_distance_class_mean")
     if class_mean is not None:
-        text += (f", mean per-class Fréchet distance {class_mean:.1f}"
-                 + _real_vs_real(reference, "frechet_distance_class_mean"))
+        text += f", mean per-class Fréchet distance {class_mean:.1f}" + _real_vs_real(
+            reference, "frechet_distance_class_mean"
+        )
     if during.get("precision") is not None:  # None with k or fewer samples (acgan.quality.prdc)
         text += ", precision / recall / density / coverage " + _prdc(during)
         if reference.get("precision") is not None:
@@ -201,7 +253,9 @@ def _quality_during_training(during):
 
 
 def _prdc(values):
-    return " / ".join(f"{values[name]:.2f}" for name in ("precision", "recall", "density", "coverage"))
+    return " / ".join(
+        f"{values[name]:.2f}" for name in ("precision", "recall", "density", "coverage")
+    )
 
 
 def _real_vs_real(reference, key):
@@ -216,7 +270,9 @@ def _model(report):
     text += f", {config.get('loss', 'nonsaturating')} loss for D and G"  # runs from before --loss: nonsaturating
     rates = report.get("learning_rates")
     if rates:
-        text += ", Adam learning rates " + ", ".join(f"{name.upper()} {rate:g}" for name, rate in rates.items())
+        text += ", Adam learning rates " + ", ".join(
+            f"{name.upper()} {rate:g}" for name, rate in rates.items()
+        )
     if report.get("adam_beta_1") is not None:
         text += f", Adam beta_1 {report['adam_beta_1']:g}"
     if report.get("q_learns_from_fakes") is False:
@@ -226,8 +282,10 @@ def _model(report):
     if report.get("diff_augment"):
         text += f", D's inputs augmented (DiffAugment: {', '.join(report['diff_augment'])})"
     if report.get("learning_rate_decay"):
-        text += (f", learning rates falling linearly to zero over the last {report['learning_rate_decay']:.0%} "
-                 f"of the run (x{report.get('final_learning_rate_scale', 1.0):g} at its end)")
+        text += (
+            f", learning rates falling linearly to zero over the last {report['learning_rate_decay']:.0%} "
+            f"of the run (x{report.get('final_learning_rate_scale', 1.0):g} at its end)"
+        )
     if report.get("ema_decay"):
         text += f", grids and evaluations from a moving average of G's weights (decay {report['ema_decay']:g})"
     return text

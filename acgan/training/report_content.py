@@ -1,4 +1,5 @@
 """report.json's content, assembled from the set-up and the loop's outcome (report.py writes it)."""
+
 import dataclasses
 import time
 
@@ -28,13 +29,16 @@ def assemble_report(setup, outcome, config, command, started):
         "policy": config.policy,
         "jit": config.jit,
         "batch": config.batch,
-        "learning_rates": dict(zip(OPTIMIZER_NAMES, s.trainer.learning_rates)),  # what the step's optimizers use
+        # what the step's optimizers use
+        "learning_rates": dict(zip(OPTIMIZER_NAMES, s.trainer.learning_rates)),
         "q_learns_from_fakes": s.trainer.q_learns_from_fakes,
         "g_learns_from_q": s.trainer.g_learns_from_q,
         "learning_rate_decay": s.learning_rate_decay,  # the last fraction of the run they fall over
         "final_learning_rate_scale": s.trainer.learning_rate_scale,
         "adam_beta_1": s.trainer.beta_1,
-        "diff_augment": list(s.trainer.augment) if s.trainer.augment else None,  # what D's inputs are augmented with
+        "diff_augment": list(s.trainer.augment)
+        if s.trainer.augment
+        else None,  # what D's inputs are augmented with
         "ema_decay": s.trainer.ema_decay,  # G's moving average that grids and evaluations sample from (0: none)
         "distribution": s.layout,
         "steps": outcome.step,
@@ -43,11 +47,14 @@ def assemble_report(setup, outcome, config, command, started):
         "warmup_steps": config.warmup_steps,
         "log_every": config.log_every,
         "compile_seconds": clock.compile_seconds,
-        "compile_seconds_per_session": [e.get("compile_seconds") for e in earlier] + [clock.compile_seconds],
+        "compile_seconds_per_session": [e.get("compile_seconds") for e in earlier]
+        + [clock.compile_seconds],
         "timing": times,
         "maintenance_seconds": dict(clock.maintenance),
         "earlier_sessions": earlier,
-        "cost": run_report.run_cost(times.get("time_per_batch_ms"), config.price_per_hour, s.machine, s.layout),
+        "cost": run_report.run_cost(
+            times.get("time_per_batch_ms"), config.price_per_hour, s.machine, s.layout
+        ),
         "arithmetic": run_report.run_arithmetic(s.trainer, config, times, s.machine, s.layout),
         "peak_memory_bytes": device.peak_memory_bytes(),
         "loop_seconds": outcome.loop_seconds,
@@ -57,4 +64,3 @@ def assemble_report(setup, outcome, config, command, started):
         "last_checkpoint": s.checkpoints.latest_checkpoint,
         "weights_fingerprint": s.trainer.weights_fingerprint(),
     }
-

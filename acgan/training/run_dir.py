@@ -3,9 +3,10 @@
 A run folder holds config.json (every setting) and dataset.json (class names, image shape); both are
 written before the first step, so a folder with a config.json is a run that can be resumed or read.
 """
+
 import dataclasses
-import os
 import json
+import os
 import re
 from datetime import datetime
 from pathlib import Path
@@ -16,7 +17,18 @@ from acgan.util.files import write_atomically, write_json
 
 OUTPUTS = Path("outputs")
 # Settings that define the model, its optimizer state or its data stream: a resumed run keeps them.
-RESUME_FIXED = ("backend", "dataset", "classes", "max_per_class", "policy", "arch", "loss", "width", "batch", "seed")
+RESUME_FIXED = (
+    "backend",
+    "dataset",
+    "classes",
+    "max_per_class",
+    "policy",
+    "arch",
+    "loss",
+    "width",
+    "batch",
+    "seed",
+)
 LENGTH_SETTINGS = ("steps", "epochs", "minutes")
 # Where this process sits among several (JAX's multi_worker): never taken from the saved run.
 PER_PROCESS = ("coordinator_address", "num_processes", "process_id")
@@ -41,7 +53,9 @@ def read_run(run_dir):
         config = Config.from_json((run_dir / "config.json").read_text())
         info = json.loads((run_dir / "dataset.json").read_text())
     except (OSError, ValueError, TypeError) as e:
-        raise UserError(f"{run_dir} is not a readable acgan run folder ({e.__class__.__name__})") from None
+        raise UserError(
+            f"{run_dir} is not a readable acgan run folder ({e.__class__.__name__})"
+        ) from None
     return config, info
 
 
@@ -57,7 +71,9 @@ def config_to_resume(config, given):
     overrides = {name: getattr(config, name) for name in given if hasattr(config, name)}
     if any(name in overrides for name in LENGTH_SETTINGS):
         saved = dataclasses.replace(saved, steps=None, epochs=None, minutes=None)
-    if "strategy" in overrides and "devices" not in overrides:  # a new strategy, not the old one's devices
+    if (
+        "strategy" in overrides and "devices" not in overrides
+    ):  # a new strategy, not the old one's devices
         saved = dataclasses.replace(saved, devices=None)
     overrides.update({name: getattr(config, name) for name in PER_PROCESS if hasattr(saved, name)})
     overrides.update(resume=True, output_dir=str(run_dir))
@@ -67,11 +83,16 @@ def config_to_resume(config, given):
 def check_resumable(config, saved, run_dir):
     if saved is None:
         raise UserError(f"nothing to resume in {run_dir}: it holds no run (no config.json)")
-    changed = [f"--{k} {getattr(saved, k)!r} -> {getattr(config, k)!r}"
-               for k in RESUME_FIXED if getattr(saved, k) != getattr(config, k)]
+    changed = [
+        f"--{k} {getattr(saved, k)!r} -> {getattr(config, k)!r}"
+        for k in RESUME_FIXED
+        if getattr(saved, k) != getattr(config, k)
+    ]
     if changed:
-        raise UserError(f"cannot resume {run_dir} with a different model config ({'; '.join(changed)}); "
-                        "use a new --output_dir")
+        raise UserError(
+            f"cannot resume {run_dir} with a different model config ({'; '.join(changed)}); "
+            "use a new --output_dir"
+        )
 
 
 def prepare_run_dir(config, chief=True):
@@ -101,8 +122,11 @@ def prepare_run_dir(config, chief=True):
 def write_run_files(files_dir, config, data):
     """config.json and dataset.json: what read_run and a resume need."""
     write_atomically(files_dir / "config.json", config.to_json() + "\n")
-    write_json(files_dir / "dataset.json", {
-        "class_names": list(data.class_names),
-        "image_shape": list(data.image_shape),
-        "num_images": len(data.images),
-    })
+    write_json(
+        files_dir / "dataset.json",
+        {
+            "class_names": list(data.class_names),
+            "image_shape": list(data.image_shape),
+            "num_images": len(data.images),
+        },
+    )

@@ -6,6 +6,7 @@ second process names them when it refuses, and a taker that finds them left behi
 without releasing) says it took over a stale lock. A clean release empties the file. On multi-worker
 runs only the chief, the one process that writes the folder, takes the lock.
 """
+
 import errno
 import fcntl
 import json
@@ -40,17 +41,27 @@ class RunLock:
             holder = _read_holder(fd, wait=e.errno in (errno.EWOULDBLOCK, errno.EAGAIN))
             os.close(fd)
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise UserError(f"cannot lock the run folder {self.run_dir}: {e.strerror}") from None
-            raise UserError(f"{self.run_dir} is in use by another acgan run (pid {holder.get('pid', '?')} on "
-                            f"host {holder.get('host', '?')}); wait for it to end or stop it, or use another "
-                            "--output_dir") from None
+                raise UserError(
+                    f"cannot lock the run folder {self.run_dir}: {e.strerror}"
+                ) from None
+            raise UserError(
+                f"{self.run_dir} is in use by another acgan run (pid {holder.get('pid', '?')} on "
+                f"host {holder.get('host', '?')}); wait for it to end or stop it, or use another "
+                "--output_dir"
+            ) from None
         self.fd = fd
         stale = _read_holder(fd)
         if stale:
             self.took_over = stale
-            print(f"note: took over a stale lock left by pid {stale.get('pid', '?')} on host "
-                  f"{stale.get('host', '?')} (that process is gone)")
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": datetime.now().isoformat(timespec="seconds")}
+            print(
+                f"note: took over a stale lock left by pid {stale.get('pid', '?')} on host "
+                f"{stale.get('host', '?')} (that process is gone)"
+            )
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": datetime.now().isoformat(timespec="seconds"),
+        }
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)

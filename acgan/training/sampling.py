@@ -1,5 +1,6 @@
 """Samples from a generator: the grids saved during training (fixed noise, one row per class), and
 samples from a run folder's latest checkpoint (acgan.generate: a PNG grid or an npz)."""
+
 import contextlib
 import io
 from pathlib import Path
@@ -41,15 +42,19 @@ def _load_step(run_dir):
     config, info = read_run(run_dir)
     running = keras.backend.backend()
     if config.backend == "tensorflow" and running != "tensorflow":
-        raise UserError(f"{run_dir} was trained with --backend tensorflow and its checkpoints need TensorFlow: "
-                        "read it with --backend tensorflow")
+        raise UserError(
+            f"{run_dir} was trained with --backend tensorflow and its checkpoints need TensorFlow: "
+            "read it with --backend tensorflow"
+        )
     saved = jax_checkpoints if config.backend == "jax" else checkpoints
     latest = saved.newest_intact(run_dir / "checkpoints")  # before building anything
     if latest is None:
         raise UserError(f"{run_dir} has no checkpoint yet")
     precision.set_policy(config.policy)
     preset = run_preset(config, info["image_shape"])  # UserError for an unknown one
-    models = build_models(info["image_shape"], len(info["class_names"]), width=config.width, arch=preset)
+    models = build_models(
+        info["image_shape"], len(info["class_names"]), width=config.width, arch=preset
+    )
     num_classes = len(info["class_names"])
     # The preset's step, so the saved optimizers' state fits.
     if running == "jax":  # then a JAX run: the step takes its whole saved state
@@ -67,7 +72,9 @@ def _load_step(run_dir):
 
     trainer = build_step(preset, running, models, num_classes, jit=False)
     with _mismatch_as_user_error(run_dir, latest, config):
-        if config.backend == "jax":  # a JAX run on TensorFlow: its model weights by variable path, and its step
+        if (
+            config.backend == "jax"
+        ):  # a JAX run on TensorFlow: its model weights by variable path, and its step
             arrays = saved.read_state(latest)
             saved.assign_models(arrays, models, models._fields)  # common.MODEL_NAMES
             trainer.step.assign(int(arrays["step"]))
@@ -85,8 +92,10 @@ def _mismatch_as_user_error(run_dir, checkpoint, config):
     try:
         yield
     except ValueError as e:
-        raise UserError(f"{run_dir}: {Path(checkpoint).name} does not fit the {config.arch} model this version "
-                        f"builds from its config ({first_line(e)})") from None
+        raise UserError(
+            f"{run_dir}: {Path(checkpoint).name} does not fit the {config.arch} model this version "
+            f"builds from its config ({first_line(e)})"
+        ) from None
 
 
 def generator_inputs(num_classes, noise_dim, per_class, seed):
@@ -106,8 +115,10 @@ def generate(trainer, num_classes, per_class, seed):
 
 def generator_images(trainer, z, labels, batch=500):
     """float32 images in [0, 1] for noise z [N, noise_dim] and int labels [N], in inference mode."""
-    parts = [np.asarray(trainer.generate(z[i : i + batch], labels[i : i + batch]), np.float32)
-             for i in range(0, len(z), batch)]
+    parts = [
+        np.asarray(trainer.generate(z[i : i + batch], labels[i : i + batch]), np.float32)
+        for i in range(0, len(z), batch)
+    ]
     return np.concatenate(parts)
 
 
@@ -120,7 +131,9 @@ def write_samples(images, labels, class_names, out, row_names=True):
     """uint8 `images` (class-major) as a .png grid (one row per class, labelled unless row_names=False) or
     an .npz of images, labels and class names."""
     if out.suffix.lower() == ".png":
-        grids.save_grid(images, len(class_names), out, class_names=class_names if row_names else None)
+        grids.save_grid(
+            images, len(class_names), out, class_names=class_names if row_names else None
+        )
     else:
         buffer = io.BytesIO()
         np.savez_compressed(buffer, images=images, labels=labels, class_names=np.array(class_names))
@@ -145,12 +158,21 @@ class TrainingGrids:
 
     def __init__(self, trainer, run_dir, num_classes, seed, class_names, labels, writer):
         """labels: write the class names beside the rows (--labels); writer: a tensorboard.SummaryWriter."""
-        self.trainer, self.dir, self.rows, self.writer = trainer, run_dir / "samples", num_classes, writer
+        self.trainer, self.dir, self.rows, self.writer = (
+            trainer,
+            run_dir / "samples",
+            num_classes,
+            writer,
+        )
         self.z, self.labels = grid_inputs(num_classes, trainer.noise_dim, seed)
         self.class_names = list(class_names) if labels else None
 
     def save(self, step, name=None):
         samples = generate_images(self.trainer, self.z, self.labels)
-        grid = grids.save_grid(samples, self.rows, self.dir / f"{name or f'step_{step:07d}'}.png",
-                               class_names=self.class_names)
+        grid = grids.save_grid(
+            samples,
+            self.rows,
+            self.dir / f"{name or f'step_{step:07d}'}.png",
+            class_names=self.class_names,
+        )
         self.writer.image("samples", grid, step)

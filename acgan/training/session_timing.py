@@ -11,6 +11,7 @@ TensorFlow on a GPU). A single iteration's time then says where the host waited,
 took, so the spread (median, min, max) is taken over read-to-read windows: each window's wall time
 divided by its steps. The mean is the same either way.
 """
+
 import collections
 import contextlib
 import time
@@ -21,12 +22,13 @@ from acgan.measure import timing
 class SessionClock:
     def __init__(self):
         self.compile_seconds = None
-        self.bare_step_seconds = None         # mean of the steps run back to back after the warm-up
-        self.intervals = []                   # one per timed step, seconds
-        self.windows = []                     # (seconds, steps) from one metrics read to the next
+        self.bare_step_seconds = None  # mean of the steps run back to back after the warm-up
+        self.intervals = []  # one per timed step, seconds
+        self.windows = []  # (seconds, steps) from one metrics read to the next
         self._window = [0.0, 0]
         self._synced = False
-        self.maintenance = collections.defaultdict(float)  # "grids" / "evaluation" / "checkpoints": seconds
+        # "grids" / "evaluation" / "checkpoints": seconds
+        self.maintenance = collections.defaultdict(float)
         self._top = None
         self._taken_out = 0.0
 
@@ -69,8 +71,12 @@ class SessionClock:
         """The session's figures: timing_summary of the wall intervals (its spread over the read-to-read
         windows), plus the bare step and the ratio."""
         windows = self.windows + ([tuple(self._window)] if self._window[1] else [])
-        figures = timing.timing_summary(self.intervals, batch, replicas,
-                                        window_means=[seconds / steps for seconds, steps in windows])
+        figures = timing.timing_summary(
+            self.intervals,
+            batch,
+            replicas,
+            window_means=[seconds / steps for seconds, steps in windows],
+        )
         bare_ms = None if self.bare_step_seconds is None else self.bare_step_seconds * 1e3
         figures["bare_step_ms"] = bare_ms
         wall_ms = figures.get("time_per_batch_ms")

@@ -1,6 +1,7 @@
 """The set-up of a run, once before its first step: the backend's runtime, the data, the models and the
 step, the restored checkpoint, the run files, the hardware advice (`set_up`, giving the `Setup` that the
 loop and the report read)."""
+
 import dataclasses
 from pathlib import Path
 from typing import Optional
@@ -20,7 +21,9 @@ def make_runtime(config):
     """The backend's runtime for this run: Keras must already run on config.backend."""
     running = keras.backend.backend()
     if running != config.backend:
-        raise RuntimeError(f"Keras runs on {running}, the run asks for {config.backend} (acgan.backend.use first)")
+        raise RuntimeError(
+            f"Keras runs on {running}, the run asks for {config.backend} (acgan.backend.use first)"
+        )
     # Here, not at the top: each runtime loads its framework, and a run loads only its own.
     if config.backend == "jax":
         from acgan.training.jax_runtime import JaxRuntime
@@ -41,7 +44,9 @@ def load_data(config):
     )  # the data's own seed stays fixed: runs with other --seed values train on the same doodles
     check_image_shape(data.image_shape)
     if config.batch > len(data.images):
-        raise UserError(f"--batch {config.batch} is larger than the dataset ({len(data.images)} images)")
+        raise UserError(
+            f"--batch {config.batch} is larger than the dataset ({len(data.images)} images)"
+        )
     return data
 
 
@@ -58,23 +63,25 @@ def total_steps(config, num_images):
 @dataclasses.dataclass
 class Setup:
     """Everything the loop and the report need, built once before the first step."""
-    runtime: object               # tf_runtime.TensorFlowRuntime or jax_runtime.JaxRuntime
-    preset: object                # the acgan.presets.Preset the run trains (networks.run_preset)
+
+    runtime: object  # tf_runtime.TensorFlowRuntime or jax_runtime.JaxRuntime
+    preset: object  # the acgan.presets.Preset the run trains (networks.run_preset)
     data: object
     run_dir: Path
-    files_dir: Path               # run_dir on the chief; a scratch folder on other workers
+    files_dir: Path  # run_dir on the chief; a scratch folder on other workers
     chief: bool
-    trainer: object               # the backend's step (tf_step.TensorFlowStep or jax_step.JaxStep)
-    machine: dict                 # device.describe_device()
-    layout: dict                  # run_report.distribution_summary()
-    notes: list                   # hardware advice, printed and reported
-    earlier_sessions: list        # session_record dicts of the sessions before this one
-    checkpoints: object           # the runtime's: restore(), save(step, sessions), latest_checkpoint
+    trainer: object  # the backend's step (tf_step.TensorFlowStep or jax_step.JaxStep)
+    machine: dict  # device.describe_device()
+    layout: dict  # run_report.distribution_summary()
+    notes: list  # hardware advice, printed and reported
+    earlier_sessions: list  # session_record dicts of the sessions before this one
+    checkpoints: object  # the runtime's: restore(), save(step, sessions), latest_checkpoint
     resumed_from: Optional[dict]  # step, checkpoint and loss scales of a resumed run
     start_step: int
-    steps: Optional[int]          # the step to stop at; None under --minutes
-    evaluator: object             # make_evaluator's (evaluate(trainer, step, writer), last), or None
-    learning_rate_decay: Optional[float]  # the last fraction of the run the rates fall over; None: constant
+    steps: Optional[int]  # the step to stop at; None under --minutes
+    evaluator: object  # make_evaluator's (evaluate(trainer, step, writer), last), or None
+    # the last fraction of the run the rates fall over; None: constant
+    learning_rate_decay: Optional[float]
 
 
 def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evaluator=None):
@@ -89,21 +96,30 @@ def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evalu
     trainer = runtime.make_step(preset, models, data.num_classes, config)
     machine = device.describe_device()
     layout = runtime.layout(trainer)
-    notes = runtime.notes + advice.hardware_advice(config.policy, machine, advice.layer_widths(list(models)),
-                                                   config.batch, xla=trainer.compile_mode != "off")
+    notes = runtime.notes + advice.hardware_advice(
+        config.policy,
+        machine,
+        advice.layer_widths(list(models)),
+        config.batch,
+        xla=trainer.compile_mode != "off",
+    )
     if trainer.compile_mode == "off" and config.jit:
         notes.append(f"XLA is off: {trainer.compile_reason}")
     decay = preset.learning_rate_decay
     if decay and config.minutes is not None and layout["workers"] > 1:
         # Each worker would read its own clock, and the replicas' rates could differ for a step.
-        notes.append("with several workers the preset's learning-rate decay needs --steps or --epochs; "
-                     "with --minutes the rates stay constant")
+        notes.append(
+            "with several workers the preset's learning-rate decay needs --steps or --epochs; "
+            "with --minutes the rates stay constant"
+        )
         decay = None
     for line in notes:
         print(f"note: {line}")
     if replicas > 1 or layout["workers"] > 1:
-        print(f"strategy {layout['strategy']}: {replicas} replicas on {layout['workers']} worker(s), "
-              f"{config.batch // replicas} samples each; XLA: {trainer.compile_mode}")
+        print(
+            f"strategy {layout['strategy']}: {replicas} replicas on {layout['workers']} worker(s), "
+            f"{config.batch // replicas} samples each; XLA: {trainer.compile_mode}"
+        )
     checkpoints = runtime.checkpoints(trainer, files_dir / "checkpoints", config.keep_checkpoints)
     resumed_from, earlier = None, []
     if resume:
@@ -111,16 +127,36 @@ def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evalu
         # The newest intact checkpoint; damaged newer ones are moved aside (by the chief).
         latest, earlier = checkpoints.restore(run_dir / "checkpoints", move_damaged=chief)
         if latest:
-            resumed_from = {"step": int(trainer.step.numpy()), "checkpoint": latest,
-                            "loss_scales": trainer.loss_scales()}
+            resumed_from = {
+                "step": int(trainer.step.numpy()),
+                "checkpoint": latest,
+                "loss_scales": trainer.loss_scales(),
+            }
     start_step = int(trainer.step.numpy())
     steps = total_steps(config, len(data.images))
     if steps is not None and start_step >= steps:
-        raise UserError(f"{run_dir} already reached step {start_step}; pass a larger --steps/--epochs to go on")
+        raise UserError(
+            f"{run_dir} already reached step {start_step}; pass a larger --steps/--epochs to go on"
+        )
     write_run_files(files_dir, config, data)
     if resumed_from:
         print(f"resuming {run_dir} from step {start_step}")
-    return Setup(runtime=runtime, preset=preset, data=data, run_dir=run_dir, files_dir=files_dir, chief=chief,
-                 trainer=trainer, machine=machine, layout=layout, notes=notes, earlier_sessions=earlier,
-                 checkpoints=checkpoints, resumed_from=resumed_from, start_step=start_step, steps=steps,
-                 evaluator=evaluator, learning_rate_decay=decay)
+    return Setup(
+        runtime=runtime,
+        preset=preset,
+        data=data,
+        run_dir=run_dir,
+        files_dir=files_dir,
+        chief=chief,
+        trainer=trainer,
+        machine=machine,
+        layout=layout,
+        notes=notes,
+        earlier_sessions=earlier,
+        checkpoints=checkpoints,
+        resumed_from=resumed_from,
+        start_step=start_step,
+        steps=steps,
+        evaluator=evaluator,
+        learning_rate_decay=decay,
+    )

@@ -1,4 +1,5 @@
 """A clean stop on SIGINT and SIGTERM: the run keeps its checkpoint and report instead of dying mid-step."""
+
 import signal
 import threading
 

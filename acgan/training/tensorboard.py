@@ -6,6 +6,7 @@ synchronous and rare (every --log_every steps), so a full disk surfaces as an OS
 failed, which the trainer turns into its one-line disk-full error (TensorFlow's asynchronous writer
 drops such errors).
 """
+
 import contextlib
 import io
 import os
@@ -26,7 +27,9 @@ class SummaryWriter:
 
     def __init__(self, logdir):
         Path(logdir).mkdir(parents=True, exist_ok=True)
-        name = f"events.out.tfevents.{time.time():010.0f}.{socket.gethostname()}.{os.getpid()}.acgan"
+        name = (
+            f"events.out.tfevents.{time.time():010.0f}.{socket.gethostname()}.{os.getpid()}.acgan"
+        )
         self.path = Path(logdir) / name
         self._file = open(self.path, "wb")
         self._records = RecordWriter(self._file)
@@ -47,7 +50,11 @@ class SummaryWriter:
             self._records.write(event.SerializeToString())
 
     def _value(self, step, value):
-        self._write(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value])))
+        self._write(
+            event_pb2.Event(
+                wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value])
+            )
+        )
 
     def scalar(self, tag, value, step):
         self._value(step, summary_pb2.Summary.Value(tag=tag, simple_value=float(value)))
@@ -62,9 +69,18 @@ class SummaryWriter:
         image = np.asarray(image)
         buffer = io.BytesIO()
         Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image).save(buffer, format="PNG")
-        self._value(step, summary_pb2.Summary.Value(tag=tag, image=summary_pb2.Summary.Image(
-            height=image.shape[0], width=image.shape[1], colorspace=image.shape[-1],
-            encoded_image_string=buffer.getvalue())))
+        self._value(
+            step,
+            summary_pb2.Summary.Value(
+                tag=tag,
+                image=summary_pb2.Summary.Image(
+                    height=image.shape[0],
+                    width=image.shape[1],
+                    colorspace=image.shape[-1],
+                    encoded_image_string=buffer.getvalue(),
+                ),
+            ),
+        )
         self.flush()
 
     def flush(self):

@@ -1,6 +1,7 @@
 """What the training loop needs from TensorFlow: the tf.distribute strategy, the step (tf_step.TensorFlowStep),
 the input stream (tf.data, split across the replicas) and the checkpoints (tf.train.Checkpoint).
 jax_runtime.py gives the same on JAX; the loop sees only this interface."""
+
 import json
 
 import tensorflow as tf
@@ -50,9 +51,12 @@ class TensorFlowCheckpoints:
     def manager(self):
         # Made after restore(): it reads the state file, which a restore may rewrite (damaged ones moved).
         if self._manager is None:
-            checkpoint = tf.train.Checkpoint(gan=self.trainer, history=self.history,
-                                             g_ema=self.trainer.ema_checkpointable)
-            self._manager = tf.train.CheckpointManager(checkpoint, self.directory, max_to_keep=self.keep)
+            checkpoint = tf.train.Checkpoint(
+                gan=self.trainer, history=self.history, g_ema=self.trainer.ema_checkpointable
+            )
+            self._manager = tf.train.CheckpointManager(
+                checkpoint, self.directory, max_to_keep=self.keep
+            )
         return self._manager
 
     @property
@@ -62,8 +66,9 @@ class TensorFlowCheckpoints:
     def restore(self, resume_from, move_damaged=True):
         """Restores the newest intact checkpoint in `resume_from` (checkpoints.restore_newest_intact);
         returns (its prefix or None, the timing history saved with it)."""
-        latest = checkpoint_files.restore_newest_intact(tf.train.Checkpoint(gan=self.trainer), resume_from,
-                                                        move_damaged)
+        latest = checkpoint_files.restore_newest_intact(
+            tf.train.Checkpoint(gan=self.trainer), resume_from, move_damaged
+        )
         if latest:
             # Leniently: checkpoints from before per-session timing hold another layout (then no history).
             tf.train.Checkpoint(history=self.history).restore(latest).expect_partial()
@@ -72,14 +77,16 @@ class TensorFlowCheckpoints:
 
     def save(self, step, sessions):
         self.history.store(sessions)
-        checkpoint_files.save(self.manager, step)  # a full disk: DiskFull, the previous checkpoint intact
+        # a full disk: DiskFull, the previous checkpoint intact
+        checkpoint_files.save(self.manager, step)
 
 
 class TensorFlowRuntime:
     name = "tensorflow"
 
     def __init__(self, config):
-        self.strategy = distribute.make_strategy(config.strategy, config.devices)  # before anything touches a device
+        # before anything touches a device
+        self.strategy = distribute.make_strategy(config.strategy, config.devices)
         self.replicas = self.strategy.num_replicas_in_sync
         distribute.check_global_batch(config.batch, self.replicas)
         self.chief = distribute.is_chief(self.strategy)
@@ -89,8 +96,15 @@ class TensorFlowRuntime:
         return self.strategy.scope()
 
     def make_step(self, preset, models, num_classes, config):
-        return build_step(preset, self.name, models, num_classes, jit=config.jit, strategy=self.strategy,
-                          sync_bn=config.sync_bn)
+        return build_step(
+            preset,
+            self.name,
+            models,
+            num_classes,
+            jit=config.jit,
+            strategy=self.strategy,
+            sync_bn=config.sync_bn,
+        )
 
     def layout(self, trainer):
         return run_report.distribution_summary(self.strategy, trainer)
@@ -105,14 +119,20 @@ class TensorFlowRuntime:
         images are in memory, there are no files to shard), so each step's global batch, noise included,
         is exactly the one a single device would train on.
         """
-        batches = training_batches(data, config.batch, config.seed, noise_dim, start_step=start_step)
+        batches = training_batches(
+            data, config.batch, config.seed, noise_dim, start_step=start_step
+        )
         if self.replicas == 1 and distribute.strategy_name(self.strategy) == "default":
             gpus = tf.config.list_logical_devices("GPU")
             if gpus:  # the next batches wait on the device already (a distributed dataset does this itself)
-                batches = batches.apply(tf.data.experimental.prefetch_to_device(gpus[0].name, buffer_size=2))
+                batches = batches.apply(
+                    tf.data.experimental.prefetch_to_device(gpus[0].name, buffer_size=2)
+                )
             return iter(batches)
         options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.DATA
+        )
         return iter(self.strategy.experimental_distribute_dataset(batches.with_options(options)))
 
     def agree_on_stop(self, stop_signal, out_of_time):
@@ -133,5 +153,9 @@ class TensorFlowRuntime:
         resolver = getattr(self.strategy, "cluster_resolver", None)
         if resolver is None or distribute.strategy_name(self.strategy) != "multi_worker":
             return []
-        return [f"{job} {i}" for job, tasks in resolver.cluster_spec().as_dict().items() for i in range(len(tasks))
-                if (job, i) != (resolver.task_type, resolver.task_id)]
+        return [
+            f"{job} {i}"
+            for job, tasks in resolver.cluster_spec().as_dict().items()
+            for i in range(len(tasks))
+            if (job, i) != (resolver.task_type, resolver.task_id)
+        ]

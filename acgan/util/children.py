@@ -1,4 +1,5 @@
 """Running acgan modules as child processes: their environment, and the last line of their log."""
+
 import os
 import re
 from pathlib import Path

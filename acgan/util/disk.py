@@ -4,6 +4,7 @@ Python reports it as OSError ENOSPC / EFBIG / EDQUOT; TensorFlow as ResourceExha
 OpError whose message carries the C library's text. Both become acgan.errors.DiskFull, whose message
 names what could not be written and how much space is left there.
 """
+
 import contextlib
 import errno
 import os
@@ -16,10 +17,16 @@ from pathlib import Path
 
 from acgan.errors import DiskFull
 
-_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EFBIG: "file too large",
-           errno.EDQUOT: "disk quota exceeded"}
-_TEXTS = {"No space left on device": errno.ENOSPC, "File too large": errno.EFBIG,
-          "Disk quota exceeded": errno.EDQUOT}
+_ERRNOS = {
+    errno.ENOSPC: "no space left on device",
+    errno.EFBIG: "file too large",
+    errno.EDQUOT: "disk quota exceeded",
+}
+_TEXTS = {
+    "No space left on device": errno.ENOSPC,
+    "File too large": errno.EFBIG,
+    "Disk quota exceeded": errno.EDQUOT,
+}
 
 
 def full_disk_errno(exc):
@@ -93,7 +100,8 @@ def _path_in(exc, fallback):
     while exc is not None:
         if isinstance(exc, OSError) and exc.filename:
             return str(exc.filename)
-        text = re.sub(r"\{\{.*?\}\}", "", str(exc))  # TensorFlow's op prefix names devices (/job:...)
+        # TensorFlow's op prefix names devices (/job:...)
+        text = re.sub(r"\{\{.*?\}\}", "", str(exc))
         for found in re.findall(r"(/[^\s;:'\"]+)", text):
             if os.path.isdir(os.path.dirname(found)):
                 return found

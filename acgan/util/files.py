@@ -1,10 +1,12 @@
 """Atomic file writes: a killed process leaves the old file or the new one, never half of one; a full
 disk leaves the old file and raises acgan.errors.DiskFull naming the file."""
+
 import json
 import os
 import tempfile
 from pathlib import Path
 
+from acgan.errors import UserError
 from acgan.util import disk
 
 
@@ -33,3 +35,13 @@ def write_atomically(path, data):
 
 def write_json(path, obj):
     write_atomically(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path):
+    """A JSON file's value; None when it does not exist; UserError when it cannot be read."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path} cannot be read ({e.__class__.__name__})") from None

@@ -11,4 +11,6 @@ def table(header, rows, align=None):
 
     align: one character per column, "l" (---) or "r" (---:, numbers); default every column "l"."""
     align = align or "l" * len(header)
-    return [row(header), "|" + "".join("---:|" if a == "r" else "---|" for a in align)] + [row(r) for r in rows]
+    return [row(header), "|" + "".join("---:|" if a == "r" else "---|" for a in align)] + [
+        row(r) for r in rows
+    ]

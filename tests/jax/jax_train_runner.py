@@ -7,6 +7,7 @@ Every attempt to import tensorflow or tensorflow_datasets fails (ImportError) an
 exit the attempts are printed to stderr as `tensorflow imports attempted: [...]`, so a test sees an
 attempt that something caught and went on from.
 """
+
 import atexit
 import runpy
 import sys
@@ -17,7 +18,9 @@ from blocked_imports import TensorFlowBlocker  # noqa: E402
 
 blocker = TensorFlowBlocker()
 blocker.install()
-atexit.register(lambda: sys.stderr.write(f"\ntensorflow imports attempted: {sorted(set(blocker.attempts))}\n"))
+atexit.register(
+    lambda: sys.stderr.write(f"\ntensorflow imports attempted: {sorted(set(blocker.attempts))}\n")
+)
 
 args = sys.argv[1:]
 sys.argv = ["acgan.train", "--backend", "jax", *args]

@@ -14,19 +14,21 @@ The TensorFlow sweeps, and the pure checks of merged documents (the "Backends si
 are tests/measure/test_benchmark.py's. Every worker costs seconds of CPU to import JAX and compile the step,
 hence one sweep and tiny sizes.
 """
+
 import csv
 import json
 import statistics
 
 import pytest
-from api_runs import BENCHMARK_FIGURES, run_parent_probe
 
 from acgan.bench import sweep_runs, tables, worker
 from acgan.measure import advice
+from api_runs import BENCHMARK_FIGURES, run_parent_probe
 
 OK, KILLED, OOM = 8, 12, 16
 POLICIES = ("float32", "mixed_float16")
 STEPS, WARMUP, REPEATS = 2, 1, 2
+
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
@@ -34,16 +36,43 @@ def sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("jax-sweep")
     blocker = tmp / "no-tensorflow" / "tensorflow"
     blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text("raise ImportError('tensorflow is blocked in this test')\n")
+    (blocker / "__init__.py").write_text(
+        "raise ImportError('tensorflow is blocked in this test')\n"
+    )
     out = tmp / "out"
     proc = run_parent_probe(
-        "--backends", "jax", "--synthetic", "--policies", ",".join(POLICIES), "--batches", f"{OK},{KILLED},{OOM}",
-        "--jit", "on", "--steps", str(STEPS), "--warmup", str(WARMUP), "--repeats", str(REPEATS), "--width", "0.125",
-        "--overhead_batch", str(OK), "--output_dir", str(out), "--profile", str(tmp / "profiles"),
-        "--profile_length", "1",
-        env={"JAX_PLATFORMS": "cpu", "PYTHONPATH": str(blocker.parent),
-             worker.INJECT_VARIABLE: f"oom:{OOM},kill:{KILLED}"},
-        timeout=900)
+        "--backends",
+        "jax",
+        "--synthetic",
+        "--policies",
+        ",".join(POLICIES),
+        "--batches",
+        f"{OK},{KILLED},{OOM}",
+        "--jit",
+        "on",
+        "--steps",
+        str(STEPS),
+        "--warmup",
+        str(WARMUP),
+        "--repeats",
+        str(REPEATS),
+        "--width",
+        "0.125",
+        "--overhead_batch",
+        str(OK),
+        "--output_dir",
+        str(out),
+        "--profile",
+        str(tmp / "profiles"),
+        "--profile_length",
+        "1",
+        env={
+            "JAX_PLATFORMS": "cpu",
+            "PYTHONPATH": str(blocker.parent),
+            worker.INJECT_VARIABLE: f"oom:{OOM},kill:{KILLED}",
+        },
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "benchmark.json").read_text())
     return out, doc, {(r["policy"], r["batch"]): r for r in doc["results"]}, proc
@@ -60,8 +89,11 @@ def test_jax_sweep_never_imports_tensorflow(sweep):
     assert "tensorflow" not in run["machine"] and run["machine"]["jax"]
     # One log per worker: the probe, each configuration, the trainer-overhead and G-EMA runs.
     assert {p.name for p in (out / "logs").iterdir()} == {
-        "probe-jax.log", *(f"jax-{p}-b{b}-xla_on.log" for p in POLICIES for b in (OK, KILLED, OOM)),
-        f"overhead-trainer-jax-float32-b{OK}-xla_on.log", f"overhead-ema-jax-float32-b{OK}-xla_on.log"}
+        "probe-jax.log",
+        *(f"jax-{p}-b{b}-xla_on.log" for p in POLICIES for b in (OK, KILLED, OOM)),
+        f"overhead-trainer-jax-float32-b{OK}-xla_on.log",
+        f"overhead-ema-jax-float32-b{OK}-xla_on.log",
+    }
     for log in (out / "logs").iterdir():
         text = log.read_text()
         assert "worker: " in text and "on Keras backend jax" in text, log.name
@@ -73,7 +105,8 @@ def test_jax_rows_name_their_backend_precision_and_memory_counter(sweep):
     (run,) = doc["runs"]
     assert run["matmul_precision"] == run["machine"]["jax_matmul_precision"] == "default"
     assert {(r["policy"], r["batch"], r["jit"]) for r in doc["results"]} == {
-        (p, b, True) for p in POLICIES for b in (OK, KILLED, OOM)}
+        (p, b, True) for p in POLICIES for b in (OK, KILLED, OOM)
+    }
     for policy in POLICIES:
         r = rows[(policy, OK)]
         assert r["status"] == "ok", r["reason"]
@@ -99,12 +132,19 @@ def test_trainer_overhead_is_measured_on_jax(sweep):
     assert (overhead["policy"], overhead["batch"], overhead["jit"]) == ("float32", OK, True)
     bare = rows[("float32", OK)]
     assert overhead["bare_time_per_batch_ms"] == bare["time_per_batch_ms"]
-    assert len(overhead["trainer_window_ms"]) == REPEATS and overhead["trainer_measured_steps"] == REPEATS * STEPS
+    assert (
+        len(overhead["trainer_window_ms"]) == REPEATS
+        and overhead["trainer_measured_steps"] == REPEATS * STEPS
+    )
     # One metrics read, a device sync, per window: JAX's asynchronous steps are timed, not just enqueued.
     assert overhead["trainer_log_every"] == overhead["trainer_window_steps"] == STEPS
     # The ratio is the two medians' quotient; its size is the machine's business (docs/benchmark.md).
-    assert overhead["ratio"] == pytest.approx(overhead["trainer_time_per_batch_ms"] / bare["time_per_batch_ms"])
-    assert overhead["trainer_time_per_batch_ms"] == pytest.approx(statistics.median(overhead["trainer_window_ms"]))
+    assert overhead["ratio"] == pytest.approx(
+        overhead["trainer_time_per_batch_ms"] / bare["time_per_batch_ms"]
+    )
+    assert overhead["trainer_time_per_batch_ms"] == pytest.approx(
+        statistics.median(overhead["trainer_window_ms"])
+    )
     # One backend in the sweep: the trainer's run folder has no backend suffix.
     report = json.loads((out / sweep_runs.OVERHEAD_DIR / "report.json").read_text())
     assert report["config"]["backend"] == "jax"
@@ -112,7 +152,11 @@ def test_trainer_overhead_is_measured_on_jax(sweep):
     assert f"| {run['device']} | {tables.backend_label(run)} | float32 | {OK} | on |" in md
     # G-EMA's cost on JAX too: one more bare step, with the average the preset does not keep.
     ema = overhead["ema"]
-    assert ema["status"] == "ok" and ema["decay"] == sweep_runs.EMA_PROBE_DECAY and bare["ema_decay"] == 0
+    assert (
+        ema["status"] == "ok"
+        and ema["decay"] == sweep_runs.EMA_PROBE_DECAY
+        and bare["ema_decay"] == 0
+    )
     assert ema["without_ms"] == bare["time_per_batch_ms"] and ema["with_ms"] > 0
     assert f"G-EMA on {run['device']} ({tables.backend_label(run)})" in md
 
@@ -125,7 +169,12 @@ def test_mixed_float16_with_xla_reports_loss_scales_and_skipped_steps(sweep):
     out, _, rows, _ = sweep
     row = rows[("mixed_float16", OK)]
     assert row["status"] == "ok", row["reason"]
-    assert (row["policy"], row["batch"], row["jit"], row["xla"]) == ("mixed_float16", OK, True, "step")
+    assert (row["policy"], row["batch"], row["jit"], row["xla"]) == (
+        "mixed_float16",
+        OK,
+        True,
+        "step",
+    )
     assert row["steps_run"] == 1 + WARMUP + REPEATS * STEPS
     skipped, scales = row["skipped_steps"], row["loss_scale"]
     assert set(skipped) == set(scales) == {"d", "g", "q"}
@@ -134,9 +183,13 @@ def test_mixed_float16_with_xla_reports_loss_scales_and_skipped_steps(sweep):
     assert sum(skipped.values()) > 0, skipped
     for name in "dgq":
         assert 0 <= skipped[name] <= row["steps_run"], name
-        assert scales[name] == 2.0 ** 15 / 2 ** skipped[name], (name, skipped, scales)
+        assert scales[name] == 2.0**15 / 2 ** skipped[name], (name, skipped, scales)
     with open(out / "benchmark.csv", newline="") as f:
-        (line,) = (line for line in csv.DictReader(f) if (line["policy"], line["batch"]) == ("mixed_float16", str(OK)))
+        (line,) = (
+            line
+            for line in csv.DictReader(f)
+            if (line["policy"], line["batch"]) == ("mixed_float16", str(OK))
+        )
     assert [int(line[f"{k}_skipped"]) for k in "dgq"] == [skipped[k] for k in "dgq"]
     md = (out / "benchmark.md").read_text()
     assert "XLA on" in md and f"| {'/'.join(str(skipped[k]) for k in 'dgq')} |" in md
@@ -150,20 +203,34 @@ def test_failing_configurations_are_recorded_and_the_sweep_goes_on(sweep):
     for policy in POLICIES:
         killed, oom = rows[(policy, KILLED)], rows[(policy, OOM)]
         assert killed["status"] == "failed" and "SIGKILL" in killed["reason"]
-        assert oom["status"] == "oom" and "RESOURCE_EXHAUSTED: injected out-of-memory" in oom["reason"]
+        assert (
+            oom["status"] == "oom" and "RESOURCE_EXHAUSTED: injected out-of-memory" in oom["reason"]
+        )
         assert "\n" not in killed["reason"] + oom["reason"]
-        assert killed["time_per_1000_samples_ms"] is None and oom["time_per_1000_samples_ms"] is None
+        assert (
+            killed["time_per_1000_samples_ms"] is None and oom["time_per_1000_samples_ms"] is None
+        )
     md = (out / "benchmark.md").read_text()
-    assert "**failed**: worker killed by SIGKILL" in md and "**oom**: JaxRuntimeError: RESOURCE_EXHAUSTED" in md
+    assert (
+        "**failed**: worker killed by SIGKILL" in md
+        and "**oom**: JaxRuntimeError: RESOURCE_EXHAUSTED" in md
+    )
     for name in BENCHMARK_FIGURES:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
 def test_advice_on_jax_speaks_of_xla_kernels():
     """Pure: the advice for a JAX worker's CPU names XLA's kernels, never TensorFlow's (nor oneDNN)."""
-    jax_cpu = {"kind": "CPU", "name": "EPYC", "cpu_model": "EPYC", "cpu_flags": ["avx2", "avx512_bf16"],
-               "backend": "jax"}
+    jax_cpu = {
+        "kind": "CPU",
+        "name": "EPYC",
+        "cpu_model": "EPYC",
+        "cpu_flags": ["avx2", "avx512_bf16"],
+        "backend": "jax",
+    }
     (line,) = advice.hardware_advice("mixed_float16", jax_cpu, {}, 64)
-    assert "slower than float32" in line and "XLA's CPU kernels" in line and "TensorFlow" not in line
+    assert (
+        "slower than float32" in line and "XLA's CPU kernels" in line and "TensorFlow" not in line
+    )
     (line,) = advice.hardware_advice("mixed_bfloat16", jax_cpu, {}, 64)
     assert "XLA's CPU code" in line and "oneDNN" not in line

@@ -2,11 +2,11 @@
 fused batch norm's training step gives Keras's losses; XLA's count of the step's FLOPs agrees with the
 layers' count; the step's moving average of G follows the ramped recurrence. (Each was a child process of
 the TensorFlow session before; the numbers and bounds are the same.)"""
+
 import dataclasses
 
 import numpy as np
 import pytest
-from conftest import POLICIES
 
 from acgan import backend, presets
 from acgan.data.batches import sample_noise
@@ -14,6 +14,7 @@ from acgan.measure import flops
 from acgan.model import batch_norm, networks
 from acgan.step import jax_step
 from acgan.step.factory import build_step
+from conftest import POLICIES
 
 
 @pytest.mark.slow
@@ -21,14 +22,19 @@ from acgan.step.factory import build_step
 def test_the_preset_trains_on_the_jax_backend(policy, set_policy):
     set_policy(policy)
     m = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
-    preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, beta_1=0.0)  # the preset's
+    # the preset's
+    preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, beta_1=0.0)
     trainer = jax_step.JaxStep(m, 10, preset, jit=True)
     adam = trainer.g_optimizer.inner_optimizer if policy == "mixed_float16" else trainer.g_optimizer
     assert adam.beta_1 == 0.0
     u_before = [v.numpy().copy() for v in m.trunk.non_trainable_variables if "sn_u" in v.path]
     rng = np.random.default_rng(0)
-    batch = (rng.integers(0, 256, (16, 32, 32, 3)).astype(np.uint8), rng.integers(0, 10, 16).astype(np.int32),
-             rng.uniform(-1, 1, (16, trainer.noise_dim)).astype(np.float32), rng.integers(0, 10, 16).astype(np.int32))
+    batch = (
+        rng.integers(0, 256, (16, 32, 32, 3)).astype(np.uint8),
+        rng.integers(0, 10, 16).astype(np.int32),
+        rng.uniform(-1, 1, (16, trainer.noise_dim)).astype(np.float32),
+        rng.integers(0, 10, 16).astype(np.int32),
+    )
     for _ in range(2):
         values = trainer.train_step(*batch).read()
     images = np.asarray(trainer.generate(batch[2][:4], batch[3][:4]))
@@ -36,7 +42,8 @@ def test_the_preset_trains_on_the_jax_backend(policy, set_policy):
     assert 0.0 <= images.min() and images.max() <= 1.0 and all(np.isfinite(list(values.values())))
     trainer.sync_variables()
     u_after = [v.numpy() for v in m.trunk.non_trainable_variables if "sn_u" in v.path]
-    assert len(u_before) == 6 and all(not np.allclose(a, b) for a, b in zip(u_after, u_before))  # power iteration ran
+    # power iteration ran
+    assert len(u_before) == 6 and all(not np.allclose(a, b) for a, b in zip(u_after, u_before))
 
 
 @pytest.mark.slow
@@ -47,8 +54,12 @@ def test_a_fused_jax_training_step_gives_keras_losses(set_policy, monkeypatch):
     models = networks.build_models((28, 28, 1), 10, width=0.125)
     trainer = jax_step.JaxStep(models, 10)
     rng = np.random.default_rng(0)
-    batch = (rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, 16).astype(np.int32),
-             rng.uniform(-1, 1, (16, 62)).astype(np.float32), rng.integers(0, 10, 16).astype(np.int32))
+    batch = (
+        rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8),
+        rng.integers(0, 10, 16).astype(np.int32),
+        rng.uniform(-1, 1, (16, 62)).astype(np.float32),
+        rng.integers(0, 10, 16).astype(np.int32),
+    )
     start = trainer.state()
     out = {}
     batch_norm.fused_batch_norm.cache_clear()  # so what the fused mode builds shows below
@@ -66,7 +77,8 @@ def test_a_fused_jax_training_step_gives_keras_losses(set_policy, monkeypatch):
     # mean (the last in line; G's first ones are equal).
     assert np.all(np.isfinite(fused["losses"])), fused["losses"]
     np.testing.assert_allclose(fused["losses"], keras_run["losses"], rtol=1e-4)
-    assert fused["moving"].keys() == keras_run["moving"].keys() and len(fused["moving"]) == 12  # 6 batch norms
+    # 6 batch norms
+    assert fused["moving"].keys() == keras_run["moving"].keys() and len(fused["moving"]) == 12
     for key, values in fused["moving"].items():
         reference = keras_run["moving"][key]
         assert np.linalg.norm(values - reference) <= 1e-3 * np.linalg.norm(reference), key
@@ -85,7 +97,9 @@ def test_the_layers_count_agrees_with_xla_on_small_models(set_policy):
         images = np.random.RandomState(0).randint(0, 255, (batch,) + shape).astype(np.uint8)
         inputs = (images, np.arange(batch) % 10, z, fake_labels)
         xla = flops.xla_flops(trainer.lowered_step(*inputs).compile())
-        layers = flops.step_flops_from_layers(models, batch, preset.q_learns_from_fakes, preset.g_learns_from_q)
+        layers = flops.step_flops_from_layers(
+            models, batch, preset.q_learns_from_fakes, preset.g_learns_from_q
+        )
         assert layers == pytest.approx(xla, rel=0.10), (arch, layers, xla)
         assert list(flops.count_step_flops(trainer, inputs, batch)) == [xla, "xla"], arch
 
@@ -96,7 +110,9 @@ def test_the_jax_step_keeps_the_same_average():
     a state without it starts the average at G; the state round-trips it."""
     backend.set_random_seed(3)  # keras.utils.set_random_seed would import TensorFlow
     preset = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)
-    trainer = jax_step.JaxStep(networks.build_models((28, 28, 1), 10, width=0.125), 10, preset, jit=True)
+    trainer = jax_step.JaxStep(
+        networks.build_models((28, 28, 1), 10, width=0.125), 10, preset, jit=True
+    )
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8)
     labels = rng.integers(0, 10, 16).astype(np.int32)
@@ -110,7 +126,10 @@ def test_the_jax_step_keeps_the_same_average():
     got = trainer.ema_values()
     state = trainer.state()
     trainer.load_state({k: v for k, v in state.items() if not k.startswith("ema/")})
-    reset = max(float(np.abs(a - v.numpy()).max()) for a, v in zip(trainer.ema_values(), trainer.g_variables))
+    reset = max(
+        float(np.abs(a - v.numpy()).max())
+        for a, v in zip(trainer.ema_values(), trainer.g_variables)
+    )
     trainer.load_state(state)
     assert max(float(np.abs(g - a).max()) for g, a in zip(got, average)) < 1e-6
     assert sorted({str(v.dtype) for v in got}) == ["float32"]
@@ -128,8 +147,12 @@ def test_the_step_without_xla_computes_what_the_compiled_step_does(set_policy):
     set_policy("float32")
     models = networks.build_models((28, 28, 1), 10, width=0.125)
     rng = np.random.default_rng(1)
-    batch = (rng.integers(0, 256, (8, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, 8).astype(np.int32),
-             rng.uniform(-1, 1, (8, 62)).astype(np.float32), rng.integers(0, 10, 8).astype(np.int32))
+    batch = (
+        rng.integers(0, 256, (8, 28, 28, 1), dtype=np.uint8),
+        rng.integers(0, 10, 8).astype(np.int32),
+        rng.uniform(-1, 1, (8, 62)).astype(np.float32),
+        rng.integers(0, 10, 8).astype(np.int32),
+    )
     compiled = jax_step.JaxStep(models, 10, jit=True)
     start = compiled.state()
     eager = jax_step.JaxStep(models, 10, jit=False)
@@ -144,7 +167,15 @@ def test_the_step_without_xla_computes_what_the_compiled_step_does(set_policy):
     np.testing.assert_allclose(m_eager, m_compiled, rtol=1e-4, atol=1e-6)
     assert s_eager.keys() == s_compiled.keys()
     for name in ("d", "g", "q"):
-        keys = [k for k in s_compiled if k.startswith(f"optimizers/{name}_optimizer_adam/") and k.endswith("_momentum")]
-        eager_moments, compiled_moments = (np.concatenate([np.asarray(s[k], np.float64).ravel() for k in keys])
-                                           for s in (s_eager, s_compiled))
-        assert keys and np.linalg.norm(eager_moments - compiled_moments) <= 1e-4 * np.linalg.norm(compiled_moments), name
+        keys = [
+            k
+            for k in s_compiled
+            if k.startswith(f"optimizers/{name}_optimizer_adam/") and k.endswith("_momentum")
+        ]
+        eager_moments, compiled_moments = (
+            np.concatenate([np.asarray(s[k], np.float64).ravel() for k in keys])
+            for s in (s_eager, s_compiled)
+        )
+        assert keys and np.linalg.norm(eager_moments - compiled_moments) <= 1e-4 * np.linalg.norm(
+            compiled_moments
+        ), name

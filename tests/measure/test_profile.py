@@ -1,4 +1,5 @@
 """Where the device time goes (acgan.measure.profile): grouping by XLA's HLO, by names, and the step range."""
+
 import pytest
 
 from acgan.measure import profile
@@ -58,17 +59,20 @@ def test_hlo_index_groups_by_what_an_instruction_computes():
     assert index["exp.5"] == "other elementwise and reductions"
 
 
-@pytest.mark.parametrize("name, group", [
-    ("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32", "convolutions"),
-    ("trunk/d_conv2/Conv2D:Conv2D", "convolutions"),
-    ("cutlass_80_tensorop_s1688gemm", "matrix products"),
-    ("model/dense/MatMul:MatMul", "matrix products"),
-    ("q_optimizer_adam/Sub_27:Sub", "optimizer updates"),
-    ("g_bn1/FusedBatchNormV3:FusedBatchNormV3", "batch norm"),
-    ("Cast_3:Cast", "casts"),
-    ("MemcpyD2D", "copies and transposes"),
-    ("loop_add_fusion_3", "other elementwise and reductions"),
-])
+@pytest.mark.parametrize(
+    "name, group",
+    [
+        ("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32", "convolutions"),
+        ("trunk/d_conv2/Conv2D:Conv2D", "convolutions"),
+        ("cutlass_80_tensorop_s1688gemm", "matrix products"),
+        ("model/dense/MatMul:MatMul", "matrix products"),
+        ("q_optimizer_adam/Sub_27:Sub", "optimizer updates"),
+        ("g_bn1/FusedBatchNormV3:FusedBatchNormV3", "batch norm"),
+        ("Cast_3:Cast", "casts"),
+        ("MemcpyD2D", "copies and transposes"),
+        ("loop_add_fusion_3", "other elementwise and reductions"),
+    ],
+)
 def test_names_alone_give_a_group(name, group):
     assert profile.group_of_name(name) == group
 
@@ -80,11 +84,20 @@ def test_device_kernels_are_preferred_and_summary_lines_left_out():
         ("/host:CPU", "tf_XLA", "fusion.1", 50.0, stats),
         ("/device:GPU:0", "XLA Modules", "jit__step", 1000.0, {}),
         ("/device:GPU:0", "Stream #13(compute)", "loop_add_fusion_1", 40.0, stats),
-        ("/device:GPU:0", "Stream #13(compute)", "sm90_xmma_fprop", 60.0, {"hlo_op": "cudnn-conv.2"}),
+        (
+            "/device:GPU:0",
+            "Stream #13(compute)",
+            "sm90_xmma_fprop",
+            60.0,
+            {"hlo_op": "cudnn-conv.2"},
+        ),
     ]
-    assert profile.device_ops(events) == [("fusion.1", 40.0, "loop_add_fusion_1"),
-                                          ("cudnn-conv.2", 60.0, "sm90_xmma_fprop")]
-    assert profile.device_ops(events[:2]) == [("fusion.1", 50.0, "fusion.1")]   # a CPU: XLA's operations
+    assert profile.device_ops(events) == [
+        ("fusion.1", 40.0, "loop_add_fusion_1"),
+        ("cudnn-conv.2", 60.0, "sm90_xmma_fprop"),
+    ]
+    # a CPU: XLA's operations
+    assert profile.device_ops(events[:2]) == [("fusion.1", 50.0, "fusion.1")]
 
 
 @pytest.mark.parametrize("text, expected", [("10:14", (10, 14)), (" 3 : 3 ", (3, 3))])

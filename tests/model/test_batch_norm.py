@@ -5,17 +5,18 @@ TensorFlow are Keras's call itself; a JAX training step gives the same losses; e
 
 The float64 JAX checks run in a child process (float64 on JAX is a process-wide setting); the fused
 JAX training step is tested in tests/jax/test_jax_model.py."""
+
 import textwrap
 
 import keras
 import numpy as np
 import pytest
-from api_runs import float64_jax_script
 
 from acgan.errors import UserError
 from acgan.model import batch_norm
 from acgan.model.batch_norm import BatchNorm
 from acgan.training.export import portable_layer
+from api_runs import float64_jax_script
 
 # Keras on JAX computes every float64 op in float32 (keras.backend.result_type maps float64 to float32 on
 # any backend but TensorFlow, JAX_ENABLE_X64 or not), so a float64 BatchNormalization is only float32
@@ -183,7 +184,10 @@ def test_batch_norm_serialises_and_exports_as_keras_layer():
     layer = BatchNorm(momentum=0.9, epsilon=1e-5, dtype="float32", name="g_bn1")
     assert isinstance(layer, keras.layers.BatchNormalization)
     assert keras.saving.get_registered_name(BatchNorm) == "acgan>BatchNorm"
-    assert type(keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))) is BatchNorm
+    assert (
+        type(keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer)))
+        is BatchNorm
+    )
     portable = portable_layer(layer)
     assert type(portable) is keras.layers.BatchNormalization
     assert portable.get_config() == layer.get_config()

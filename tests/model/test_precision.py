@@ -1,20 +1,23 @@
 """Per policy: float32 variables, compute-dtype activations, float32 islands and outputs."""
+
 import keras
 import numpy as np
 import pytest
-from conftest import POLICIES
 
 from acgan.model import networks
+from conftest import POLICIES
 
 COMPUTE_DTYPE = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}
 
 
 def _layer_outputs(model, inputs):
     """Runs `model` and returns {layer name: output dtype} for every layer, from a real forward pass."""
-    probe = keras.Model(model.input, [layer.output for layer in model.layers[len(model.inputs):]])
+    probe = keras.Model(model.input, [layer.output for layer in model.layers[len(model.inputs) :]])
     outputs = probe(inputs, training=True)
-    return {layer.name: str(out.dtype.name if hasattr(out.dtype, "name") else out.dtype)
-            for layer, out in zip(model.layers[len(model.inputs):], outputs)}
+    return {
+        layer.name: str(out.dtype.name if hasattr(out.dtype, "name") else out.dtype)
+        for layer, out in zip(model.layers[len(model.inputs) :], outputs)
+    }
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -39,7 +42,14 @@ def test_policy_dtypes(policy, set_policy):
             assert dtype == "float32", f"batch norm {name} computes in {dtype}"
         elif any(kind in name for kind in ("conv", "_fc", "relu")):
             assert dtype == compute, f"{name} computes in {dtype}, expected {compute}"
-    assert {n for n in dtypes if "_bn" in n} >= {"g_bn1", "g_bn2", "g_bn3", "d_bn2", "d_bn3", "q_bn1"}
+    assert {n for n in dtypes if "_bn" in n} >= {
+        "g_bn1",
+        "g_bn2",
+        "g_bn3",
+        "d_bn2",
+        "d_bn3",
+        "q_bn1",
+    }
 
     assert m.generator([z, labels]).dtype == "float32"
     assert m.d_head(features).dtype == "float32"

@@ -1,13 +1,14 @@
 """TransposedConv2D on JAX: each formulation's forward equals Keras's and its gradients equal autodiff's
 (ACGAN_JAX_CONV_TRANSPOSE=autodiff) on random inputs; linear_transpose's forward has the HLO shape XLA's
 GPU compiler maps to cuDNN's backward-input convolution."""
+
 import textwrap
 
 import pytest
-from api_runs import float64_jax_script
 
 from acgan.errors import UserError
 from acgan.model import transposed_conv
+from api_runs import float64_jax_script
 
 SCRIPT = textwrap.dedent("""
     import json, os, re
@@ -58,9 +59,9 @@ def measured():
 def test_the_forward_is_kerass_and_the_gradients_autodiffs(measured):
     assert len(measured["cases"]) == 6
     for case in measured["cases"]:
-        assert case["y"] == 0.0, case                  # both forwards give Keras's bits on a CPU
+        assert case["y"] == 0.0, case  # both forwards give Keras's bits on a CPU
         numbers = [v for k, v in case.items() if k not in ("formulation", "side")]
-        assert max(numbers) < 1e-12, case              # float64: the same sums in another order
+        assert max(numbers) < 1e-12, case  # float64: the same sums in another order
 
 
 def test_linear_transposes_forward_takes_the_reversed_kernel(measured):
@@ -71,5 +72,8 @@ def test_linear_transposes_forward_takes_the_reversed_kernel(measured):
 
 def test_an_unknown_formulation_is_one_line(monkeypatch):
     monkeypatch.setenv(transposed_conv.FORMULATION_VARIABLE, "fast")
-    with pytest.raises(UserError, match="ACGAN_JAX_CONV_TRANSPOSE='fast': choose one of adjoint, linear_transpose, autodiff"):
+    with pytest.raises(
+        UserError,
+        match="ACGAN_JAX_CONV_TRANSPOSE='fast': choose one of adjoint, linear_transpose, autodiff",
+    ):
         transposed_conv.formulation()

@@ -1,4 +1,5 @@
 """The classification accuracy score: a classifier trained on the samples, scored on real test images."""
+
 import numpy as np
 import pytest
 
@@ -36,16 +37,23 @@ def test_real_images_score_their_reference_copies_and_wrong_classes_score_far_be
     reference; one that draws a single image per class (which the judge would name correctly every
     time) scores far below it; one that draws each class as the next class's images scores near zero."""
     train, test = splits
-    faithful = cas.classification_accuracy_score(*_samples(train, lambda c, i: 399 - i), test, train)
+    faithful = cas.classification_accuracy_score(
+        *_samples(train, lambda c, i: 399 - i), test, train
+    )
     reference = faithful["real_reference"]
-    assert reference["num_train"] == faithful["num_train"] == 10 * PER_CLASS and faithful["num_test"] == len(test)
+    assert reference["num_train"] == faithful["num_train"] == 10 * PER_CLASS and faithful[
+        "num_test"
+    ] == len(test)
     assert reference["accuracy"] > 0.85 and abs(faithful["accuracy"] - reference["accuracy"]) < 0.06
     assert faithful["accuracy"] == pytest.approx(np.mean(list(faithful["per_class"].values())))
-    assert list(faithful["per_class"]) == list(test.class_names) and faithful["epochs"] == cas.EPOCHS
+    assert (
+        list(faithful["per_class"]) == list(test.class_names) and faithful["epochs"] == cas.EPOCHS
+    )
 
     copies = cas.classification_accuracy_score(*_samples(train, lambda c, i: 0), test, train)
     assert copies["accuracy"] < reference["accuracy"] - 0.2
-    assert copies["real_reference"]["accuracy"] == pytest.approx(reference["accuracy"])  # same seed, same data
+    # same seed, same data
+    assert copies["real_reference"]["accuracy"] == pytest.approx(reference["accuracy"])
 
     images, labels = _samples(train, lambda c, i: i)
     shifted = cas.classification_accuracy_score(images, (labels + 1) % 10, test, train)
@@ -58,8 +66,12 @@ def test_the_reference_trains_on_as_many_real_images_per_class_as_were_generated
     labels = np.repeat(np.arange(10), [20] * 9 + [5]).astype(np.int32)
     images = train.images[: len(labels)]
     score = cas.classification_accuracy_score(images, labels, test, train, epochs=1)
-    assert score["num_train"] == score["real_reference"]["num_train"] == 185 and score["epochs"] == 1
-    with pytest.raises(ValueError):  # labels outside the classes are refused, as any ImageSet refuses them
+    assert (
+        score["num_train"] == score["real_reference"]["num_train"] == 185 and score["epochs"] == 1
+    )
+    with pytest.raises(
+        ValueError
+    ):  # labels outside the classes are refused, as any ImageSet refuses them
         cas.classification_accuracy_score(images, labels + 1, test, train, epochs=1)
 
 
@@ -68,15 +80,27 @@ def test_the_reference_is_cached_by_its_data_seed_and_epochs(splits, tmp_path):
     train, test = splits
     labels = np.repeat(np.arange(10), 12).astype(np.int32)
     images = train.images[: len(labels)]
-    first = cas.classification_accuracy_score(images, labels, test, train, epochs=1, cache_dir=tmp_path)
+    first = cas.classification_accuracy_score(
+        images, labels, test, train, epochs=1, cache_dir=tmp_path
+    )
     (cached,) = tmp_path.glob("cas-reference-*.json")
-    again = cas.classification_accuracy_score(images, labels, test, train, epochs=1, cache_dir=tmp_path)
+    again = cas.classification_accuracy_score(
+        images, labels, test, train, epochs=1, cache_dir=tmp_path
+    )
     assert not first["real_reference"]["cached"] and again["real_reference"]["cached"]
-    assert {k: again["real_reference"][k] for k in ("accuracy", "per_class", "num_train")} == \
-        {k: first["real_reference"][k] for k in ("accuracy", "per_class", "num_train")}
-    other_seed = cas.classification_accuracy_score(images, labels, test, train, epochs=1, seed=1, cache_dir=tmp_path)
-    assert not other_seed["real_reference"]["cached"] and len(list(tmp_path.glob("cas-reference-*.json"))) == 2
+    assert {k: again["real_reference"][k] for k in ("accuracy", "per_class", "num_train")} == {
+        k: first["real_reference"][k] for k in ("accuracy", "per_class", "num_train")
+    }
+    other_seed = cas.classification_accuracy_score(
+        images, labels, test, train, epochs=1, seed=1, cache_dir=tmp_path
+    )
+    assert (
+        not other_seed["real_reference"]["cached"]
+        and len(list(tmp_path.glob("cas-reference-*.json"))) == 2
+    )
     cached.write_text("{not json")  # a damaged cache is retrained and rewritten
-    retrained = cas.classification_accuracy_score(images, labels, test, train, epochs=1, cache_dir=tmp_path)
+    retrained = cas.classification_accuracy_score(
+        images, labels, test, train, epochs=1, cache_dir=tmp_path
+    )
     assert not retrained["real_reference"]["cached"]
     assert retrained["real_reference"]["accuracy"] == first["real_reference"]["accuracy"]

@@ -1,4 +1,5 @@
 """The kernel distance (KID) against a brute-force reference on constructed cases, as prdc was checked."""
+
 import itertools
 
 import numpy as np

@@ -10,6 +10,7 @@ mixed_float16 ("overflow/", the mesh only): loss scales pinned at 256, one step 
 of the rows on device 2 only (rows 8-11 of 16) are multiplied by inf; OUT holds the state before and
 after, the step's metrics, and whether every device holds the same copy of the state.
 """
+
 import dataclasses
 import sys
 
@@ -26,7 +27,8 @@ from acgan.step import jax_step, losses  # noqa: E402
 
 WIDTH, BATCH, DEVICES, VICTIM = 0.125, 16, 4, 2
 NAMES = ("d", "g", "q")
-PRESET = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)  # with G's average: replicated like the weights
+# with G's average: replicated like the weights
+PRESET = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)
 
 
 def main(out_path):
@@ -46,9 +48,12 @@ def run(mode, policy):
     if mode == "steps":
         trainers["one"] = jax_step.JaxStep(models, 10, PRESET)
     rng = np.random.default_rng(0)
-    batch = (rng.integers(0, 256, (BATCH, 28, 28, 1), dtype=np.uint8), rng.integers(0, 10, BATCH).astype(np.int32),
-             rng.uniform(-1.0, 1.0, (BATCH, networks.NOISE_DIM)).astype(np.float32),
-             rng.integers(0, 10, BATCH).astype(np.int32))
+    batch = (
+        rng.integers(0, 256, (BATCH, 28, 28, 1), dtype=np.uint8),
+        rng.integers(0, 10, BATCH).astype(np.int32),
+        rng.uniform(-1.0, 1.0, (BATCH, networks.NOISE_DIM)).astype(np.float32),
+        rng.integers(0, 10, BATCH).astype(np.int32),
+    )
     out = {"keys": np.array([key for key in trainers["mesh"].state()])}
     split = trainers["mesh"].shard_batch(batch)
     out["shard_rows"] = np.array([[s.data.shape[0] for s in x.addressable_shards] for x in split])
@@ -66,16 +71,27 @@ def run(mode, policy):
             out[f"{name}/state/{i}"] = value
     mesh_trainer = trainers["mesh"]
     # Every device holds the same copy of every state array.
-    out["copies_equal"] = np.array(all(
-        all(np.array_equal(np.asarray(s.data), np.asarray(x.addressable_shards[0].data)) for s in x.addressable_shards)
-        and len(x.addressable_shards) == DEVICES for x in jax.tree_util.tree_leaves(mesh_trainer._state)))
+    out["copies_equal"] = np.array(
+        all(
+            all(
+                np.array_equal(np.asarray(s.data), np.asarray(x.addressable_shards[0].data))
+                for s in x.addressable_shards
+            )
+            and len(x.addressable_shards) == DEVICES
+            for x in jax.tree_util.tree_leaves(mesh_trainer._state)
+        )
+    )
     return out
 
 
 def _first_moments(state):
     """Each optimizer's Adam first moments, in the order of the variables it trains: d, then g, then q."""
-    return [value for name in NAMES for key, value in state.items()
-            if key.startswith(f"optimizers/{name}_optimizer") and key.endswith("_momentum")]
+    return [
+        value
+        for name in NAMES
+        for key, value in state.items()
+        if key.startswith(f"optimizers/{name}_optimizer") and key.endswith("_momentum")
+    ]
 
 
 def _overflow(name, trainer, inputs):
@@ -87,7 +103,9 @@ def _overflow(name, trainer, inputs):
     honest = losses.d_adversarial
     rows = np.arange(BATCH)[:, None]
     share = BATCH // DEVICES
-    poison = np.where((rows >= VICTIM * share) & (rows < (VICTIM + 1) * share), np.float32("inf"), np.float32(1.0))
+    poison = np.where(
+        (rows >= VICTIM * share) & (rows < (VICTIM + 1) * share), np.float32("inf"), np.float32(1.0)
+    )
 
     def poisoned(kind, d_real, d_fake):
         return honest(kind, d_real * jnp.asarray(poison, d_real.dtype), d_fake)

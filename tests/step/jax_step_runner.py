@@ -22,6 +22,7 @@ cleared Keras session, so it builds and runs as it would in a process of its own
 TensorFlow is blocked here (sys.modules["tensorflow"] = None), so a run also shows the JAX step never
 needs it.
 """
+
 import dataclasses
 import json
 import os
@@ -46,11 +47,17 @@ NAMES = ("d", "g", "q")
 def main(directory):
     directory = Path(directory)
     assert keras.backend.backend() == "jax", os.environ.get("KERAS_BACKEND")
-    (directory / "imports.json").write_text(json.dumps(
-        {"backend": keras.backend.backend(), "tensorflow_blocked": sys.modules["tensorflow"] is None}))
+    (directory / "imports.json").write_text(
+        json.dumps(
+            {
+                "backend": keras.backend.backend(),
+                "tensorflow_blocked": sys.modules["tensorflow"] is None,
+            }
+        )
+    )
     failed = []
     for job_path in sorted(directory.glob("*.job.npz")):
-        name = job_path.name[:-len(".job.npz")]
+        name = job_path.name[: -len(".job.npz")]
         print(f"== job {name}", file=sys.stderr, flush=True)
         try:
             run_job(job_path, directory / f"{name}.out.npz")
@@ -70,16 +77,20 @@ def run_job(in_path, out_path):
     policy = str(job["policy"])
     precision.set_policy(policy)
     shape = tuple(int(n) for n in job["shape"]) if "shape" in job else (28, 28, 1)
-    models = networks.build_models(shape, 10, width=float(job["width"]), arch=str(job.get("arch", "reference")))
+    models = networks.build_models(
+        shape, 10, width=float(job["width"]), arch=str(job.get("arch", "reference"))
+    )
     for model in models:
         for i, variable in enumerate(model.variables):
             assert variable.path == str(job[f"paths/{model.name}/{i}"]), variable.path
             variable.assign(job[f"weights/{model.name}/{i}"])
-    preset = dataclasses.replace(presets.REFERENCE,  # the reference preset's rates and beta_1, with the job's
-                                 q_learns_from_fakes=bool(job.get("q_learns_from_fakes", True)),
-                                 g_learns_from_q=bool(job.get("g_learns_from_q", True)),
-                                 augment=tuple(str(job["augment"]).split(",")) if "augment" in job else None,
-                                 loss=str(job.get("loss", "nonsaturating")))
+    preset = dataclasses.replace(
+        presets.REFERENCE,  # the reference preset's rates and beta_1, with the job's
+        q_learns_from_fakes=bool(job.get("q_learns_from_fakes", True)),
+        g_learns_from_q=bool(job.get("g_learns_from_q", True)),
+        augment=tuple(str(job["augment"]).split(",")) if "augment" in job else None,
+        loss=str(job.get("loss", "nonsaturating")),
+    )
     trainer = jax_step.JaxStep(models, 10, preset, jit=bool(job["jit"]))
     state = trainer.state()
     if "d_learning_rate" in job:
@@ -93,7 +104,10 @@ def run_job(in_path, out_path):
     if "learning_rate_scale" in job:
         trainer.set_learning_rate_scale(float(job["learning_rate_scale"]))
     batch = tuple(job[k] for k in ("images", "labels", "z", "fake_labels"))
-    out = {"fingerprint": np.array(trainer.weights_fingerprint()), "compile_mode": np.array(trainer.compile_mode)}
+    out = {
+        "fingerprint": np.array(trainer.weights_fingerprint()),
+        "compile_mode": np.array(trainer.compile_mode),
+    }
     if str(job["mode"]) == "steps":
         out.update(_steps(trainer, batch, int(job.get("steps", 1))))
     else:
@@ -104,7 +118,11 @@ def run_job(in_path, out_path):
 def _first_moments(state, name):
     """Optimizer `name`'s Adam first moments, in the order of the variables it trains."""
     prefix = f"optimizers/{name}_optimizer_adam/"
-    return [value for key, value in state.items() if key.startswith(prefix) and key.endswith("_momentum")]
+    return [
+        value
+        for key, value in state.items()
+        if key.startswith(prefix) and key.endswith("_momentum")
+    ]
 
 
 def _steps(trainer, batch, steps):

@@ -2,6 +2,7 @@
 (test_loss_scaling.py, test_distribute.py): the optimizers by name, a trainer's whole state saved and
 restored, and precision.scale_loss with a switch per optimizer that the step reads when it runs, so one trace
 (one XLA compile) serves the honest steps and every injected overflow."""
+
 import contextlib
 
 import numpy as np
@@ -18,9 +19,11 @@ def optimizers(trainer):
 def state_variables(trainer):
     """Everything a step reads or writes: the models' variables (BN statistics, spectral norms' u), the
     optimizers' (iterations, rate, moments, loss-scale state), the step, the skip streak, G's average."""
-    return ([v for model in trainer.models for v in model.variables]
-            + [v for o in optimizers(trainer).values() for v in o.variables]
-            + [trainer.step, trainer._scratch.skip_streak, *trainer.ema_checkpointable.weights])
+    return (
+        [v for model in trainer.models for v in model.variables]
+        + [v for o in optimizers(trainer).values() for v in o.variables]
+        + [trainer.step, trainer._scratch.skip_streak, *trainer.ema_checkpointable.weights]
+    )
 
 
 def save_state(trainer):

@@ -1,5 +1,6 @@
 """DiffAugment (acgan.step.augment): the draws both backends share, each transformation, and the step
 feeding D's trunk augmented images while G's samples stay unaugmented."""
+
 import keras
 import numpy as np
 import pytest
@@ -24,12 +25,20 @@ def test_the_hash_is_lowbias32_and_the_draws_are_uniform_and_keyed_by_step_salt_
 
     u = np.asarray(augment.draws(np.int32(3), 64, augment.REAL))
     assert u.shape == (64, augment.DRAWS) and u.dtype == np.float32 and 0 <= u.min() and u.max() < 1
-    np.testing.assert_array_equal(u, np.asarray(augment.draws(np.int32(3), 64, augment.REAL)))  # no state
-    for other in (augment.draws(np.int32(3), 64, augment.FAKE), augment.draws(np.int32(4), 64, augment.REAL)):
+    # no state
+    np.testing.assert_array_equal(u, np.asarray(augment.draws(np.int32(3), 64, augment.REAL)))
+    for other in (
+        augment.draws(np.int32(3), 64, augment.FAKE),
+        augment.draws(np.int32(4), 64, augment.REAL),
+    ):
         assert np.mean(np.asarray(other) == u) < 0.01
     # A replica's share (offset) draws what the same images draw in the whole batch.
-    np.testing.assert_array_equal(np.asarray(augment.draws(np.int32(3), 24, augment.REAL, offset=40)), u[40:])
-    many = np.concatenate([np.asarray(augment.draws(np.int32(s), 64, salt)) for s in range(100) for salt in (0, 1)])
+    np.testing.assert_array_equal(
+        np.asarray(augment.draws(np.int32(3), 24, augment.REAL, offset=40)), u[40:]
+    )
+    many = np.concatenate(
+        [np.asarray(augment.draws(np.int32(s), 64, salt)) for s in range(100) for salt in (0, 1)]
+    )
     counts, _ = np.histogram(many, bins=10, range=(0, 1))
     assert np.all(np.abs(counts / many.size - 0.1) < 0.01)  # 89,600 draws: 0.1 +- 0.001 per bin
     off_diagonal = np.corrcoef(many.T)[~np.eye(augment.DRAWS, dtype=bool)]
@@ -48,7 +57,8 @@ def test_middle_draws_change_nothing_and_each_transformation_does_what_it_says()
 
     u = middle.copy()
     u[:, 3], u[:, 4] = 0.0, 0.999  # a 16-pixel side reaches 2 pixels each way: the extremes
-    moved = np.asarray(augment.augment(x, u, ("translation",)))  # output pixel (i, j) is input (i - 2, j + 2)
+    # output pixel (i, j) is input (i - 2, j + 2)
+    moved = np.asarray(augment.augment(x, u, ("translation",)))
     np.testing.assert_allclose(moved[:, 2:, :-2], x[:, :-2, 2:], atol=1e-6)
     np.testing.assert_allclose(moved[:, :2], 0.5, atol=1e-6)  # from outside the image: mid-grey
     np.testing.assert_allclose(moved[:, :, -2:], 0.5, atol=1e-6)
@@ -61,7 +71,9 @@ def test_middle_draws_change_nothing_and_each_transformation_does_what_it_says()
     u = middle.copy()
     u[:, 0], u[:, 1], u[:, 2] = 1.0, 0.0, 0.5  # brightness +0.25, no saturation
     coloured = np.asarray(augment.augment(x, u, ("color",)))
-    np.testing.assert_allclose(coloured, np.repeat(x.mean(axis=3, keepdims=True), 3, axis=3) + 0.25, atol=1e-5)
+    np.testing.assert_allclose(
+        coloured, np.repeat(x.mean(axis=3, keepdims=True), 3, axis=3) + 0.25, atol=1e-5
+    )
 
 
 def test_the_gradient_is_the_transformation_run_backwards():
@@ -82,7 +94,9 @@ def test_the_gradient_is_the_transformation_run_backwards():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
-def test_the_preset_step_trains_d_on_augmented_images_and_samples_stay_unaugmented(policy, set_policy):
+def test_the_preset_step_trains_d_on_augmented_images_and_samples_stay_unaugmented(
+    policy, set_policy
+):
     import dataclasses
 
     from acgan import presets
@@ -93,17 +107,22 @@ def test_the_preset_step_trains_d_on_augmented_images_and_samples_stay_unaugment
     assert presets.REFERENCE.augment is None and presets.ACGAN_CIFAR.augment == augment.POLICY
     set_policy(policy)
     rng = np.random.default_rng(0)
-    batch = (rng.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8), rng.integers(0, 10, 16).astype(np.int32),
-             *sample_noise(1, 0, 16, 100, 10))
+    batch = (
+        rng.integers(0, 256, (16, 32, 32, 3), dtype=np.uint8),
+        rng.integers(0, 10, 16).astype(np.int32),
+        *sample_noise(1, 0, 16, 100, 10),
+    )
     d_losses, samples = [], []
     for preset in (presets.ACGAN_CIFAR, dataclasses.replace(presets.ACGAN_CIFAR, augment=None)):
         keras.utils.set_random_seed(5)
         models = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
         trainer = build_step(preset, "tensorflow", models, 10, jit=False)
-        assert trainer.augment == preset.augment  # the step the factory builds for the preset takes its policy
+        # the step the factory builds for the preset takes its policy
+        assert trainer.augment == preset.augment
         samples.append(np.asarray(trainer.generate(*batch[2:])))
         metrics = trainer.train_step(*batch).read()
         assert np.isfinite(list(metrics.values())).all()
         d_losses.append(metrics["d_loss"])
-    np.testing.assert_array_equal(samples[0], samples[1])  # the same weights: sampling does not augment
+    # the same weights: sampling does not augment
+    np.testing.assert_array_equal(samples[0], samples[1])
     assert abs(d_losses[0] - d_losses[1]) > 1e-4  # D saw other images with the augmentation

@@ -8,6 +8,7 @@ trainer's honest steps, every injected overflow and the unguarded step; the sync
 comparison under mixed_float16, restarting from its saved initial state. One pair of worker processes
 shows both what a two-worker run writes and how SIGTERM stops it.
 """
+
 import contextlib
 import dataclasses
 import json
@@ -23,13 +24,13 @@ import numpy as np
 import overflow_injection
 import pytest
 import tensorflow as tf
-from conftest import CPU_REPLICAS, POLICIES
 
 from acgan import presets
 from acgan.data.batches import sample_noise
 from acgan.errors import LOST_WORKER_STATUS
 from acgan.model.networks import build_models
 from acgan.step import distribute, tf_step
+from conftest import CPU_REPLICAS, POLICIES
 
 DEVICES = [f"/cpu:{i}" for i in range(CPU_REPLICAS)]
 BATCH = 16
@@ -63,7 +64,9 @@ def _global_batch(step=0):
 
 def _distributed(trainer, batch):
     """The global batch split across the replicas, the way the trainer feeds it."""
-    return next(iter(trainer.strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(batch))))
+    return next(
+        iter(trainer.strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(batch)))
+    )
 
 
 def _weights(trainer):
@@ -127,7 +130,9 @@ class Overflows(overflow_injection.OverflowInjection):
 
     def applied(self, factor, dtype):
         replica_id = tf.distribute.get_replica_context().replica_id_in_sync_group
-        return tf.where(tf.equal(replica_id, self.REPLICA), tf.cast(factor, dtype), tf.ones((), dtype))
+        return tf.where(
+            tf.equal(replica_id, self.REPLICA), tf.cast(factor, dtype), tf.ones((), dtype)
+        )
 
     def agree_on_finite(self, grads):
         agreed = self.honest_agree_on_finite(grads)
@@ -157,7 +162,9 @@ def synchronized_float16(mirrored, overflows):
     """The mixed_float16 trainer with synchronized batch norm, registered with `overflows`, and its initial
     state: the one-device comparison under mixed_float16 and the synchronized overflow test both restart
     from that state, so its step is traced once for the two."""
-    with tf_step.precision.policy_scope("mixed_float16"):  # then back to the policy of the test asking first
+    with tf_step.precision.policy_scope(
+        "mixed_float16"
+    ):  # then back to the policy of the test asking first
         trainer = overflows.register(_trainer(mirrored))
     return trainer, overflow_injection.save_state(trainer)
 
@@ -170,7 +177,9 @@ def synchronized_float16(mirrored, overflows):
 def test_two_replicas_match_one_device(policy, mirrored, set_policy, request):
     set_policy(policy)
     single = _trainer(tf.distribute.get_strategy())
-    if policy == "mixed_float16":  # the shared trainer, back at its initial state (built like _trainer's)
+    if (
+        policy == "mixed_float16"
+    ):  # the shared trainer, back at its initial state (built like _trainer's)
         distributed, initial = request.getfixturevalue("synchronized_float16")
         overflow_injection.restore_state(distributed, initial)
     else:
@@ -196,7 +205,14 @@ def test_two_replicas_match_one_device(policy, mirrored, set_policy, request):
         assert float(got[name]) == pytest.approx(float(expected[name]), rel=loss_tolerance), name
     for name in ("q_accuracy_real", "q_accuracy_fake"):
         assert abs(float(got[name]) - float(expected[name])) <= accuracy_tolerance + 1e-6, name
-    for name in ("d_skipped", "g_skipped", "q_skipped", "d_loss_scale", "g_loss_scale", "q_loss_scale"):
+    for name in (
+        "d_skipped",
+        "g_skipped",
+        "q_skipped",
+        "d_loss_scale",
+        "g_loss_scale",
+        "q_loss_scale",
+    ):
         assert float(got[name]) == float(expected[name]), name
     for name in ("d", "g", "q"):
         one, two = (_first_moments(g, name) for g in (single, distributed))
@@ -236,7 +252,9 @@ def unsynchronized_trainer(mirrored, overflows):
     """One settled trainer for the overflow tests without synchronized batch norm, registered with
     `overflows`: each injects its overflow from the state the previous one left (they compare against the
     state just before their own step)."""
-    with tf_step.precision.policy_scope("mixed_float16"):  # then back to the policy of the test asking first
+    with tf_step.precision.policy_scope(
+        "mixed_float16"
+    ):  # then back to the policy of the test asking first
         return _settle(overflows.register(_trainer(mirrored, sync_bn=False)))
 
 
@@ -244,8 +262,10 @@ def _overflow_on_replica(trainer, victim, overflows):
     """One step of a registered mixed_float16 trainer whose `victim` loss overflows on the second replica:
     (optimizers, {name: (scales, iterations) per replica before the step}, the step's metrics read)."""
     optimizers = overflow_injection.optimizers(trainer)
-    before = {k: (_per_replica(trainer, o.dynamic_scale), _per_replica(trainer, o.iterations))
-              for k, o in optimizers.items()}
+    before = {
+        k: (_per_replica(trainer, o.dynamic_scale), _per_replica(trainer, o.iterations))
+        for k, o in optimizers.items()
+    }
     with overflows.overflowing(optimizers[victim]):
         metrics = trainer.train_step(*_distributed(trainer, _global_batch(1))).read()
     return optimizers, before, metrics
@@ -253,10 +273,15 @@ def _overflow_on_replica(trainer, victim, overflows):
 
 # Synchronized batch norm all-reduces in the backward pass too, which spreads a NaN to every replica's
 # gradients upstream of it; without it the overflow stays on its replica: the case Keras gets wrong.
-@pytest.mark.parametrize("victim, sync_bn", [("d", True), ("d", False), ("g", False), ("q", False)],
-                         ids=["d-sync_bn", "d", "g", "q"])
+@pytest.mark.parametrize(
+    "victim, sync_bn",
+    [("d", True), ("d", False), ("g", False), ("q", False)],
+    ids=["d-sync_bn", "d", "g", "q"],
+)
 @pytest.mark.slow
-def test_overflow_on_the_second_replica_skips_on_every_replica(victim, sync_bn, overflows, set_policy, request):
+def test_overflow_on_the_second_replica_skips_on_every_replica(
+    victim, sync_bn, overflows, set_policy, request
+):
     set_policy("mixed_float16")
     if sync_bn:  # the shared trainer from its initial state, settled as a fresh one would be
         trainer, initial = request.getfixturevalue("synchronized_float16")
@@ -266,7 +291,10 @@ def test_overflow_on_the_second_replica_skips_on_every_replica(victim, sync_bn, 
         trainer = request.getfixturevalue("unsynchronized_trainer")
     optimizers, before, metrics = _overflow_on_replica(trainer, victim, overflows)
     for name, optimizer in optimizers.items():
-        scales, iterations = _per_replica(trainer, optimizer.dynamic_scale), _per_replica(trainer, optimizer.iterations)
+        scales, iterations = (
+            _per_replica(trainer, optimizer.dynamic_scale),
+            _per_replica(trainer, optimizer.iterations),
+        )
         old_scales, old_iterations = before[name]
         if name == victim:
             assert scales == [s / 2 for s in old_scales], "the scale must halve on every replica"
@@ -277,7 +305,9 @@ def test_overflow_on_the_second_replica_skips_on_every_replica(victim, sync_bn, 
     _assert_replicas_equal_and_finite(trainer, trainable_only=not sync_bn)
 
 
-def test_without_the_guard_keras_applies_another_replicas_overflow(unsynchronized_trainer, overflows, set_policy):
+def test_without_the_guard_keras_applies_another_replicas_overflow(
+    unsynchronized_trainer, overflows, set_policy
+):
     """Why agree_on_finite exists: Keras decides from the first replica's local gradients.
 
     On the shared unsynchronized trainer with the guard's result unused (Overflows.unguarded); the trainer
@@ -289,7 +319,9 @@ def test_without_the_guard_keras_applies_another_replicas_overflow(unsynchronize
         with overflows.unguarded():
             _, before, _ = _overflow_on_replica(trainer, "d", overflows)
         if _per_replica(trainer, trainer.d_optimizer.iterations) == before["d"][1]:
-            pytest.skip("this Keras checks every replica's gradients itself; the guard is then belt and braces")
+            pytest.skip(
+                "this Keras checks every replica's gradients itself; the guard is then belt and braces"
+            )
         weights = trainer.models.d_head.trainable_variables
         assert not all(np.isfinite(v.numpy()).all() for v in weights), "an inf update was expected"
     finally:
@@ -316,7 +348,7 @@ def test_auto_is_one_device_here_and_equal_settings_share_one_strategy(mirrored)
 
 def test_compile_plan(mirrored):
     assert distribute.compile_plan(tf.distribute.get_strategy(), True, False)[0] == "step"
-    assert distribute.compile_plan(mirrored, True, True)[0] == "off"   # CPU collectives: no XLA
+    assert distribute.compile_plan(mirrored, True, True)[0] == "off"  # CPU collectives: no XLA
     assert distribute.compile_plan(mirrored, True, False)[0] == "forward_backward"
     assert distribute.compile_plan(mirrored, False, False)[0] == "off"
 
@@ -334,14 +366,39 @@ def _free_ports(count):
 def _start_two_workers(tmp_path, *args):
     """Two `acgan.train --strategy multi_worker` processes on free localhost ports, worker 0 first."""
     workers = [f"localhost:{port}" for port in _free_ports(2)]
-    common = ["--strategy", "multi_worker", "--batch", "16", "--width", "0.125", "--warmup_steps", "0",
-              "--data_dir", str(tmp_path / "data"), "--output_dir", str(tmp_path / "run"), *args]
+    common = [
+        "--strategy",
+        "multi_worker",
+        "--batch",
+        "16",
+        "--width",
+        "0.125",
+        "--warmup_steps",
+        "0",
+        "--data_dir",
+        str(tmp_path / "data"),
+        "--output_dir",
+        str(tmp_path / "run"),
+        *args,
+    ]
     processes = []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, TF_CONFIG=json.dumps(tf_config), TF_CPP_MIN_LOG_LEVEL="2", TMPDIR=str(tmp_path))
-        processes.append(subprocess.Popen([sys.executable, "-m", "acgan.train", *common], env=env,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = dict(
+            os.environ,
+            TF_CONFIG=json.dumps(tf_config),
+            TF_CPP_MIN_LOG_LEVEL="2",
+            TMPDIR=str(tmp_path),
+        )
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "acgan.train", *common],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     return processes
 
 
@@ -361,7 +418,8 @@ def _finish(processes, timeout=300):
 
 @pytest.mark.slow
 def test_two_workers_on_localhost_agree_only_the_chief_writes_and_sigterm_stops_both_at_one_step(
-        tmp_path, data_dir_with_doodles):
+    tmp_path, data_dir_with_doodles
+):
     """One pair of workers for both checks (starting a worker is most of their cost): SIGTERM to the
     non-chief once the first checkpoint is written. An interrupted run ends as a completed one does (the
     final grid, the report, the fingerprint line, the workers' scratch folder removed), only its exit
@@ -369,11 +427,15 @@ def test_two_workers_on_localhost_agree_only_the_chief_writes_and_sigterm_stops_
     equal weights and that only the chief wrote: the report, and a grid every 2 steps up to the stop."""
     run_dir = tmp_path / "run"
     data_dir_with_doodles(tmp_path / "data")
-    processes = _start_two_workers(tmp_path, "--steps", "100000", "--sample_every", "2", "--checkpoint_every", "2")
+    processes = _start_two_workers(
+        tmp_path, "--steps", "100000", "--sample_every", "2", "--checkpoint_every", "2"
+    )
     checkpoints = run_dir / "checkpoints"
     deadline = time.time() + 240
     while tf.train.latest_checkpoint(str(checkpoints)) is None:
-        assert time.time() < deadline and all(p.poll() is None for p in processes), "no checkpoint appeared"
+        assert time.time() < deadline and all(p.poll() is None for p in processes), (
+            "no checkpoint appeared"
+        )
         time.sleep(0.2)
     processes[1].send_signal(signal.SIGTERM)  # the non-chief worker only
     results = _finish(processes)
@@ -383,8 +445,12 @@ def test_two_workers_on_localhost_agree_only_the_chief_writes_and_sigterm_stops_
         stops += [line for line in err.splitlines() if "stopped by SIGTERM at step" in line]
     assert len(stops) == 2 and stops[0] == stops[1], stops
     outputs = [out for _, out, _ in results]
-    fingerprints = [line.split()[-1] for out in outputs for line in out.splitlines()
-                    if line.startswith("weights fingerprint:")]
+    fingerprints = [
+        line.split()[-1]
+        for out in outputs
+        for line in out.splitlines()
+        if line.startswith("weights fingerprint:")
+    ]
     assert len(fingerprints) == 2 and fingerprints[0] == fingerprints[1], outputs
     assert "run folder:" in outputs[0] and "worker done" in outputs[1]
     report = json.loads((run_dir / "report.json").read_text())
@@ -392,7 +458,8 @@ def test_two_workers_on_localhost_agree_only_the_chief_writes_and_sigterm_stops_
     assert report["distribution"]["workers"] == 2 and report["distribution"]["replicas"] == 2
     assert report["weights_fingerprint"] == fingerprints[0]
     assert report["timing"]["samples_per_second_per_replica"] == pytest.approx(
-        report["timing"]["samples_per_second"] / 2)
+        report["timing"]["samples_per_second"] / 2
+    )
     grids = [f"step_{step:07d}.png" for step in range(2, report["steps"] + 1, 2)]
     assert "step_0000002.png" in grids  # the stop came after the first checkpoint (step 2)
     assert sorted(p.name for p in (run_dir / "samples").iterdir()) == ["final.png"] + grids
@@ -400,11 +467,21 @@ def test_two_workers_on_localhost_agree_only_the_chief_writes_and_sigterm_stops_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "run"]
 
 
-@pytest.mark.parametrize("tf_config, message", [
-    (None, "needs TF_CONFIG .*, or resume a multi_worker run on this one process with --strategy default$"),
-    ("{not json", "TF_CONFIG must be JSON"),
-    ('{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}', "TF_CONFIG must be JSON"),
-], ids=["unset", "not json", "task outside the cluster"])
+@pytest.mark.parametrize(
+    "tf_config, message",
+    [
+        (
+            None,
+            "needs TF_CONFIG .*, or resume a multi_worker run on this one process with --strategy default$",
+        ),
+        ("{not json", "TF_CONFIG must be JSON"),
+        (
+            '{"cluster": {"worker": ["localhost:1"]}, "task": {"type": "worker", "index": 3}}',
+            "TF_CONFIG must be JSON",
+        ),
+    ],
+    ids=["unset", "not json", "task outside the cluster"],
+)
 def test_multi_worker_without_a_usable_tf_config(tf_config, message, monkeypatch):
     if tf_config is None:
         monkeypatch.delenv("TF_CONFIG", raising=False)
@@ -428,22 +505,33 @@ def test_cost_counts_every_device():
     four = run_cost(100.0, None, gpu, {"replicas": 4, "workers": 1})
     assert four["price_per_hour"] == pytest.approx(4 * one["price_per_hour"])
     assert four["cost_per_million_batches"] == pytest.approx(4 * one["cost_per_million_batches"])
-    given = run_cost(100.0, 2.0, gpu, {"replicas": 8, "workers": 2})  # --price_per_hour is per machine
+    # --price_per_hour is per machine
+    given = run_cost(100.0, 2.0, gpu, {"replicas": 8, "workers": 2})
     assert given["price_per_hour"] == 4.0 and given["priced_unit"] == "machine"
     cpu = run_cost(100.0, None, {"kind": "CPU", "name": "AMD EPYC"}, {"replicas": 2, "workers": 1})
     assert cpu["cost_per_million_batches"] is None
 
 
 @pytest.mark.slow
-def test_a_run_moves_between_two_replicas_and_one_device(tmp_path, set_policy, data_dir_with_doodles):
+def test_a_run_moves_between_two_replicas_and_one_device(
+    tmp_path, set_policy, data_dir_with_doodles
+):
     """Preempted on one machine, resumed on another: the checkpoint does not depend on the replicas."""
     from acgan.config import Config
     from acgan.training import loop
 
     set_policy("mixed_float16")
-    config = Config(batch=16, width=0.125, jit=False, sample_every=None, warmup_steps=0, checkpoint_every=2,
-                    data_dir=str(data_dir_with_doodles(tmp_path / "data")), output_dir=str(tmp_path / "run"),
-                    policy="mixed_float16")
+    config = Config(
+        batch=16,
+        width=0.125,
+        jit=False,
+        sample_every=None,
+        warmup_steps=0,
+        checkpoint_every=2,
+        data_dir=str(data_dir_with_doodles(tmp_path / "data")),
+        output_dir=str(tmp_path / "run"),
+        policy="mixed_float16",
+    )
     two = loop.run(dataclasses.replace(config, steps=2, devices=("cpu:0", "cpu:1")))
     one = loop.run(dataclasses.replace(config, steps=4, strategy="default", resume=True))
     again = loop.run(dataclasses.replace(config, steps=6, devices=("cpu:0", "cpu:1"), resume=True))
@@ -458,34 +546,63 @@ def test_a_run_moves_between_two_replicas_and_one_device(tmp_path, set_policy, d
 
 @pytest.mark.slow
 def test_a_lost_worker_is_one_line_with_its_own_status_and_the_run_resumes_on_one_process(
-        tmp_path, data_dir_with_doodles):
+    tmp_path, data_dir_with_doodles
+):
     """SIGKILL to worker 1 once the first checkpoint is written: worker 0's next collective fails at once
     (the dead process's connections close), and it ends with one line naming the worker, the step and the
     last intact checkpoint, exit status 5, the report saying so. Then the run resumes on one process."""
     run_dir = tmp_path / "run"
     data_dir_with_doodles(tmp_path / "data")
-    processes = _start_two_workers(tmp_path, "--steps", "100000", "--sample_every", "1000", "--checkpoint_every", "2",
-                                   "--no-jit")
+    processes = _start_two_workers(
+        tmp_path,
+        "--steps",
+        "100000",
+        "--sample_every",
+        "1000",
+        "--checkpoint_every",
+        "2",
+        "--no-jit",
+    )
     deadline = time.time() + 240
     while tf.train.latest_checkpoint(str(run_dir / "checkpoints")) is None:
-        assert time.time() < deadline and all(p.poll() is None for p in processes), "no checkpoint appeared"
+        assert time.time() < deadline and all(p.poll() is None for p in processes), (
+            "no checkpoint appeared"
+        )
         time.sleep(0.2)
     processes[1].kill()
     processes[1].wait()
     [(status, _, err)] = _finish(processes[:1], timeout=120)
-    errors = [line for line in err.splitlines() if line.startswith("error:")]  # beside TensorFlow's own log lines
+    # beside TensorFlow's own log lines
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert status == LOST_WORKER_STATUS and len(errors) == 1 and "Traceback" not in err, err[-3000:]
     report = json.loads((run_dir / "report.json").read_text())
     step, checkpoint = report["steps"], report["last_checkpoint"]
     assert report["status"] == "lost_worker" and report["lost"] == "worker 1"
-    assert errors[0] == (f"error: lost worker 1 of this multi_worker run after step {step}; the last intact checkpoint "
-                         f"is {checkpoint}; resume on one process with python -m acgan.train --resume --output_dir "
-                         f"{run_dir} --strategy default, or start every process again with --resume")
+    assert errors[0] == (
+        f"error: lost worker 1 of this multi_worker run after step {step}; the last intact checkpoint "
+        f"is {checkpoint}; resume on one process with python -m acgan.train --resume --output_dir "
+        f"{run_dir} --strategy default, or start every process again with --resume"
+    )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
-    resumed = subprocess.run([sys.executable, "-m", "acgan.train", "--resume", "--output_dir", str(run_dir),
-                              "--strategy", "default", "--steps", str(step + 2)], env=env, capture_output=True,
-                             text=True, timeout=300)
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acgan.train",
+            "--resume",
+            "--output_dir",
+            str(run_dir),
+            "--strategy",
+            "default",
+            "--steps",
+            str(step + 2),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     report = json.loads((run_dir / "report.json").read_text())
     assert report["status"] == "completed" and report["steps"] == step + 2

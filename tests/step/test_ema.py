@@ -3,6 +3,7 @@
 The TensorFlow step runs here; the JAX step in a child process (Keras takes one backend per process),
 which checks the same recurrence and its state()/load_state() round trip and prints what it measured.
 """
+
 import dataclasses
 import json
 from pathlib import Path
@@ -44,7 +45,9 @@ def _expected_average(trainer, steps):
     for t in range(steps):
         trainer.train_step(*_batch(seed=t)).read()
         decay = min(DECAY, (1 + t) / (10 + t))
-        average = [a * decay + v.numpy() * (1 - decay) for a, v in zip(average, trainer.g_variables)]
+        average = [
+            a * decay + v.numpy() * (1 - decay) for a, v in zip(average, trainer.g_variables)
+        ]
     return average
 
 
@@ -67,9 +70,12 @@ def test_the_average_follows_the_ramped_recurrence_and_generate_samples_it(polic
     from_average = np.asarray(trainer.generate(z, labels), np.float32)
     trainer.samples_from_ema = False
     assert np.max(np.abs(from_average - np.asarray(trainer.generate(z, labels), np.float32))) > 1e-5
-    assert trainer.swap_in_ema() and trainer.generator_holds_ema  # G's own weights become the average
+    # G's own weights become the average
+    assert trainer.swap_in_ema() and trainer.generator_holds_ema
     assert _max_difference([v.numpy() for v in trainer.g_variables], trainer.ema_values()) == 0
-    np.testing.assert_allclose(np.asarray(trainer.generate(z, labels), np.float32), from_average, atol=2e-3)
+    np.testing.assert_allclose(
+        np.asarray(trainer.generate(z, labels), np.float32), from_average, atol=2e-3
+    )
 
 
 @pytest.mark.slow
@@ -83,15 +89,22 @@ def test_a_resumed_run_continues_the_average_exactly(tmp_path, set_policy):
     resumed = _step()
     latest, _ = TensorFlowCheckpoints(resumed, tmp_path, keep=1).restore(tmp_path)
     assert latest and int(resumed.step.numpy()) == 2
-    np.testing.assert_array_equal(np.concatenate([v.ravel() for v in resumed.ema_values()]),
-                                  np.concatenate([v.ravel() for v in first.ema_values()]))
+    np.testing.assert_array_equal(
+        np.concatenate([v.ravel() for v in resumed.ema_values()]),
+        np.concatenate([v.ravel() for v in first.ema_values()]),
+    )
     for t in (2, 3):
         resumed.train_step(*_batch(seed=t)).read()
-    assert _max_difference(resumed.ema_values(), [v.astype(np.float64) for v in straight.ema_values()]) < 1e-6
+    assert (
+        _max_difference(resumed.ema_values(), [v.astype(np.float64) for v in straight.ema_values()])
+        < 1e-6
+    )
 
 
 @pytest.mark.slow
-def test_decay_0_keeps_none_and_a_checkpoint_without_one_starts_the_average_at_g(tmp_path, set_policy):
+def test_decay_0_keeps_none_and_a_checkpoint_without_one_starts_the_average_at_g(
+    tmp_path, set_policy
+):
     set_policy("float32")
     old = _step(decay=0.0)  # --ema_decay 0: no average
     old.train_step(*_batch()).read()

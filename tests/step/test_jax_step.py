@@ -12,6 +12,7 @@ Compared, per optimizer (all of D's, all of G's, all of Q's variables concatenat
 test_mixed_precision_numerics.py): the losses, and Adam's first moments after the first step, i.e.
 (1 - beta_1) * the unscaled gradient each optimizer applied.
 """
+
 import dataclasses
 import functools
 import json
@@ -27,8 +28,10 @@ import pytest
 try:
     import jax  # noqa: F401
 except ImportError as error:
-    pytest.skip(f"jax is not installed ({error}); pip install -e '.[jax]' to test the JAX step",
-                allow_module_level=True)
+    pytest.skip(
+        f"jax is not installed ({error}); pip install -e '.[jax]' to test the JAX step",
+        allow_module_level=True,
+    )
 
 from acgan import presets  # noqa: E402
 from acgan.model import networks, precision  # noqa: E402
@@ -41,7 +44,12 @@ REPO = Path(__file__).resolve().parents[2]
 WIDTH, BATCH, SEED = 0.125, 16, 0
 SHAPES = {"reference": (28, 28, 1), "acgan_cifar": (32, 32, 3)}
 NAMES = ("d", "g", "q")
-PINNED_SCALES = {"d": 64.0, "g": 256.0, "q": 1024.0}  # distinct, so a scale used by the wrong optimizer shows
+# distinct, so a scale used by the wrong optimizer shows
+PINNED_SCALES = {
+    "d": 64.0,
+    "g": 256.0,
+    "q": 1024.0,
+}
 LOSSES = slice(0, 3)
 FLOAT32_LOSSES = 1e-5  # relative, each loss
 FLOAT32_MOMENTS = 1e-4  # relative L2 per optimizer; measured 2.6e-5 at most, see test_float32_step_matches_the_tf_step
@@ -54,28 +62,59 @@ def _initial_weights(arch="reference"):
     with precision.float32_policy():
         keras.utils.set_random_seed(SEED)
         models = networks.build_models(SHAPES[arch], 10, width=WIDTH, arch=arch)
-    return ({m.name: [v.numpy() for v in m.variables] for m in models},
-            {m.name: [v.path for v in m.variables] for m in models})
+    return (
+        {m.name: [v.numpy() for v in m.variables] for m in models},
+        {m.name: [v.path for v in m.variables] for m in models},
+    )
 
 
 def _batch(n=BATCH, seed=SEED, arch="reference"):
     """(uint8 images, labels, z uniform in [-1, 1] as sample_noise draws it, fake labels), with numpy."""
     rng = np.random.default_rng(seed)
     noise_dim = presets.get(arch).networks.noise_dim
-    return (rng.integers(0, 256, (n,) + SHAPES[arch], dtype=np.uint8), rng.integers(0, 10, n).astype(np.int32),
-            rng.uniform(-1.0, 1.0, (n, noise_dim)).astype(np.float32),
-            rng.integers(0, 10, n).astype(np.int32))
+    return (
+        rng.integers(0, 256, (n,) + SHAPES[arch], dtype=np.uint8),
+        rng.integers(0, 10, n).astype(np.int32),
+        rng.uniform(-1.0, 1.0, (n, noise_dim)).astype(np.float32),
+        rng.integers(0, 10, n).astype(np.int32),
+    )
 
 
-def _write_job(path, mode, policy, weights, batch, jit=True, d_learning_rate=None, scales=None, steps=1,
-               q_learns_from_fakes=True, g_learns_from_q=True, learning_rate_scale=None, arch="reference",
-               augment=None, loss="nonsaturating"):
+def _write_job(
+    path,
+    mode,
+    policy,
+    weights,
+    batch,
+    jit=True,
+    d_learning_rate=None,
+    scales=None,
+    steps=1,
+    q_learns_from_fakes=True,
+    g_learns_from_q=True,
+    learning_rate_scale=None,
+    arch="reference",
+    augment=None,
+    loss="nonsaturating",
+):
     """Writes this job for jax_step_runner.py to `path`."""
     values, paths = weights
-    job = {"mode": mode, "policy": policy, "width": WIDTH, "jit": jit, "steps": steps, "arch": arch,
-           "shape": np.array(SHAPES[arch]), "loss": loss,
-           "q_learns_from_fakes": q_learns_from_fakes, "g_learns_from_q": g_learns_from_q,
-           "images": batch[0], "labels": batch[1], "z": batch[2], "fake_labels": batch[3]}
+    job = {
+        "mode": mode,
+        "policy": policy,
+        "width": WIDTH,
+        "jit": jit,
+        "steps": steps,
+        "arch": arch,
+        "shape": np.array(SHAPES[arch]),
+        "loss": loss,
+        "q_learns_from_fakes": q_learns_from_fakes,
+        "g_learns_from_q": g_learns_from_q,
+        "images": batch[0],
+        "labels": batch[1],
+        "z": batch[2],
+        "fake_labels": batch[3],
+    }
     for model, arrays in values.items():
         for i, (value, path_) in enumerate(zip(arrays, paths[model])):
             job[f"weights/{model}/{i}"], job[f"paths/{model}/{i}"] = value, path_
@@ -92,9 +131,12 @@ def _write_job(path, mode, policy, weights, batch, jit=True, d_learning_rate=Non
 
 def _paper_options(loss):
     """The acgan_cifar preset's step options (presets.ACGAN_CIFAR), with real/fake loss `loss`."""
-    options = {"q_learns_from_fakes": False, "g_learns_from_q": False,  # the preset's (presets.ACGAN_CIFAR)
-               "augment": presets.ACGAN_CIFAR.augment,  # the same draws on both backends
-               "loss": loss}
+    options = {
+        "q_learns_from_fakes": False,
+        "g_learns_from_q": False,  # the preset's (presets.ACGAN_CIFAR)
+        "augment": presets.ACGAN_CIFAR.augment,  # the same draws on both backends
+        "loss": loss,
+    }
     options["learning_rate_scale"] = 0.5  # halfway through the preset's learning-rate decay
     return options
 
@@ -110,11 +152,29 @@ MIXED_POLICIES = ("mixed_float16", "mixed_bfloat16")
 JOBS = {
     "float32": {"mode": "steps", "policy": "float32"},
     "q_real_only": {"mode": "steps", "policy": "float32", "q_learns_from_fakes": False},
-    **{f"acgan_cifar-{loss}": {"mode": "steps", "policy": "float32", "arch": "acgan_cifar", **_paper_options(loss)}
-       for loss in PAPER_LOSSES},
-    **{policy: {"mode": "steps", "policy": policy, "d_learning_rate": 0.0, "scales": _mixed_scales(policy)}
-       for policy in MIXED_POLICIES},
-    "overflow": {"mode": "overflow", "policy": "mixed_float16", "scales": {name: 256.0 for name in NAMES}},
+    **{
+        f"acgan_cifar-{loss}": {
+            "mode": "steps",
+            "policy": "float32",
+            "arch": "acgan_cifar",
+            **_paper_options(loss),
+        }
+        for loss in PAPER_LOSSES
+    },
+    **{
+        policy: {
+            "mode": "steps",
+            "policy": policy,
+            "d_learning_rate": 0.0,
+            "scales": _mixed_scales(policy),
+        }
+        for policy in MIXED_POLICIES
+    },
+    "overflow": {
+        "mode": "overflow",
+        "policy": "mixed_float16",
+        "scales": {name: 256.0 for name in NAMES},
+    },
 }
 # The jobs each test reads, by test function; a name is formatted with the test's parameters.
 NEEDS = {
@@ -151,7 +211,9 @@ class JaxRuns:
 
     def __getitem__(self, name):
         """Job `name`'s result: what the runner saved."""
-        assert name in self.names, f"job {name!r} was not run: add it to NEEDS for the test that reads it"
+        assert name in self.names, (
+            f"job {name!r} was not run: add it to NEEDS for the test that reads it"
+        )
         if name not in self._results:
             path = self.directory / f"{name}.out.npz"
             if not path.exists():
@@ -161,8 +223,19 @@ class JaxRuns:
         return self._results[name]
 
 
-def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns_from_fakes=True,
-             g_learns_from_q=True, learning_rate_scale=None, arch="reference", augment=None, loss="nonsaturating"):
+def _tf_step(
+    policy,
+    weights,
+    batch,
+    d_learning_rate=None,
+    scales=None,
+    q_learns_from_fakes=True,
+    g_learns_from_q=True,
+    learning_rate_scale=None,
+    arch="reference",
+    augment=None,
+    loss="nonsaturating",
+):
     """One TF step (graph, XLA off) under `policy` from `weights`: its metric vector, first moments,
     fingerprint of the initial weights, and the models before the step (for batch statistics)."""
     values, _ = weights
@@ -172,8 +245,13 @@ def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns
         for model in models:
             for variable, value in zip(model.variables, values[model.name]):
                 variable.assign(value)
-        preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=q_learns_from_fakes,
-                                     g_learns_from_q=g_learns_from_q, augment=augment, loss=loss)
+        preset = dataclasses.replace(
+            presets.REFERENCE,
+            q_learns_from_fakes=q_learns_from_fakes,
+            g_learns_from_q=g_learns_from_q,
+            augment=augment,
+            loss=loss,
+        )
         trainer = tf_step.TensorFlowStep(models, 10, preset, jit=False)
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -190,25 +268,43 @@ def _tf_step(policy, weights, batch, d_learning_rate=None, scales=None, q_learns
         adam = optimizer.inner_optimizer if precision.is_loss_scaled(optimizer) else optimizer
         moments[name] = [v.numpy() for v in adam.variables if v.path.endswith("_momentum")]
         assert len(moments[name]) == len(variables)
-    return {"metrics": vector, "moments": moments, "fingerprint": fingerprint,
-            "trainable_counts": {m.name: len(m.trainable_variables) for m in models}}
+    return {
+        "metrics": vector,
+        "moments": moments,
+        "fingerprint": fingerprint,
+        "trainable_counts": {m.name: len(m.trainable_variables) for m in models},
+    }
 
 
 def _jax_moments(out):
-    return {name: [out[f"moments/{name}/{j}"] for j in range(sum(k.startswith(f"moments/{name}/") for k in out))]
-            for name in NAMES}
+    return {
+        name: [
+            out[f"moments/{name}/{j}"]
+            for j in range(sum(k.startswith(f"moments/{name}/") for k in out))
+        ]
+        for name in NAMES
+    }
 
 
 def _relative(got, reference):
     """Relative L2 difference of two lists of arrays, concatenated."""
-    got, reference = (np.concatenate([np.ravel(x) for x in arrays]).astype(np.float64) for arrays in (got, reference))
+    got, reference = (
+        np.concatenate([np.ravel(x) for x in arrays]).astype(np.float64)
+        for arrays in (got, reference)
+    )
     return float(np.linalg.norm(got - reference) / np.linalg.norm(reference))
 
 
 def _worst(got, reference, count=4):
     """The `count` tensors contributing most to the difference: [(index, |diff|, |reference|)]."""
-    rows = [(i, float(np.linalg.norm(a.astype(np.float64) - b)), float(np.linalg.norm(b.astype(np.float64))))
-            for i, (a, b) in enumerate(zip(got, reference))]
+    rows = [
+        (
+            i,
+            float(np.linalg.norm(a.astype(np.float64) - b)),
+            float(np.linalg.norm(b.astype(np.float64))),
+        )
+        for i, (a, b) in enumerate(zip(got, reference))
+    ]
     return sorted(rows, key=lambda row: -row[1])[:count]
 
 
@@ -226,17 +322,32 @@ def jax_runs(request, tmp_path_factory):
     """Every JAX job the selected tests of this module need (NEEDS), run in one jax_step_runner.py
     process: Keras takes one backend per process, and one child for all jobs pays JAX's and Keras's
     import once. A job that fails there fails the tests that read it, with its part of the child's stderr."""
-    names = sorted({job.format(**(item.callspec.params if hasattr(item, "callspec") else {}))
-                    for item in request.session.items if item.module is request.module
-                    for job in NEEDS.get(item.originalname, ())})
+    names = sorted(
+        {
+            job.format(**(item.callspec.params if hasattr(item, "callspec") else {}))
+            for item in request.session.items
+            if item.module is request.module
+            for job in NEEDS.get(item.originalname, ())
+        }
+    )
     directory = tmp_path_factory.mktemp("jax_steps")
     for name in names:
         arch = JOBS[name].get("arch", "reference")
-        _write_job(directory / f"{name}.job.npz", weights=_initial_weights(arch), batch=_batch(arch=arch),
-                   **JOBS[name])
+        _write_job(
+            directory / f"{name}.job.npz",
+            weights=_initial_weights(arch),
+            batch=_batch(arch=arch),
+            **JOBS[name],
+        )
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="2")
-    done = subprocess.run([sys.executable, str(RUNNER), str(directory)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), str(directory)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return JaxRuns(directory, names, done)
 
 
@@ -253,7 +364,10 @@ def test_the_jax_step_never_imports_tensorflow(jax_runs):
     """The runner blocks `import tensorflow` before importing Keras, acgan.step.jax_step,
     acgan.step.common and acgan.training.health: it gets that far, on JAX, with TensorFlow still blocked."""
     imports = jax_runs.imports()
-    assert imports == {"backend": "jax", "tensorflow_blocked": True}, (imports, jax_runs.done.stderr[-3000:])
+    assert imports == {"backend": "jax", "tensorflow_blocked": True}, (
+        imports,
+        jax_runs.done.stderr[-3000:],
+    )
 
 
 @pytest.mark.slow
@@ -264,13 +378,21 @@ def test_float32_step_matches_the_tf_step(float32_runs):
     assert str(jax_run["fingerprint"]) == tf_run["fingerprint"]
     jax_metrics = jax_run["metrics"][0]
     # Measured (this 2-core EPYC, seed 0): losses off by 0 (d, q) and 3.4e-7 (g) relative.
-    assert np.all(_relative_losses(jax_metrics, tf_run["metrics"]) < FLOAT32_LOSSES), (jax_metrics, tf_run["metrics"])
+    assert np.all(_relative_losses(jax_metrics, tf_run["metrics"]) < FLOAT32_LOSSES), (
+        jax_metrics,
+        tf_run["metrics"],
+    )
     accuracies = slice(3, len(LOSS_METRICS))
     np.testing.assert_array_equal(jax_metrics[accuracies], tf_run["metrics"][accuracies])
     # Scales 1, nothing skipped: the rest of the vector is exact.
-    np.testing.assert_array_equal(jax_metrics[len(LOSS_METRICS):], tf_run["metrics"][len(LOSS_METRICS):])
-    assert list(METRIC_NAMES[len(LOSS_METRICS):len(LOSS_METRICS) + 3]) == ["d_loss_scale", "g_loss_scale",
-                                                                           "q_loss_scale"]
+    np.testing.assert_array_equal(
+        jax_metrics[len(LOSS_METRICS) :], tf_run["metrics"][len(LOSS_METRICS) :]
+    )
+    assert list(METRIC_NAMES[len(LOSS_METRICS) : len(LOSS_METRICS) + 3]) == [
+        "d_loss_scale",
+        "g_loss_scale",
+        "q_loss_scale",
+    ]
     jax_moments = _jax_moments(jax_run)
     for name in NAMES:
         # The first moments cannot match to 1e-5: that is below float32's own implementation noise here.
@@ -283,7 +405,11 @@ def test_float32_step_matches_the_tf_step(float32_runs):
         # (Largest D contributions: d_conv2's kernel, 2.3e-5, and its bias before batch norm, whose
         # true gradient is zero and whose moment is pure rounding, 1e-5 on a norm of 1e-5.)
         difference = _relative(jax_moments[name], tf_run["moments"][name])
-        assert difference < FLOAT32_MOMENTS, (name, difference, _worst(jax_moments[name], tf_run["moments"][name]))
+        assert difference < FLOAT32_MOMENTS, (
+            name,
+            difference,
+            _worst(jax_moments[name], tf_run["moments"][name]),
+        )
     assert int(jax_run["step"]) == 1
 
 
@@ -297,11 +423,17 @@ def test_q_learning_from_real_images_only_matches_the_tf_step(float32_runs, weig
     jax_moments = _jax_moments(jax_run)
     for name in NAMES:
         difference = _relative(jax_moments[name], tf_run["moments"][name])
-        assert difference < FLOAT32_MOMENTS, (name, difference, _worst(jax_moments[name], tf_run["moments"][name]))
+        assert difference < FLOAT32_MOMENTS, (
+            name,
+            difference,
+            _worst(jax_moments[name], tf_run["moments"][name]),
+        )
     q_new, q_default = tf_run["moments"]["q"], default_tf["moments"]["q"]
     n_g = len(tf_run["moments"]["g"])  # Q's list ends with G's variables
-    assert _relative(q_new[-n_g:], q_default[-n_g:]) < 1e-6  # G still gets the fake batch's class loss
-    assert _relative(q_new[:-n_g], q_default[:-n_g]) > 1e-2  # the trunk and Q head no longer learn from it
+    # G still gets the fake batch's class loss
+    assert _relative(q_new[-n_g:], q_default[-n_g:]) < 1e-6
+    # the trunk and Q head no longer learn from it
+    assert _relative(q_new[:-n_g], q_default[:-n_g]) > 1e-2
     assert _relative(tf_run["moments"]["d"], default_tf["moments"]["d"]) < 1e-6
 
 
@@ -317,20 +449,28 @@ def test_the_paper_preset_step_matches_the_tf_step(loss, jax_runs):
     tf_run = _tf_step("float32", weights, batch, arch="acgan_cifar", **options)
     jax_run = jax_runs[f"acgan_cifar-{loss}"]  # JOBS: the same options, weights and batch
     trainable = tf_run["trainable_counts"]
-    assert len(tf_run["moments"]["q"]) == trainable["trunk"] + trainable["q_head"]  # no G in Q's list
+    # no G in Q's list
+    assert len(tf_run["moments"]["q"]) == trainable["trunk"] + trainable["q_head"]
     # The compiled step used the halved rates: Adam's first step with beta_1 0 moves a weight by at most
     # its rate (|g| / (|g| + eps)), and G's largest move is close to it.
-    rate = presets.REFERENCE.learning_rates[1] * 0.5  # G's; the runner's step keeps the default rates
+    # G's; the runner's step keeps the default rates
+    rate = presets.REFERENCE.learning_rates[1] * 0.5
     assert jax_run["state/optimizers/g_optimizer_adam/learning_rate"] == np.float32(rate)
-    moves = [np.abs(jax_run[f"state/models/generator/{path}"] - value).max()
-             for value, path in zip(weights[0]["generator"], weights[1]["generator"])
-             if f"state/models/generator/{path}" in jax_run and "moving" not in path]
+    moves = [
+        np.abs(jax_run[f"state/models/generator/{path}"] - value).max()
+        for value, path in zip(weights[0]["generator"], weights[1]["generator"])
+        if f"state/models/generator/{path}" in jax_run and "moving" not in path
+    ]
     assert 0.9 * rate < max(moves) <= rate * (1 + 1e-5), (max(moves), rate)
     assert np.all(_relative_losses(jax_run["metrics"][0], tf_run["metrics"]) < FLOAT32_LOSSES)
     jax_moments = _jax_moments(jax_run)
     for name in NAMES:
         difference = _relative(jax_moments[name], tf_run["moments"][name])
-        assert difference < FLOAT32_MOMENTS, (name, difference, _worst(jax_moments[name], tf_run["moments"][name]))
+        assert difference < FLOAT32_MOMENTS, (
+            name,
+            difference,
+            _worst(jax_moments[name], tf_run["moments"][name]),
+        )
     # D's projection embedding ([10, features], the one such matrix D trains) learned from both batches'
     # labels, the real ones and G's: a class in neither has a zero moment, on both backends.
     real, fake = set(batch[1]), set(batch[3])
@@ -362,13 +502,22 @@ def test_batch_norm_statistics_move_as_on_tensorflow(float32_runs, weights):
     g, trunk = models.generator, models.trunk
     for name in ("g_bn1", "g_bn2"):
         expected = (1 - BN_MOMENTUM) * _batch_mean(g, name, [z, fake_labels])
-        np.testing.assert_allclose(jax_run[f"state/models/generator/{name}/moving_mean"], expected,
-                                   rtol=2e-2, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            jax_run[f"state/models/generator/{name}/moving_mean"],
+            expected,
+            rtol=2e-2,
+            atol=1e-6,
+            err_msg=name,
+        )
     with keras.StatelessScope():
         fake = np.asarray(g([z, fake_labels], training=True))
-    m_real, m_fake = (_batch_mean(trunk, "d_bn3", x) for x in (images.astype(np.float32) / 255.0, fake))
+    m_real, m_fake = (
+        _batch_mean(trunk, "d_bn3", x) for x in (images.astype(np.float32) / 255.0, fake)
+    )
     expected = (1 - BN_MOMENTUM) * (BN_MOMENTUM * m_real + m_fake)
-    np.testing.assert_allclose(jax_run["state/models/trunk/d_bn3/moving_mean"], expected, rtol=2e-2, atol=1e-6)
+    np.testing.assert_allclose(
+        jax_run["state/models/trunk/d_bn3/moving_mean"], expected, rtol=2e-2, atol=1e-6
+    )
 
 
 # Mixed precision: how close the JAX step must come to the TF step of the same policy. The yardstick
@@ -391,8 +540,8 @@ def test_batch_norm_statistics_move_as_on_tensorflow(float32_runs, weights):
 # A loss-scaling bug moves a norm by the ratio of two pinned scales (>= 4x) or by a whole scale (the
 # keras#19244 trap: 2^15 / 64 = 512x for D), far outside the norm-ratio bounds.
 MIXED_BOUNDS = {  # policy: (max JAX distance / TF distance to float32, (lowest, highest) norm ratio, loss)
-    "mixed_float16": (2.5, (0.75, 1.33), 2 * 2.0 ** -11),
-    "mixed_bfloat16": (2.5, (0.5, 1.5), 2 * 2.0 ** -8),
+    "mixed_float16": (2.5, (0.75, 1.33), 2 * 2.0**-11),
+    "mixed_bfloat16": (2.5, (0.5, 1.5), 2 * 2.0**-8),
 }
 
 
@@ -415,8 +564,10 @@ def test_mixed_step_agrees_with_the_tf_step_within_rounding(policy, weights, jax
     jax_run = jax_runs[policy]  # JOBS: the same learning rate and scales
     jax_metrics = jax_run["metrics"][0]
     # Scales and skip counts are exact, and with these scales nothing overflows.
-    np.testing.assert_array_equal(jax_metrics[len(LOSS_METRICS):], tf_run["metrics"][len(LOSS_METRICS):])
-    assert not jax_metrics[METRIC_NAMES.index("d_skipped"):].any()
+    np.testing.assert_array_equal(
+        jax_metrics[len(LOSS_METRICS) :], tf_run["metrics"][len(LOSS_METRICS) :]
+    )
+    assert not jax_metrics[METRIC_NAMES.index("d_skipped") :].any()
     max_factor, (low, high), loss_bound = MIXED_BOUNDS[policy]
     loss_gap = _relative_losses(jax_metrics, tf_run["metrics"])
     assert np.all(loss_gap < loss_bound), loss_gap
@@ -441,7 +592,7 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(jax_runs):
     on the next honest step); the others step as usual; every weight stays finite."""
     out = jax_runs["overflow"]  # JOBS: the reference weights and batch, every scale pinned at 256
     settled = out["settled_metrics"]
-    assert not settled[METRIC_NAMES.index("d_skipped"):].any(), dict(zip(METRIC_NAMES, settled))
+    assert not settled[METRIC_NAMES.index("d_skipped") :].any(), dict(zip(METRIC_NAMES, settled))
     exclusive = {"d": "models/d_head/", "q": "models/q_head/", "g": None}  # G is shared with Q
     for victim in NAMES:
         metrics = out[f"{victim}/metrics"]
@@ -456,14 +607,22 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(jax_runs):
                 assert value[f"{name}_loss_scale"] == 256.0, (victim, name)
                 assert value[f"{name}_skipped"] == 0 and value[f"{name}_skipped_in_a_row"] == 0
         adam = f"optimizers/{victim}_optimizer_adam/"
-        for key in (k[len("settled/"):] for k in out if k.startswith(f"settled/{adam}")):
-            np.testing.assert_array_equal(out[f"{victim}/after/{key}"], out[f"settled/{key}"], err_msg=key)
+        for key in (k[len("settled/") :] for k in out if k.startswith(f"settled/{adam}")):
+            np.testing.assert_array_equal(
+                out[f"{victim}/after/{key}"], out[f"settled/{key}"], err_msg=key
+            )
         for name, prefix in exclusive.items():
             if prefix is None:
                 continue
             # Trainable weights only: batch-norm statistics move in the forward pass, skipped or not.
-            keys = [k[len("settled/"):] for k in out if k.startswith(f"settled/{prefix}") and "/moving_" not in k]
-            moved = [not np.array_equal(out[f"{victim}/after/{k}"], out[f"settled/{k}"]) for k in keys]
+            keys = [
+                k[len("settled/") :]
+                for k in out
+                if k.startswith(f"settled/{prefix}") and "/moving_" not in k
+            ]
+            moved = [
+                not np.array_equal(out[f"{victim}/after/{k}"], out[f"settled/{k}"]) for k in keys
+            ]
             if name == victim:
                 assert not any(moved), (victim, keys)
             else:

@@ -109,10 +109,15 @@ def float16_trainer(overflows):
     return get
 
 
-@pytest.mark.parametrize("victim, jit", [("d", False), ("g", False), ("q", False), ("d", True)],
-                         ids=["d", "g", "q", "d-xla"])
+@pytest.mark.parametrize(
+    "victim, jit",
+    [("d", False), ("g", False), ("q", False), ("d", True)],
+    ids=["d", "g", "q", "d-xla"],
+)
 @pytest.mark.slow
-def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy, float16_trainer, overflows):
+def test_overflow_in_one_loss_skips_only_that_optimizer(
+    victim, jit, set_policy, float16_trainer, overflows
+):
     set_policy("mixed_float16")
     shared = float16_trainer(jit)
     trainer = shared.trainer
@@ -121,7 +126,8 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
     m = trainer.models
     exclusive = {"d": m.d_head.trainable_variables, "q": m.q_head.trainable_variables, "g": []}
     batch = _batch()
-    shared.restore(shared.pinned(batch))  # settled, scales pinned to 256: the same start for every victim
+    # settled, scales pinned to 256: the same start for every victim
+    shared.restore(shared.pinned(batch))
     settled = _settle(trainer, batch)
 
     victim_optimizer = optimizers[victim]
@@ -159,7 +165,10 @@ def test_overflow_in_one_loss_skips_only_that_optimizer(victim, jit, set_policy,
 def test_no_loss_scaling_outside_float16(policy, set_policy):
     set_policy(policy)
     trainer = _small_trainer(jit=False)
-    assert not any(precision.is_loss_scaled(o) for o in (trainer.d_optimizer, trainer.g_optimizer, trainer.q_optimizer))
+    assert not any(
+        precision.is_loss_scaled(o)
+        for o in (trainer.d_optimizer, trainer.g_optimizer, trainer.q_optimizer)
+    )
     metrics = trainer.train_step(*_batch())
     assert float(metrics["d_loss_scale"]) == 1.0 and int(metrics["q_skipped"]) == 0
 
@@ -177,8 +186,12 @@ def _scaled_and_applied(shared, scales):
         optimizer.dynamic_scale.assign(scales[name])
     metrics = trainer.train_step(*_batch())
     assert all(int(metrics[f"{n}_skipped"]) == 0 for n in "dgq")
-    applied = {name: np.concatenate([v.numpy().ravel() for v in o.inner_optimizer.variables
-                                     if v.path.endswith("_momentum")]) for name, o in optimizers.items()}
+    applied = {
+        name: np.concatenate(
+            [v.numpy().ravel() for v in o.inner_optimizer.variables if v.path.endswith("_momentum")]
+        )
+        for name, o in optimizers.items()
+    }
     return {name: float(norm.numpy()) for name, norm in shared.handed.items()}, applied
 
 

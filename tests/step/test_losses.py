@@ -1,5 +1,6 @@
 """D's and G's real/fake losses (acgan.step.losses), the --loss setting that picks one, and the checks
 a run and a resume make on it."""
+
 import dataclasses
 import json
 
@@ -20,10 +21,14 @@ def test_the_nonsaturating_loss_is_the_ac_gan_papers_binary_cross_entropy():
     real, fake = LOGITS, LOGITS[::-1] * 0.5
     sigmoid = 1 / (1 + np.exp(-LOGITS.astype(np.float64)))
     d_loss = float(losses.d_adversarial("nonsaturating", real, fake))
-    expected = -np.mean(np.log(sigmoid)) - np.mean(np.log(1 - 1 / (1 + np.exp(-fake.astype(np.float64)))))
+    expected = -np.mean(np.log(sigmoid)) - np.mean(
+        np.log(1 - 1 / (1 + np.exp(-fake.astype(np.float64))))
+    )
     assert d_loss == pytest.approx(expected, rel=1e-6)
     # G raises log D(G(z)): the same binary cross-entropy with the fakes labelled real.
-    assert float(losses.g_adversarial("nonsaturating", LOGITS)) == pytest.approx(-np.mean(np.log(sigmoid)), rel=1e-6)
+    assert float(losses.g_adversarial("nonsaturating", LOGITS)) == pytest.approx(
+        -np.mean(np.log(sigmoid)), rel=1e-6
+    )
 
 
 def test_the_hinge_loss_and_its_margins():
@@ -39,7 +44,8 @@ def test_the_hinge_loss_and_its_margins():
     np.testing.assert_allclose(d_fake.numpy().ravel(), [0.0, 0.25, 0.25, 0.25])
     with tf.GradientTape() as tape:
         g_loss = losses.g_adversarial("hinge", fake)
-    np.testing.assert_allclose(tape.gradient(g_loss, fake).numpy().ravel(), [-0.25] * 4)  # no saturation
+    # no saturation
+    np.testing.assert_allclose(tape.gradient(g_loss, fake).numpy().ravel(), [-0.25] * 4)
 
 
 def test_auto_is_the_presets_loss_and_a_step_takes_only_a_known_one():
@@ -50,7 +56,9 @@ def test_auto_is_the_presets_loss_and_a_step_takes_only_a_known_one():
         presets.check_adversarial_loss("auto")
 
 
-def test_config_round_trips_the_loss_an_old_config_reads_as_nonsaturating_and_a_resume_keeps_it(tmp_path):
+def test_config_round_trips_the_loss_an_old_config_reads_as_nonsaturating_and_a_resume_keeps_it(
+    tmp_path,
+):
     config = Config(dataset="swatches", arch="acgan_cifar", loss="hinge").validate()
     assert Config.from_json(config.to_json()).loss == "hinge"
     old = json.loads(Config().to_json())

@@ -12,6 +12,7 @@ Compared per optimizer (all of D's, all of G's, all of Q's variables concatenate
 initialization some tensors' low-precision gradients are mostly rounding. The biases directly before a
 batch norm are left out: their true gradient is zero (BN subtracts the mean), so theirs is pure noise.
 """
+
 import keras
 import numpy as np
 import pytest
@@ -22,7 +23,12 @@ from acgan.model import networks, precision
 from acgan.step import tf_step
 
 WIDTH, BATCH, SEED = 0.125, 32, 0
-PINNED_SCALES = {"d": 64.0, "g": 256.0, "q": 1024.0}  # distinct, so a scale used by the wrong optimizer shows
+# distinct, so a scale used by the wrong optimizer shows
+PINNED_SCALES = {
+    "d": 64.0,
+    "g": 256.0,
+    "q": 1024.0,
+}
 BIASES_BEFORE_BATCH_NORM = ("g_fc1", "g_fc2", "g_deconv1", "d_conv2", "d_fc3", "q_fc1")
 
 # Measured with _first_step below on seeds 0-9 (weights and batch), width 0.125, batch 32, XLA off, this
@@ -59,9 +65,15 @@ def _first_moments(trainer):
         adam = optimizer.inner_optimizer if precision.is_loss_scaled(optimizer) else optimizer
         momenta = [v for v in adam.variables if v.path.endswith("_momentum")]
         assert len(momenta) == len(variables)
-        out[name] = np.concatenate([
-            m.numpy().ravel() for v, m in zip(variables, momenta)
-            if not (v.path.endswith("/bias") and v.path.split("/")[-2] in BIASES_BEFORE_BATCH_NORM)])
+        out[name] = np.concatenate(
+            [
+                m.numpy().ravel()
+                for v, m in zip(variables, momenta)
+                if not (
+                    v.path.endswith("/bias") and v.path.split("/")[-2] in BIASES_BEFORE_BATCH_NORM
+                )
+            ]
+        )
     return out
 
 
@@ -91,17 +103,28 @@ def _first_step(policy, weights, seed=SEED, breakage=None, monkeypatch=None):
 def _break(trainer, breakage, monkeypatch):
     honest_scale_loss = precision.scale_loss
     if breakage == "scaled twice":
-        monkeypatch.setattr(tf_step.precision, "scale_loss",
-                            lambda optimizer, loss: honest_scale_loss(optimizer, honest_scale_loss(optimizer, loss)))
+        monkeypatch.setattr(
+            tf_step.precision,
+            "scale_loss",
+            lambda optimizer, loss: honest_scale_loss(
+                optimizer, honest_scale_loss(optimizer, loss)
+            ),
+        )
     elif breakage == "never unscaled":
+
         def apply_without_unscaling(optimizer, grads, variables):
             inner = optimizer.inner_optimizer if precision.is_loss_scaled(optimizer) else optimizer
             inner.apply(grads, variables)
+
         monkeypatch.setattr(trainer, "_apply", apply_without_unscaling)
     elif breakage == "G scaled by Q's optimizer":  # and unscaled by G's: off by 1024 / 256
-        monkeypatch.setattr(tf_step.precision, "scale_loss",
-                            lambda optimizer, loss: honest_scale_loss(
-                                trainer.q_optimizer if optimizer is trainer.g_optimizer else optimizer, loss))
+        monkeypatch.setattr(
+            tf_step.precision,
+            "scale_loss",
+            lambda optimizer, loss: honest_scale_loss(
+                trainer.q_optimizer if optimizer is trainer.g_optimizer else optimizer, loss
+            ),
+        )
     else:
         raise ValueError(breakage)
     trainer.retrace()
@@ -129,7 +152,9 @@ def float32_run():
     """Initial weights (seeded) and float32's first moments from them."""
     with precision.float32_policy():
         keras.utils.set_random_seed(SEED)
-        weights = [model.get_weights() for model in networks.build_models((28, 28, 1), 10, width=WIDTH)]
+        weights = [
+            model.get_weights() for model in networks.build_models((28, 28, 1), 10, width=WIDTH)
+        ]
         reference, _ = _first_step("float32", weights)
     return weights, reference
 
@@ -143,13 +168,19 @@ def test_first_step_gradients_agree_with_float32(policy, float32_run, set_policy
     assert _disagreements(policy, reference, got) == []
 
 
-@pytest.mark.parametrize("breakage, victims", [
-    ("scaled twice", {"d", "g", "q"}),
-    ("never unscaled", {"d", "g", "q"}),
-    ("G scaled by Q's optimizer", {"g"}),
-], ids=["scaled_twice", "never_unscaled", "wrong_optimizer"])
+@pytest.mark.parametrize(
+    "breakage, victims",
+    [
+        ("scaled twice", {"d", "g", "q"}),
+        ("never unscaled", {"d", "g", "q"}),
+        ("G scaled by Q's optimizer", {"g"}),
+    ],
+    ids=["scaled_twice", "never_unscaled", "wrong_optimizer"],
+)
 @pytest.mark.slow
-def test_the_check_rejects_broken_loss_scaling(breakage, victims, float32_run, set_policy, monkeypatch):
+def test_the_check_rejects_broken_loss_scaling(
+    breakage, victims, float32_run, set_policy, monkeypatch
+):
     weights, reference = float32_run
     # Scaled twice, Q's loss (x 1024^2) overflows float16 and its step is skipped: zero moments, also caught.
     got, _ = _first_step("mixed_float16", weights, breakage=breakage, monkeypatch=monkeypatch)
@@ -169,6 +200,8 @@ def test_under_xla_bfloat16_convolutions_add_up_in_float32():
         return tf.compat.v1.nn.conv2d_backprop_filter(x, [5, 5, 64, 128], dy, [1, 2, 2, 1], "SAME")
 
     exact = filter_gradient(tf.constant(x, tf.float64), tf.constant(dy, tf.float64)).numpy()
-    xla = tf.function(filter_gradient, jit_compile=True)(tf.constant(x, tf.bfloat16), tf.constant(dy, tf.bfloat16))
+    xla = tf.function(filter_gradient, jit_compile=True)(
+        tf.constant(x, tf.bfloat16), tf.constant(dy, tf.bfloat16)
+    )
     error = np.abs(xla.numpy().astype(np.float64) - exact).max() / np.abs(exact).max()
-    assert error < 2 ** -7, error
+    assert error < 2**-7, error

@@ -1,5 +1,6 @@
 """The TensorFlow step: one G forward per iteration, batch-norm statistics that move once per batch,
 and metrics as one vector read with one host copy; the policy taken from the models."""
+
 import dataclasses
 
 import keras
@@ -40,11 +41,16 @@ def test_g_batch_norm_moves_once_per_step_with_momentum_0_9(policy, jit, set_pol
     trainer = _trainer(jit)
     images, labels, z, fake_labels = _batch()
     g = trainer.models.generator
-    expected = {name: (1 - BN_MOMENTUM) * _batch_mean(g, name, [z, fake_labels]) for name in ("g_bn1", "g_bn2")}
+    expected = {
+        name: (1 - BN_MOMENTUM) * _batch_mean(g, name, [z, fake_labels])
+        for name in ("g_bn1", "g_bn2")
+    }
     trainer.train_step(images, labels, z, fake_labels).read()
     for name, mean in expected.items():
         # Moved twice (G run twice) it would be 0.19 * mean instead of 0.1 * mean.
-        np.testing.assert_allclose(g.get_layer(name).moving_mean.numpy(), mean, rtol=2e-2, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            g.get_layer(name).moving_mean.numpy(), mean, rtol=2e-2, atol=1e-6, err_msg=name
+        )
 
 
 @pytest.mark.slow
@@ -60,7 +66,9 @@ def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch(se
     trainer.train_step(images, labels, z, fake_labels).read()
     # D's pass: trunk(real) then trunk(fake), from a zero start; G/Q's pass adds nothing.
     expected = (1 - BN_MOMENTUM) * (BN_MOMENTUM * m_real + m_fake)
-    np.testing.assert_allclose(trunk.get_layer("d_bn3").moving_mean.numpy(), expected, rtol=2e-2, atol=1e-6)
+    np.testing.assert_allclose(
+        trunk.get_layer("d_bn3").moving_mean.numpy(), expected, rtol=2e-2, atol=1e-6
+    )
 
 
 @pytest.mark.slow
@@ -75,7 +83,9 @@ def test_metrics_are_one_vector_read_at_once(set_policy):
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
-def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_class_loss(policy, set_policy):
+def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_class_loss(
+    policy, set_policy
+):
     """q_learns_from_fakes=False (acgan_cifar): the trunk's and Q head's gradients are those of the real
     batch's class loss alone; the cotangent that moves G (the fake batch's class loss) is unchanged."""
     import tensorflow as tf
@@ -89,12 +99,20 @@ def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_clas
     for from_fakes in (True, False):
         trainer = _trainer(jit=False)
         trainer.q_learns_from_fakes = from_fakes
-        if policy == "mixed_float16":  # the first scale (2^15) overflows float16 here: the step would skip it
+        if (
+            policy == "mixed_float16"
+        ):  # the first scale (2^15) overflows float16 here: the step would skip it
             trainer.q_optimizer.dynamic_scale.assign(64.0)
         fake = trainer.models.generator([z, fake_labels], training=False)
-        results[from_fakes] = trainer._gq_forward_backward(real, tf.constant(labels), fake, tf.constant(fake_labels))
+        results[from_fakes] = trainer._gq_forward_backward(
+            real, tf.constant(labels), fake, tf.constant(fake_labels)
+        )
     m = trainer.models  # the same seeded weights as both runs
-    scale = float(tf.convert_to_tensor(trainer.q_optimizer.dynamic_scale)) if policy == "mixed_float16" else 1.0
+    scale = (
+        float(tf.convert_to_tensor(trainer.q_optimizer.dynamic_scale))
+        if policy == "mixed_float16"
+        else 1.0
+    )
     variables = m.trunk.trainable_variables + m.q_head.trainable_variables
     with tf.GradientTape() as tape:
         with keras.StatelessScope():
@@ -108,9 +126,15 @@ def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_clas
             assert difference <= rtol * size, (difference, size)
         else:  # from both batches: the fake batch's class loss adds to it
             assert difference > 0.05 * size, (difference, size)
-    np.testing.assert_allclose(np.asarray(results[False].q_cotangent), np.asarray(results[True].q_cotangent),
-                               rtol=1e-6, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(results[False].q_loss), np.asarray(results[True].q_loss), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(results[False].q_cotangent),
+        np.asarray(results[True].q_cotangent),
+        rtol=1e-6,
+        atol=1e-12,
+    )
+    np.testing.assert_allclose(
+        np.asarray(results[False].q_loss), np.asarray(results[True].q_loss), rtol=1e-6
+    )
 
 
 @pytest.mark.slow
@@ -124,7 +148,9 @@ def test_without_g_learns_from_q_the_class_loss_does_not_reach_g(g_learns_from_q
 
     def g_after_one_step(q_head_factor):
         keras.utils.set_random_seed(3)
-        preset = dataclasses.replace(presets.REFERENCE, q_learns_from_fakes=False, g_learns_from_q=g_learns_from_q)
+        preset = dataclasses.replace(
+            presets.REFERENCE, q_learns_from_fakes=False, g_learns_from_q=g_learns_from_q
+        )
         trainer = TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, preset, jit=False)
         for variable in trainer.models.q_head.trainable_variables:
             variable.assign(variable * q_head_factor)
@@ -155,8 +181,11 @@ def test_learning_rate_scale_sets_every_optimizers_rate_and_zero_stops_the_weigh
     trainer = _trainer(jit=False)
     trainer.set_learning_rate_scale(0.25)
     optimizers = [optimizer for optimizer, _ in trainer._optimizers_and_variables()]
-    np.testing.assert_allclose([float(precision.learning_rate_variable(o).numpy()) for o in optimizers],
-                               [rate * 0.25 for rate in trainer.learning_rates], rtol=1e-6)
+    np.testing.assert_allclose(
+        [float(precision.learning_rate_variable(o).numpy()) for o in optimizers],
+        [rate * 0.25 for rate in trainer.learning_rates],
+        rtol=1e-6,
+    )
     assert trainer.learning_rate_scale == 0.25
     set_policy("float32")  # no loss scaling: no step is skipped for an overflow below
     trainer = _trainer(jit=True)
@@ -171,8 +200,10 @@ def test_learning_rate_scale_sets_every_optimizers_rate_and_zero_stops_the_weigh
     assert all(np.array_equal(a, b) for a, b in zip(before, after))
     trainer.set_learning_rate_scale(1.0)
     trainer.train_step(*_batch()).read()
-    assert any(not np.array_equal(a, np.asarray(v)) for a, v in
-               zip(after, [v for m in models for v in m.trainable_variables]))
+    assert any(
+        not np.array_equal(a, np.asarray(v))
+        for a, v in zip(after, [v for m in models for v in m.trainable_variables])
+    )
 
 
 def test_the_step_takes_the_policy_its_models_were_built_under(set_policy):

@@ -1,6 +1,7 @@
 """Faults made for real on `python -m acgan.train` processes: damaged checkpoints, a full disk, two
 processes on one run folder, a stale lock from a SIGKILLed process. After each: no traceback, one
 clear line, the documented exit status, and a resume that reaches the requested step."""
+
 import json
 import os
 import resource
@@ -11,19 +12,35 @@ import sys
 import time
 
 import pytest
-from api_runs import newest_checkpoint_step
 import tensorflow as tf
 
 from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, UserError
 from acgan.training import checkpoints
+from api_runs import newest_checkpoint_step
 
-TINY = ["--batch", "16", "--width", "0.125", "--no-jit", "--sample_every", "1000", "--warmup_steps", "0"]
+TINY = [
+    "--batch",
+    "16",
+    "--width",
+    "0.125",
+    "--no-jit",
+    "--sample_every",
+    "1000",
+    "--warmup_steps",
+    "0",
+]
 
 
 def _train(*args, preexec_fn=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.Popen([sys.executable, "-m", "acgan.train", *args, *TINY], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=preexec_fn)
+    return subprocess.Popen(
+        [sys.executable, "-m", "acgan.train", *args, *TINY],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=preexec_fn,
+    )
 
 
 def _finish(proc, timeout=300):
@@ -55,22 +72,33 @@ def test_damaged_checkpoints_resume_from_the_newest_intact_one(tmp_path):
     run_dir, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
     _ok(run_dir, ["--checkpoint_every", "2"], steps=6)  # ckpt-2, ckpt-4, ckpt-6
     data6 = ckpts / "ckpt-6.data-00000-of-00001"
-    os.truncate(data6, data6.stat().st_size // 2)                   # a crash mid-copy
-    _overwrite_with_noise(ckpts / "ckpt-4.data-00000-of-00001")     # a bad disk
+    os.truncate(data6, data6.stat().st_size // 2)  # a crash mid-copy
+    _overwrite_with_noise(ckpts / "ckpt-4.data-00000-of-00001")  # a bad disk
 
     report, _, err = _ok(run_dir, ["--resume"], steps=8)
     warnings = [line for line in err.splitlines() if line.startswith("warning: checkpoint")]
     assert len(warnings) == 2, err[-3000:]
     assert "ckpt-6.data-00000-of-00001" in warnings[0] and "resuming from ckpt-2" in warnings[0]
     assert "ckpt-4.data-00000-of-00001" in warnings[1] and "Checksum does not match" in warnings[1]
-    assert report["resumed_from"]["step"] == 2 and report["resumed_from"]["checkpoint"].endswith("ckpt-2")
+    assert report["resumed_from"]["step"] == 2 and report["resumed_from"]["checkpoint"].endswith(
+        "ckpt-2"
+    )
     # Kept for inspection, and no longer listed anywhere TensorFlow or a resume would look.
     damaged = sorted(p.name for p in (ckpts / "damaged").iterdir())
-    assert damaged == ["ckpt-4.data-00000-of-00001", "ckpt-4.index", "ckpt-6.data-00000-of-00001", "ckpt-6.index"]
+    assert damaged == [
+        "ckpt-4.data-00000-of-00001",
+        "ckpt-4.index",
+        "ckpt-6.data-00000-of-00001",
+        "ckpt-6.index",
+    ]
     # The resumed run wrote steps 4, 6 and 8 afresh, and --keep_checkpoints 3 swept ckpt-2.
     state = tf.train.get_checkpoint_state(str(ckpts))
     assert [checkpoints.step_of(p) for p in state.all_model_checkpoint_paths] == [4, 6, 8]
-    assert sorted(p.name for p in ckpts.glob("ckpt-*.index")) == ["ckpt-4.index", "ckpt-6.index", "ckpt-8.index"]
+    assert sorted(p.name for p in ckpts.glob("ckpt-*.index")) == [
+        "ckpt-4.index",
+        "ckpt-6.index",
+        "ckpt-8.index",
+    ]
 
     # None intact: one line, exit status 2, nothing moved.
     os.truncate(ckpts / "ckpt-8.index", 100)
@@ -82,15 +110,21 @@ def test_damaged_checkpoints_resume_from_the_newest_intact_one(tmp_path):
     assert code == USER_ERROR_STATUS and "Traceback" not in err
     [line] = _error_lines(err)
     assert "no intact checkpoint" in line
-    assert "ckpt-8.index" in line and "ckpt-6.index" in line and "ckpt-4.data-00000-of-00001" in line
+    assert (
+        "ckpt-8.index" in line and "ckpt-6.index" in line and "ckpt-4.data-00000-of-00001" in line
+    )
     assert sorted(p.name for p in ckpts.rglob("*")) == before
 
 
 def _mount_tmpfs(path, size):
     path.mkdir()
     try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                       check=True, capture_output=True, timeout=30)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
         return True
     except (OSError, subprocess.SubprocessError):
         return False
@@ -105,6 +139,7 @@ def _unmount(path):
 def _file_size_limit(limit):
     def apply():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -119,14 +154,24 @@ def test_a_full_disk_stops_clearly_and_keeps_the_last_checkpoint(tmp_path, how):
     try:
         _ok(run_dir, ["--checkpoint_every", "2"], steps=2)
         preexec = None
-        if how == "tmpfs":  # fill the disk but for 128 KiB: enough for the small files, not a checkpoint
+        if (
+            how == "tmpfs"
+        ):  # fill the disk but for 128 KiB: enough for the small files, not a checkpoint
             free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
             with open(mount / "filler", "wb") as f:
                 f.write(b"\0" * (free - 128 * 1024))
         else:  # each file at most 1 MiB: a checkpoint's data (~4 MiB) cannot be written
             preexec = _file_size_limit(1 << 20)
-        proc = _train("--steps", "6", "--checkpoint_every", "2", "--resume", "--output_dir", str(run_dir),
-                      preexec_fn=preexec)
+        proc = _train(
+            "--steps",
+            "6",
+            "--checkpoint_every",
+            "2",
+            "--resume",
+            "--output_dir",
+            str(run_dir),
+            preexec_fn=preexec,
+        )
         code, out, err = _finish(proc)
         assert code == DISK_FULL_STATUS, err[-3000:]
         assert "Traceback" not in err
@@ -135,7 +180,11 @@ def test_a_full_disk_stops_clearly_and_keeps_the_last_checkpoint(tmp_path, how):
         assert f"could not write checkpoint {ckpts / 'ckpt-4'}: {reason}" in line, line
         assert " free on " in line and "ckpt-2 is intact" in line
         # No half-written checkpoint for the next resume to pick up; the last good one reads whole.
-        assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
+        assert sorted(p.name for p in ckpts.iterdir()) == [
+            "checkpoint",
+            "ckpt-2.data-00000-of-00001",
+            "ckpt-2.index",
+        ]
         assert checkpoints.damage(str(ckpts / "ckpt-2")) is None
 
         (mount / "filler").unlink(missing_ok=True)  # space again: the run goes on from step 2
@@ -166,13 +215,18 @@ def test_one_writer_per_run_folder_and_a_stale_lock_is_taken_over(tmp_path):
         assert lock["pid"] == first.pid and lock["host"] == socket.gethostname()
 
         # A second process on the same folder refuses, naming the holder; the first runs on.
-        code, out, err = _finish(_train("--steps", "100000", "--resume", "--output_dir", str(run_dir)))
+        code, out, err = _finish(
+            _train("--steps", "100000", "--resume", "--output_dir", str(run_dir))
+        )
         assert code == USER_ERROR_STATUS and "Traceback" not in err
         [line] = _error_lines(err)
-        assert f"in use by another acgan run (pid {first.pid} on host {socket.gethostname()})" in line
+        assert (
+            f"in use by another acgan run (pid {first.pid} on host {socket.gethostname()})" in line
+        )
         assert first.poll() is None and not (run_dir / "report.json").exists()
 
-        first.send_signal(signal.SIGKILL)  # leaves its name in the lock file, but the kernel frees the lock
+        # leaves its name in the lock file, but the kernel frees the lock
+        first.send_signal(signal.SIGKILL)
         first.wait()
     finally:
         if first.poll() is None:
@@ -180,7 +234,10 @@ def test_one_writer_per_run_folder_and_a_stale_lock_is_taken_over(tmp_path):
             first.wait()
     killed_at = newest_checkpoint_step(run_dir)
     report, out, err = _ok(run_dir, ["--resume"], steps=killed_at + 2)
-    assert f"note: took over a stale lock left by pid {first.pid} on host {socket.gethostname()}" in out
+    assert (
+        f"note: took over a stale lock left by pid {first.pid} on host {socket.gethostname()}"
+        in out
+    )
     assert report["resumed_from"]["step"] == killed_at
     assert (run_dir / ".lock").read_text() == ""  # released cleanly
 
@@ -192,19 +249,27 @@ def test_a_failed_save_leaves_no_partial_checkpoint(tmp_path):
     from acgan.errors import DiskFull
     from acgan.util import disk
 
-    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(np.zeros(300_000, np.float32))),
-                                         tmp_path / "checkpoints", max_to_keep=3)
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(v=tf.Variable(np.zeros(300_000, np.float32))),
+        tmp_path / "checkpoints",
+        max_to_keep=3,
+    )
     checkpoints.save(manager, 1)
     disk.ignore_file_size_signal()
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (500_000, hard))
     try:
-        with pytest.raises(DiskFull, match=r"could not write checkpoint .*ckpt-2: file too large.*ckpt-1 is intact"):
+        with pytest.raises(
+            DiskFull, match=r"could not write checkpoint .*ckpt-2: file too large.*ckpt-1 is intact"
+        ):
             checkpoints.save(manager, 2)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
-        "checkpoint", "ckpt-1.data-00000-of-00001", "ckpt-1.index"]
+        "checkpoint",
+        "ckpt-1.data-00000-of-00001",
+        "ckpt-1.index",
+    ]
     assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-1")
 
 
@@ -217,7 +282,11 @@ def _fill_tensorboard(directory):
     with SummaryWriter(directory) as writer:
         for step in range(200):
             writer.scalars({"d_loss": 1.0, "g_loss": 0.7}, step)
-            writer.image("samples", np.random.default_rng(step).integers(0, 256, (64, 64, 3), dtype=np.uint8), step)
+            writer.image(
+                "samples",
+                np.random.default_rng(step).integers(0, 256, (64, 64, 3), dtype=np.uint8),
+                step,
+            )
 
 
 def test_a_full_disk_under_tensorboard_is_one_clear_line(tmp_path):
@@ -230,8 +299,11 @@ def test_a_full_disk_under_tensorboard_is_one_clear_line(tmp_path):
     if not _mount_tmpfs(mount, "128k"):
         pytest.skip("cannot mount a tmpfs here (not root?)")
     try:
-        with pytest.raises(DiskFull, match=r"could not write TensorBoard events .*tfevents\S*: no space left "
-                                           r"on device; .* free on "):
+        with pytest.raises(
+            DiskFull,
+            match=r"could not write TensorBoard events .*tfevents\S*: no space left "
+            r"on device; .* free on ",
+        ):
             with disk.full_disk_stops_clearly(mount):
                 _fill_tensorboard(mount / "tensorboard")
     finally:
@@ -247,7 +319,9 @@ def test_a_file_size_limit_under_tensorboard_is_one_clear_line(tmp_path):
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, hard))
     try:
-        with pytest.raises(DiskFull, match=r"could not write TensorBoard events .*tfevents\S*: file too large"):
+        with pytest.raises(
+            DiskFull, match=r"could not write TensorBoard events .*tfevents\S*: file too large"
+        ):
             with disk.full_disk_stops_clearly(tmp_path):
                 _fill_tensorboard(tmp_path / "tensorboard")
     finally:
@@ -266,9 +340,12 @@ def test_whole_checkpoints_of_another_model_say_so_not_that_they_are_damaged(tmp
     with pytest.raises(UserError) as raised:
         checkpoints.restore_newest_intact(other, tmp_path)
     line = str(raised.value)
-    assert "read whole, but none fits the model" in line and "damaged" not in line and "\n" not in line
+    assert (
+        "read whole, but none fits the model" in line and "damaged" not in line and "\n" not in line
+    )
     assert "ckpt-4 does not restore" in line and "ckpt-2 does not restore" in line
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
-    _overwrite_with_noise(tmp_path / "ckpt-4.data-00000-of-00001", start=0, length=64)  # now one is damaged too
+    # now one is damaged too
+    _overwrite_with_noise(tmp_path / "ckpt-4.data-00000-of-00001", start=0, length=64)
     with pytest.raises(UserError, match="cannot resume: no intact checkpoint"):
         checkpoints.restore_newest_intact(other, tmp_path)

@@ -10,6 +10,7 @@ chance (0.10); 350 steps left the JAX run at 0.744. Each run is a child process 
 to end is what is tested, and because it trains with XLA at its default optimisation: the test process's
 level 0 (conftest.py) compiles faster but runs these long steps up to 1.8x slower.
 """
+
 import json
 import os
 import shutil
@@ -19,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from api_runs import FAST_XLA, child_env
-from conftest import JUDGE_PER_CLASS, POLICIES
 from PIL import Image
 
 import acgan
-from acgan.quality import evaluation
+from acgan.quality import run_evaluation
+from api_runs import FAST_XLA, child_env
+from conftest import JUDGE_PER_CLASS, POLICIES
 
 ROOT = Path(__file__).resolve().parents[2]
 PER_CLASS = JUDGE_PER_CLASS  # doodles: 5,000 train images (a quick judge and GAN), the full 5,000-image test split
@@ -52,11 +53,37 @@ def _learning_run(runner, policy, data_dir, run_dir, *extra):
     checkpoint half-way and at the end."""
     flags = os.environ.get("XLA_FLAGS", "").replace(FAST_XLA, "").strip()
     steps = learning_steps(policy)
-    proc = subprocess.run([sys.executable, *runner, "--dataset", "doodles", "--data_dir", str(data_dir),
-                           "--max_per_class", str(PER_CLASS), "--width", "0.5", "--batch", "32",
-                           "--steps", str(steps), "--sample_every", str(steps // 2),
-                           "--checkpoint_every", str(steps // 2), "--policy", policy, "--output_dir", str(run_dir),
-                           *extra], env=child_env(XLA_FLAGS=flags), capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            *runner,
+            "--dataset",
+            "doodles",
+            "--data_dir",
+            str(data_dir),
+            "--max_per_class",
+            str(PER_CLASS),
+            "--width",
+            "0.5",
+            "--batch",
+            "32",
+            "--steps",
+            str(steps),
+            "--sample_every",
+            str(steps // 2),
+            "--checkpoint_every",
+            str(steps // 2),
+            "--policy",
+            policy,
+            "--output_dir",
+            str(run_dir),
+            *extra,
+        ],
+        env=child_env(XLA_FLAGS=flags),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -70,9 +97,18 @@ def runs(tmp_path_factory, data_dir):
         if policy not in made:
             run_dir = tmp_path_factory.mktemp(policy) / "run"
             profile = ["--profile_steps", "2:3"] if policy == "mixed_float16" else []
-            _learning_run(["-m", "acgan.train"], policy, data_dir, run_dir, "--price_per_hour", str(PRICE), *profile)
+            _learning_run(
+                ["-m", "acgan.train"],
+                policy,
+                data_dir,
+                run_dir,
+                "--price_per_hour",
+                str(PRICE),
+                *profile,
+            )
             made[policy] = run_dir
         return made[policy]
+
     return run
 
 
@@ -82,24 +118,38 @@ def test_a_small_acgan_really_learns_the_classes(policy, runs, judge, set_policy
     """The judge must recognise most samples' classes under every policy (mixed_float16's loss scaling
     included), not only float32."""
     run_dir = runs(policy)
-    result = evaluation.evaluate_run(run_dir, num_samples=1000, judge=judge, command="pytest", echo=lambda s: None)
-    assert result["step"] == learning_steps(policy) and result["num_generated"] == 1000 and result["num_real"] == 1000
+    result = run_evaluation.evaluate_run(
+        run_dir, num_samples=1000, judge=judge, command="pytest", echo=lambda s: None
+    )
+    assert (
+        result["step"] == learning_steps(policy)
+        and result["num_generated"] == 1000
+        and result["num_real"] == 1000
+    )
     assert result["conditional_accuracy"] >= 0.6, result  # chance is 0.1
     assert result["frechet_distance"] > 0 and result["classifier_score"] > 3
     assert result["q_accuracy_real"] > 0.9
     # Q on the samples, against the labels G was asked for (misaligned labels would score ~chance).
     assert result["q_accuracy_generated"] >= 0.6
-    assert list(result["q_accuracy_generated_per_class"]) == list(result["conditional_accuracy_per_class"])
-    assert result["q_accuracy_generated"] == pytest.approx(np.mean(list(result["q_accuracy_generated_per_class"].values())))
+    assert list(result["q_accuracy_generated_per_class"]) == list(
+        result["conditional_accuracy_per_class"]
+    )
+    assert result["q_accuracy_generated"] == pytest.approx(
+        np.mean(list(result["q_accuracy_generated_per_class"].values()))
+    )
     saved = json.loads((run_dir / "quality.json").read_text())
     assert saved["conditional_accuracy"] == pytest.approx(result["conditional_accuracy"])
     report = json.loads((run_dir / "report.json").read_text())
     assert report["quality"]["frechet_distance"] == pytest.approx(result["frechet_distance"])
     markdown = (run_dir / "report.md").read_text()
     assert "time per batch" in markdown and markdown.count("## Sample quality") == 1
-    assert "| Q on real | Q on generated |" in markdown and "Q's accuracy on the generated samples" in markdown
+    assert (
+        "| Q on real | Q on generated |" in markdown
+        and "Q's accuracy on the generated samples" in markdown
+    )
     assert "not applicable" in markdown  # no Inception FID for doodles, and the report says why
-    assert len(list((run_dir / "tensorboard").iterdir())) >= 2  # the trainer's events and the evaluation's
+    # the trainer's events and the evaluation's
+    assert len(list((run_dir / "tensorboard").iterdir())) >= 2
 
 
 @pytest.mark.slow
@@ -107,18 +157,30 @@ def test_a_small_acgan_learns_the_classes_on_jax_too(judge, data_dir, tmp_path, 
     """The learning run above under mixed_float16 on the JAX backend, in a process where TensorFlow
     cannot be imported (tests/jax/jax_train_runner.py); judged here, on TensorFlow, from its .npz checkpoint."""
     run_dir = tmp_path / "run"
-    proc = _learning_run([str(ROOT / "tests" / "jax" / "jax_train_runner.py")], "mixed_float16", data_dir, run_dir)
+    proc = _learning_run(
+        [str(ROOT / "tests" / "jax" / "jax_train_runner.py")], "mixed_float16", data_dir, run_dir
+    )
     assert "tensorflow imports attempted: []" in proc.stderr
-    result = evaluation.evaluate_run(run_dir, num_samples=1000, judge=judge, command="pytest", echo=lambda s: None)
-    assert result["step"] == learning_steps("mixed_float16") and result["conditional_accuracy"] >= 0.6, result
+    result = run_evaluation.evaluate_run(
+        run_dir, num_samples=1000, judge=judge, command="pytest", echo=lambda s: None
+    )
+    assert (
+        result["step"] == learning_steps("mixed_float16") and result["conditional_accuracy"] >= 0.6
+    ), result
     assert result["q_accuracy_real"] > 0.9
 
 
 # ---- the train command's outputs, on the same runs ----
 
+
 def _run(module, *args):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          env=child_env(), timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=600,
+    )
 
 
 @pytest.mark.slow
@@ -130,7 +192,8 @@ def test_train_writes_grids_report_checkpoints_and_logs(runs, policy):
     samples = sorted(p.name for p in (run_dir / "samples").iterdir())
     assert samples == ["final.png", f"step_{steps // 2:07d}.png", f"step_{steps:07d}.png"]
     grid = Image.open(run_dir / "samples" / "final.png")
-    assert grid.height == 2 * (10 * 30 + 2)  # ten rows (classes) of 28-pixel images, 2 pixels apart, at 2x
+    # ten rows (classes) of 28-pixel images, 2 pixels apart, at 2x
+    assert grid.height == 2 * (10 * 30 + 2)
     assert grid.width > grid.height  # ten columns, and the class names in a left margin
     report = json.loads((run_dir / "report.json").read_text())
     assert report["policy"] == policy and report["steps"] == steps and report["batch"] == 32
@@ -138,38 +201,64 @@ def test_train_writes_grids_report_checkpoints_and_logs(runs, policy):
     assert report["compile_seconds"] > 0
     timing = report["timing"]
     # The compile step and the warm-up are left out, then as many steps as the warm-up time the bare step.
-    assert timing["measured_steps"] == steps - 1 - 2 * config["warmup_steps"] and timing["bare_step_ms"] > 0
-    assert timing["wall_over_bare"] == pytest.approx(timing["time_per_batch_ms"] / timing["bare_step_ms"])
-    assert timing["time_per_1000_samples_ms"] == pytest.approx(timing["time_per_batch_ms"] * 1000 / 32)
+    assert (
+        timing["measured_steps"] == steps - 1 - 2 * config["warmup_steps"]
+        and timing["bare_step_ms"] > 0
+    )
+    assert timing["wall_over_bare"] == pytest.approx(
+        timing["time_per_batch_ms"] / timing["bare_step_ms"]
+    )
+    assert timing["time_per_1000_samples_ms"] == pytest.approx(
+        timing["time_per_batch_ms"] * 1000 / 32
+    )
     assert report["cost"]["cost_per_million_batches"] == pytest.approx(
-        timing["time_per_batch_ms"] / 1000 * 1e6 / 3600 * PRICE)
+        timing["time_per_batch_ms"] / 1000 * 1e6 / 3600 * PRICE
+    )
     assert report["device"]["kind"] == "CPU" and report["peak_memory_bytes"] > 0
-    assert set(report["final_metrics"]) >= {"d_loss", "g_loss", "q_loss", "q_accuracy_real",
-                                            "q_accuracy_fake", "g_loss_scale", "q_skipped"}
-    expected_scale = 2.0 ** 15 if policy == "mixed_float16" else 1.0
+    assert set(report["final_metrics"]) >= {
+        "d_loss",
+        "g_loss",
+        "q_loss",
+        "q_accuracy_real",
+        "q_accuracy_fake",
+        "g_loss_scale",
+        "q_skipped",
+    }
+    expected_scale = 2.0**15 if policy == "mixed_float16" else 1.0
     assert report["final_metrics"]["d_loss_scale"] <= expected_scale
     assert report["learning_rates"] == {"d": 2e-4, "g": 1e-3, "q": 1e-3}  # the reference model's
-    assert report["q_learns_from_fakes"] is True  # the paper's AC-GAN (acgan_cifar: real images only)
-    assert report["g_learns_from_q"] is True  # the paper's class term for G (acgan_cifar: from D alone)
+    # the paper's AC-GAN (acgan_cifar: real images only)
+    assert report["q_learns_from_fakes"] is True
+    # the paper's class term for G (acgan_cifar: from D alone)
+    assert report["g_learns_from_q"] is True
     assert report["adam_beta_1"] == 0.5  # the seed's (acgan_cifar: 0)
     markdown = (run_dir / "report.md").read_text()
     assert "time per batch" in markdown
-    assert ("| model | reference, width 0.5, nonsaturating loss for D and G, Adam learning rates D 0.0002, G 0.001, Q 0.001, Adam beta_1 0.5 |") in markdown
-    arithmetic = report["arithmetic"]   # counted from the layers; a CPU has no peak in the table
+    assert (
+        "| model | reference, width 0.5, nonsaturating loss for D and G, Adam learning rates D 0.0002, G 0.001, Q 0.001, Adam beta_1 0.5 |"
+    ) in markdown
+    arithmetic = report["arithmetic"]  # counted from the layers; a CPU has no peak in the table
     assert arithmetic["flops_counted_by"] == "layers" and arithmetic["flops_per_batch"] > 0
     assert arithmetic["tflops"] == pytest.approx(
-        arithmetic["flops_per_batch"] / (timing["time_per_batch_ms"] / 1e3) / 1e12)
-    assert arithmetic["share_of_peak"] is None and "| arithmetic (wall time per batch) |" in markdown
+        arithmetic["flops_per_batch"] / (timing["time_per_batch_ms"] / 1e3) / 1e12
+    )
+    assert (
+        arithmetic["share_of_peak"] is None and "| arithmetic (wall time per batch) |" in markdown
+    )
     if policy == "mixed_float16":  # --profile_steps 2:3: the trace and where its device time went
         profile = json.loads((run_dir / "profile" / "profile.json").read_text())
         assert profile["steps"] >= 2 and profile["device_ms_per_step"] > 0
-        assert sum(g["ms_per_step"] for g in profile["groups"]) == pytest.approx(profile["device_ms_per_step"])
+        assert sum(g["ms_per_step"] for g in profile["groups"]) == pytest.approx(
+            profile["device_ms_per_step"]
+        )
         assert "| convolutions |" in (run_dir / "profile" / "profile.md").read_text()
         assert list((run_dir / "profile").glob("plugins/profile/*/*.xplane.pb"))
         assert report["maintenance_seconds"]["profiling"] > 0
     else:
         assert not (run_dir / "profile").exists()
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(f"ckpt-{steps}"))
+    assert sorted(
+        p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(f"ckpt-{steps}")
+    )
     assert any((run_dir / "tensorboard").iterdir())
 
 
@@ -179,13 +268,20 @@ def test_generate_png_and_npz(runs, tmp_path):
     calls) the grid without names and the .npz."""
     run_dir = runs("mixed_float16")
     png, npz = tmp_path / "grid.png", tmp_path / "samples.npz"
-    assert _run("acgan.generate", "--run", str(run_dir), "--per_class", "3", "--out", str(png)).returncode == 0
+    assert (
+        _run(
+            "acgan.generate", "--run", str(run_dir), "--per_class", "3", "--out", str(png)
+        ).returncode
+        == 0
+    )
     bare = tmp_path / "bare.png"
     acgan.generate(run_dir, per_class=3, out=bare, labels=False)
     labelled, plain = Image.open(png), Image.open(bare)
-    assert plain.size == (2 * (3 * 30 + 2), 2 * (10 * 30 + 2))   # three columns, ten rows, at 2x
+    assert plain.size == (2 * (3 * 30 + 2), 2 * (10 * 30 + 2))  # three columns, ten rows, at 2x
     assert labelled.height == plain.height and labelled.width > plain.width  # the names' margin
-    assert np.array_equal(np.asarray(labelled)[:, labelled.width - plain.width:], np.asarray(plain))
+    assert np.array_equal(
+        np.asarray(labelled)[:, labelled.width - plain.width :], np.asarray(plain)
+    )
     acgan.generate(run_dir, per_class=3, out=npz)
     with np.load(npz) as f:
         assert f["images"].dtype == np.uint8 and f["images"].shape == (30, 28, 28, 1)
@@ -201,10 +297,21 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_one_line(runs, tmp_path):
     config = json.loads((run_dir / "config.json").read_text())
     (run_dir / "config.json").write_text(json.dumps(dict(config, width=0.25)))
     before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    result = _run("acgan.generate", "--run", str(run_dir), "--per_class", "1", "--out", str(tmp_path / "g.png"))
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]  # beside TF's log lines
+    result = _run(
+        "acgan.generate",
+        "--run",
+        str(run_dir),
+        "--per_class",
+        "1",
+        "--out",
+        str(tmp_path / "g.png"),
+    )
+    # beside TF's log lines
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     steps = learning_steps("float32")
-    assert len(errors) == 1 and errors[0].startswith(f"error: {run_dir}: ckpt-{steps} does not fit the reference model")
+    assert len(errors) == 1 and errors[0].startswith(
+        f"error: {run_dir}: ckpt-{steps} does not fit the reference model"
+    )
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before
     assert not (tmp_path / "g.png").exists()

@@ -1,4 +1,5 @@
 """--epochs E is E passes over the data: ceil(E * n / batch) steps (batches straddle epochs)."""
+
 import pytest
 
 from acgan.config import Config
@@ -7,12 +8,15 @@ from acgan.step.common import learning_rate_scale
 from acgan.training.setup import DEFAULT_STEPS, total_steps
 
 
-@pytest.mark.parametrize("epochs, n, batch, steps", [
-    (1, 20_000, 64, 313),    # 312.5 batches: the last one straddles into the next epoch
-    (3, 100, 64, 5),         # 300 images: 4.7 batches (the old floor gave 3, fewer than 2 passes)
-    (2, 128, 64, 4),         # exact
-    (1, 10, 64, 1),
-])
+@pytest.mark.parametrize(
+    "epochs, n, batch, steps",
+    [
+        (1, 20_000, 64, 313),  # 312.5 batches: the last one straddles into the next epoch
+        (3, 100, 64, 5),  # 300 images: 4.7 batches (the old floor gave 3, fewer than 2 passes)
+        (2, 128, 64, 4),  # exact
+        (1, 10, 64, 1),
+    ],
+)
 def test_epochs_cover_every_image(epochs, n, batch, steps):
     assert total_steps(Config(epochs=epochs, batch=batch), n) == steps
     assert (steps - 1) * batch < epochs * n <= steps * batch

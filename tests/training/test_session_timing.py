@@ -1,5 +1,6 @@
 """SessionClock: the mean over every timed step, the spread over the windows between metric reads; and the
 loop's order: which steps it compiles on, warms up with, runs back to back for the bare step, and times."""
+
 import pytest
 
 from acgan.training import session_timing
@@ -10,7 +11,14 @@ def test_spread_is_over_read_to_read_windows(monkeypatch):
     monkeypatch.setattr(session_timing.time, "perf_counter", lambda: now[0])
     clock = session_timing.SessionClock()
     # An asynchronous backend: steps return at once and the read waits for all of them.
-    for seconds, read in [(0.001, False), (0.001, False), (0.001, False), (7.997, True), (0.5, False), (1.5, True)]:
+    for seconds, read in [
+        (0.001, False),
+        (0.001, False),
+        (0.001, False),
+        (7.997, True),
+        (0.5, False),
+        (1.5, True),
+    ]:
         clock.lap()  # the loop's top
         now[0] += seconds
         if read:
@@ -19,7 +27,9 @@ def test_spread_is_over_read_to_read_windows(monkeypatch):
     figures = clock.summary(batch=10, replicas=1)
     assert figures["measured_steps"] == 6 and figures["spread_windows"] == 2
     assert figures["time_per_batch_ms"] == pytest.approx(10_000 / 6)
-    assert figures["time_per_batch_min_ms"] == pytest.approx(1000) and figures["time_per_batch_max_ms"] == pytest.approx(2000)
+    assert figures["time_per_batch_min_ms"] == pytest.approx(1000) and figures[
+        "time_per_batch_max_ms"
+    ] == pytest.approx(2000)
     assert figures["time_per_batch_median_ms"] == pytest.approx(1500)
 
 
@@ -40,9 +50,11 @@ def test_maintenance_is_taken_out_of_its_interval(monkeypatch):
 def test_stop_before_any_timed_step_times_nothing():
     clock = session_timing.SessionClock()
     clock.stop()  # a session that ended in its warm-up
-    assert clock.intervals == [] and clock.summary(batch=1, replicas=1) == {"measured_steps": 0,
-                                                                            "bare_step_ms": None,
-                                                                            "wall_over_bare": None}
+    assert clock.intervals == [] and clock.summary(batch=1, replicas=1) == {
+        "measured_steps": 0,
+        "bare_step_ms": None,
+        "wall_over_bare": None,
+    }
 
 
 class _Metrics:
@@ -51,12 +63,20 @@ class _Metrics:
 
     def read(self):
         self.events.append(("read", self.step))
-        return {"d_loss": 1.0, "g_loss": 1.0, "q_loss": 1.0, "q_accuracy_real": 0.5, "q_accuracy_fake": 0.5,
-                "g_loss_scale": 1.0, "g_skipped": 0.0}
+        return {
+            "d_loss": 1.0,
+            "g_loss": 1.0,
+            "q_loss": 1.0,
+            "q_accuracy_real": 0.5,
+            "q_accuracy_fake": 0.5,
+            "g_loss_scale": 1.0,
+            "g_skipped": 0.0,
+        }
 
 
 class _Step:
     """The step interface as far as the loop uses it, recording what it is asked to do."""
+
     noise_dim, learning_rate_scale = 4, 1.0
 
     def __init__(self, events):
@@ -106,20 +126,37 @@ def test_the_loop_runs_compile_warm_up_bare_window_then_timed_steps(tmp_path, mo
     metrics are read a step late except before a checkpoint, after the window and at the end."""
     import types
 
-    from acgan.config import Config
     from acgan import presets
+    from acgan.config import Config
     from acgan.training import loop, setup
 
     monkeypatch.setattr(loop, "TrainingGrids", _Grids)
     events = []
-    config = Config(steps=12, batch=8, warmup_steps=2, log_every=3, checkpoint_every=8, sample_every=None)
+    config = Config(
+        steps=12, batch=8, warmup_steps=2, log_every=3, checkpoint_every=8, sample_every=None
+    )
     data = types.SimpleNamespace(num_classes=2, class_names=["a", "b"])
     machine = {"name": "cpu", "kind": "CPU"}
     layout = {"strategy": "default", "replicas": 1, "workers": 1, "xla": "off"}
-    ready = setup.Setup(runtime=_Runtime(events), preset=presets.REFERENCE, data=data, run_dir=tmp_path,
-                        files_dir=tmp_path, chief=False, trainer=_Step(events), machine=machine, layout=layout,
-                        notes=[], earlier_sessions=[], checkpoints=_Checkpoints(events), resumed_from=None,
-                        start_step=0, steps=12, evaluator=None, learning_rate_decay=None)
+    ready = setup.Setup(
+        runtime=_Runtime(events),
+        preset=presets.REFERENCE,
+        data=data,
+        run_dir=tmp_path,
+        files_dir=tmp_path,
+        chief=False,
+        trainer=_Step(events),
+        machine=machine,
+        layout=layout,
+        notes=[],
+        earlier_sessions=[],
+        checkpoints=_Checkpoints(events),
+        resumed_from=None,
+        start_step=0,
+        steps=12,
+        evaluator=None,
+        learning_rate_decay=None,
+    )
     outcome = loop.train_loop(ready, config, started=0.0)
     assert outcome.status == "completed" and outcome.step == 12
     # Step 3 (logged) and 5 (the window's last) are each read twice: once as the sync a window starts or
@@ -128,9 +165,20 @@ def test_the_loop_runs_compile_warm_up_bare_window_then_timed_steps(tmp_path, mo
     # The window: its two batches fetched, the sync on step 3, its steps back to back, the sync on step 5,
     # then the reads that log steps 3 and 5.
     window = events.index(("step", 4))
-    assert events[window - 3:window + 5] == [("batch",), ("batch",), ("read", 3), ("step", 4), ("step", 5),
-                                             ("read", 5), ("read", 3), ("read", 5)]
+    assert events[window - 3 : window + 5] == [
+        ("batch",),
+        ("batch",),
+        ("read", 3),
+        ("step", 4),
+        ("step", 5),
+        ("read", 5),
+        ("read", 3),
+        ("read", 5),
+    ]
     # Timed: steps 6 to 12 (the checkpoint at step 8 saw steps 6 and 7; the one at the end, all seven).
-    assert [e for e in events if e[0] == "checkpoint"] == [("checkpoint", 8, 2), ("checkpoint", 12, 7)]
+    assert [e for e in events if e[0] == "checkpoint"] == [
+        ("checkpoint", 8, 2),
+        ("checkpoint", 12, 7),
+    ]
     assert len(outcome.clock.intervals) == 7 and outcome.clock.bare_step_seconds is not None
     assert outcome.clock.compile_seconds is not None

@@ -1,0 +1,208 @@
+"""benchmark.md's sections on where a step's time goes: the arithmetic (FLOPs, TFLOP/s, share of the
+device's peak), the profiles' groups of device time, and the trainer's overhead over the bare step
+(G-EMA's cost among it). tables.py assembles the page."""
+
+from pathlib import Path
+
+from acgan.measure.backend_labels import backend_label
+from acgan.measure.profile import GROUPS
+from acgan.util import markdown
+
+
+def number_text(value, digits=1, suffix=""):
+    return "n/a" if value is None else f"{value:,.{digits}f}{suffix}"
+
+
+def render_overhead(runs):
+    """The "Trainer overhead" section: the full training loop against the bare step, per backend's run."""
+    overheads = [
+        (run["device"], backend_label(run), run["overhead"]) for run in runs if run.get("overhead")
+    ]
+    if not overheads:
+        return []
+    cells = []
+    for device, backend, o in overheads:
+        ratio = f"{o['ratio']:.2f}" if o["ratio"] else f"{o['status']}: {o['reason']}"
+        cells.append(
+            [
+                device,
+                backend,
+                o["policy"],
+                o["batch"],
+                "on" if o["jit"] else "off",
+                o.get("trainer_log_every") or "n/a",
+                number_text(o["trainer_time_per_batch_ms"]),
+                number_text(o["bare_time_per_batch_ms"]),
+                ratio,
+            ]
+        )
+    return (
+        [
+            "## Trainer overhead",
+            "",
+            "The full training loop (input pipeline: tf.data on TensorFlow, numpy batches prefetched to the "
+            "device on JAX; metric reads, TensorBoard, progress bar) against the bare compiled step at the "
+            "same configuration on the same backend: the median over the same number of windows of the "
+            "same number of steps on both sides. The loop reads the metrics (a device sync) every "
+            "`log_every` steps, so every window holds as many reads.",
+            "",
+        ]
+        + markdown.table(
+            [
+                "device",
+                "backend",
+                "policy",
+                "batch",
+                "XLA",
+                "log_every",
+                "full loop ms per batch",
+                "bare step ms per batch",
+                "ratio",
+            ],
+            cells,
+            align="lllrlrrrr",
+        )
+        + [""]
+        + render_ema_cost(overheads)
+    )
+
+
+def render_ema_cost(overheads):
+    """Lines on what G's moving average costs per step, at each overhead configuration."""
+    lines = []
+    for device, backend, o in overheads:
+        ema = o.get("ema")
+        if not ema:
+            continue
+        if ema.get("status") != "ok":
+            lines.append(f"- G-EMA on {device} ({backend}): not measured ({ema.get('reason')})")
+            continue
+        lines.append(
+            f"- G-EMA on {device} ({backend}): the bare step at decay {ema['decay']:g} takes "
+            f"{number_text(ema['with_ms'])} ms per batch, {number_text(ema['without_ms'])} ms without the average "
+            f"({ema['ratio']:.3f}x; one update of G's weights inside the step)"
+        )
+    return (
+        (
+            [
+                "G's moving average is updated inside the step; each bare step above is timed with and without it:",
+                "",
+            ]
+            + lines
+            + [""]
+        )
+        if lines
+        else []
+    )
+
+
+def render_arithmetic(rows):
+    """The "FLOPs and share of peak" section: per configuration, the step's FLOPs per batch, the TFLOP/s
+    achieved and the share of the device's peak for the policy's matrix dtype."""
+    counted = [r for r in rows if r["status"] == "ok" and r.get("flops_per_batch")]
+    if not counted:
+        return []
+    how = sorted({r["flops_counted_by"] for r in counted})
+    cells = []
+    for r in counted:
+        peak = (
+            f"{r['peak_tflops']:,.1f} ({r['peak_dtype']})"
+            if r.get("peak_tflops")
+            else f"unknown ({r['peak_dtype']})"
+        )
+        share = f"{r['share_of_peak']:.1%}" if r.get("share_of_peak") is not None else "n/a"
+        cells.append(
+            [
+                r["device"],
+                backend_label(r),
+                "on" if r["jit"] else "off",
+                r["batch"],
+                r["policy"],
+                number_text(r["flops_per_batch"] / 1e9, 2),
+                r["flops_counted_by"],
+                number_text(r.get("tflops"), 2),
+                peak,
+                share,
+            ]
+        )
+    return (
+        [
+            "## FLOPs and share of peak",
+            "",
+            "FLOPs of one step (D, G and Q, forward and backward) "
+            + " and ".join(
+                {
+                    "xla": "from XLA's cost analysis of the compiled step",
+                    "layers": "counted from the layers' matrix products and convolutions",
+                }[h]
+                for h in how
+            )
+            + "; TFLOP/s at the median time per batch; the peak is the device's dense peak for the dtype "
+            "its matrix products run in (acgan/measure/device_peaks.json; docs/benchmark.md#flops-and-share-of-peak).",
+            "",
+        ]
+        + markdown.table(
+            [
+                "device",
+                "backend",
+                "XLA",
+                "batch",
+                "policy",
+                "GFLOP per batch",
+                "counted",
+                "TFLOP/s",
+                "peak TFLOP/s",
+                "share of peak",
+            ],
+            cells,
+            align="lllrlrlrrr",
+        )
+        + [""]
+    )
+
+
+def render_profiles(rows):
+    """With --profile: per configuration, the device time per step and its groups (measure.profile)."""
+    failed = [r for r in rows if r["status"] == "ok" and (r.get("profile") or {}).get("error")]
+    profiled = [r for r in rows if r["status"] == "ok" and r.get("profile") and r not in failed]
+    if not profiled and not failed:
+        return []
+    shown = [g for g in GROUPS if any(r["profile"]["groups"].get(g) for r in profiled)]
+    cells = []
+    for r in profiled:
+        p = r["profile"]
+        shares = []
+        for g in shown:
+            ms = p["groups"].get(g) or 0.0
+            share = ms / p["device_ms_per_step"] if p["device_ms_per_step"] else 0.0
+            shares.append(f"{ms:,.2f} ({share:.0%})")
+        cells.append(
+            [
+                r["device"],
+                backend_label(r),
+                "on" if r["jit"] else "off",
+                r["batch"],
+                r["policy"],
+                f"{p['device_ms_per_step']:,.2f}",
+                *shares,
+                f"`{Path(p['dir']).name}`",
+            ]
+        )
+    lines = [
+        "## Where the device time goes",
+        "",
+        "From a profiler trace of a few more steps of each configuration, after its timings "
+        "(milliseconds of device time per step; on a CPU summed over its threads). Each configuration's "
+        "folder holds the trace and profile.md, its top operations.",
+        "",
+    ]
+    lines += markdown.table(
+        ["device", "backend", "XLA", "batch", "policy", "device ms per step", *shown, "folder"],
+        cells,
+        align="lllrlr" + "r" * len(shown) + "l",
+    )
+    lines += [
+        f"- {r['device']}, {r['policy']}, batch {r['batch']}: no profile ({r['profile']['error']})"
+        for r in failed
+    ]
+    return lines + [""]
