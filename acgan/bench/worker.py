@@ -4,10 +4,6 @@ Started by acgan.bench.sweep.run_sweep, one fresh process per configuration, wit
 configuration's backend (the parent never loads Keras). Modes, each a record of acgan.bench.jobs in
 JOB.json: "bare" (StepJob: the compiled step alone), "trainer" (TrainerJob: the full training loop) and
 "probe" (ProbeJob: the machine as this backend sees it, and the models' layer widths, for the parent).
-Fault injection, for tests only: ACGAN_SWEEP_INJECT="oom:16,kill:32" makes the worker for batch 16 raise
-its backend's out-of-memory error (tf.errors.ResourceExhaustedError; on JAX a JaxRuntimeError saying
-RESOURCE_EXHAUSTED, as XLA does) once its models are built, and the one for batch 32 kill itself with
-SIGKILL (as the kernel's out-of-memory killer would).
 
 The parent chose the backend: it set KERAS_BACKEND in this process's environment, so Keras, the models,
 the steps' factory and the training loop load at the top, on that backend (worker_main checks that it is
@@ -17,7 +13,6 @@ function that runs on it: a JAX worker never imports TensorFlow, nor a TensorFlo
 
 import json
 import os
-import signal
 import statistics
 import sys
 import time
@@ -37,17 +32,7 @@ from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.step import distribute
 from acgan.step.factory import build_step
 from acgan.training import loop
-from acgan.training.tensorboard import SummaryWriter
 from acgan.util.files import write_json
-
-INJECT_VARIABLE = "ACGAN_SWEEP_INJECT"
-
-
-def _injected(batch):
-    wanted = [w.strip() for w in os.environ.get(INJECT_VARIABLE, "").split(",") if w.strip()]
-    return next(
-        (kind for kind, _, b in (w.partition(":") for w in wanted) if b == str(batch)), None
-    )
 
 
 def run_bare(job):
@@ -64,15 +49,6 @@ def _preset(job, image_shape):
     """The preset the job times, resolved once ("auto" from the image shape; the job's G-EMA decay, which
     the overhead section's G-EMA cost sets, else the preset's)."""
     return presets.get(resolve_arch(job.arch, image_shape)).with_ema_decay(job.ema_decay)
-
-
-def _inject(batch, out_of_memory):
-    """The test hook (ACGAN_SWEEP_INJECT): raise the backend's own out-of-memory error, or die by SIGKILL."""
-    injected = _injected(batch)
-    if injected == "oom":
-        raise out_of_memory(f"injected out-of-memory for batch {batch} ({INJECT_VARIABLE})")
-    if injected == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _run_bare_tensorflow(job, images, labels):
@@ -99,7 +75,6 @@ def _run_bare_tensorflow(job, images, labels):
         )
     else:
         inputs = [tf.identity(t) for t in inputs]  # onto the device
-    _inject(batch, lambda message: tf.errors.ResourceExhaustedError(None, None, message))
     result = _time_step(job, trainer, inputs)
     result.update(
         peak_memory_bytes=device.peak_memory_bytes(),
@@ -137,7 +112,6 @@ def _run_bare_jax(job, images, labels):
     else:
         inputs = list(trainer.shard_batch((images, labels, z, fake_labels)))
     jax.block_until_ready(inputs)
-    _inject(batch, lambda message: jax.errors.JaxRuntimeError(f"RESOURCE_EXHAUSTED: {message}"))
     result = _time_step(job, trainer, inputs)
     on_accelerator = target.platform != "cpu"
     result.update(
@@ -254,23 +228,10 @@ def _load_average():
         return None
 
 
-# Test hook: seconds of sleep added to every metrics read of the training loop (a known logging cost).
-LOG_DELAY_VARIABLE = "ACGAN_INJECT_LOG_DELAY"
-
-
 def run_trainer(job):
     """The full training loop through acgan.training.loop.run on the job's Config (jobs.trainer_job says how
     its windows time it): the median over its windows of the loop's wall time per step."""
     config, window = job.config, job.window
-    delay = float(os.environ.get(LOG_DELAY_VARIABLE) or 0)
-    if delay:  # every metrics read of the loop ends in SummaryWriter.scalars
-        honest = SummaryWriter.scalars
-
-        def slow_scalars(self, values, step):
-            time.sleep(delay)
-            honest(self, values, step)
-
-        SummaryWriter.scalars = slow_scalars
     precision.set_policy(config.policy)
     outcome = loop.run(config, command=job.command)
     if outcome.status != "completed":

@@ -1,6 +1,4 @@
-"""The AC-GAN's losses, in backend-neutral Keras ops, shared by the TensorFlow and JAX steps (the
-steps call them through this module, and the adversarial losses call `bce` through it, so a test can
-swap `losses.bce` for both steps).
+"""The AC-GAN's losses, in backend-neutral Keras ops, shared by the TensorFlow and JAX steps.
 
 D's real/fake loss comes in two forms (acgan.presets.ADVERSARIAL_LOSSES, chosen per preset or by --loss):
 - nonsaturating: the AC-GAN paper's (and the original GAN's) binary cross-entropy on D's logits, G

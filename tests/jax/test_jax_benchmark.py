@@ -8,7 +8,7 @@ own process imported. Its configurations (--jit on: JAX compiles the whole step 
 - float32 at batch 8: a JAX row (matmul precision, memory counter, a profile read back with JAX's own trace
   reader) with the trainer-overhead and G-EMA runs at its configuration;
 - mixed_float16 at batch 8: the loss-scaled step under XLA (loss scales and skipped steps);
-- batch 12, a worker killed by SIGKILL, and batch 16, JAX's out-of-memory error (worker.INJECT_VARIABLE), each
+- batch 12, a worker killed by SIGKILL, and batch 16, JAX's out-of-memory error (tests/injection/sitecustomize.py), each
   injected once the worker has built its models: failures become rows, and the sweep goes on.
 The TensorFlow sweeps, and the pure checks of merged documents (the "Backends side by side" table among them),
 are tests/measure/test_benchmark.py's. Every worker costs seconds of CPU to import JAX and compile the step,
@@ -21,9 +21,10 @@ import statistics
 
 import pytest
 
-from acgan.bench import sweep_runs, tables, worker
+from acgan.bench import sweep_runs, tables
 from acgan.measure import advice
 from api_runs import BENCHMARK_FIGURES, run_parent_probe
+from injection.sitecustomize import injected_env
 
 OK, KILLED, OOM = 8, 12, 16
 POLICIES = ("float32", "mixed_float16")
@@ -68,8 +69,7 @@ def sweep(tmp_path_factory):
         "1",
         env={
             "JAX_PLATFORMS": "cpu",
-            "PYTHONPATH": str(blocker.parent),
-            worker.INJECT_VARIABLE: f"oom:{OOM},kill:{KILLED}",
+            **injected_env(faults=f"oom:{OOM},kill:{KILLED}", pythonpath=str(blocker.parent)),
         },
         timeout=900,
     )

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from acgan.bench import jobs, plots, results, sweep, sweep_runs, tables, worker
+from acgan.bench import jobs, plots, results, sweep, sweep_runs, tables
 from acgan.measure import advice
 from api_runs import BENCHMARK_FIGURES, run_parent_probe
+from injection.sitecustomize import injected_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--width", "0.125", "--steps", "2", "--warmup", "1", "--repeats", "2", "--jit", "off"]
@@ -44,7 +45,7 @@ def run_cli(module, *args, env=None, cwd=None):
 
 
 # The sweep of the `bench` fixture; its trainer-overhead run reads the metrics at every step (--log_every 1),
-# each read slowed by LOG_DELAY_MS (worker.LOG_DELAY_VARIABLE), so the logging-delay test needs no sweep of
+# each read slowed by LOG_DELAY_MS (tests/injection/sitecustomize.py), so the logging-delay test needs no sweep of
 # its own: the delay gives the trainer's windows lower bounds, and no test compares the trainer's speed
 # with anything else (its other checks are of structure: windows, medians, the ratio's definition).
 BENCH_DATA = ["--dataset", "doodles", "--max_per_class", "2"]
@@ -75,7 +76,7 @@ def bench(tmp_path_factory):
         str(tmp / "profiles"),
         "--profile_length",
         "2",
-        env={worker.LOG_DELAY_VARIABLE: str(LOG_DELAY_MS / 1e3)},
+        env=injected_env(log_delay=LOG_DELAY_MS / 1e3),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, json.loads((out / "benchmark.json").read_text()), proc
@@ -441,7 +442,7 @@ def test_report_rejects_missing_and_foreign_files(tmp_path):
 
 
 # The `replicas` sweep: float32 on two CPU replicas at batch 8, and at batch 16 an out-of-memory error injected
-# (worker.INJECT_VARIABLE) once the worker has built its models; synthetic inputs, through PARENT_PROBE.
+# (tests/injection/sitecustomize.py) once the worker has built its models; synthetic inputs, through PARENT_PROBE.
 REPLICAS_INJECT = "oom:16"
 
 
@@ -466,7 +467,7 @@ def replicas(tmp_path_factory):
         "cpu:0,cpu:1",
         "--output_dir",
         str(out),
-        env={worker.INJECT_VARIABLE: REPLICAS_INJECT},
+        env=injected_env(faults=REPLICAS_INJECT),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "benchmark.json").read_text())
