@@ -272,15 +272,19 @@ class Config:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text):
+    def from_json(cls, text, source="the settings file"):
+        """The Config a config.json holds (`source` names it in errors). UserError when its keys are not
+        exactly Config's fields: another version of acgan wrote it, and this one reads only its own."""
         values = json.loads(text)
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in values.items() if k in known}
-        # runs from before --arch trained the reference model
-        values.setdefault("arch", "reference")
-        # and runs from before --loss the nonsaturating loss
-        values.setdefault("loss", "nonsaturating")
-        values.setdefault("ema_decay", 0.0)  # and runs from before --ema_decay kept no average of G
+        fields = {f.name for f in dataclasses.fields(cls)}
+        missing, unknown = sorted(fields - set(values)), sorted(set(values) - fields)
+        if missing or unknown:
+            differences = [f"no {', '.join(missing)}"] * bool(missing)
+            differences += [f"unknown {', '.join(unknown)}"] * bool(unknown)
+            raise UserError(
+                f"{source} was written by another version of acgan ({'; '.join(differences)}): "
+                "this version cannot read it"
+            )
         for name in ("classes", "devices"):
             if values.get(name) is not None:
                 values[name] = tuple(values[name])
@@ -308,7 +312,7 @@ def saved_config(run_dir):
     if not path.is_file():
         return None
     try:
-        return Config.from_json(path.read_text())
+        return Config.from_json(path.read_text(), path)
     except (ValueError, TypeError) as e:
         raise UserError(
             f"{path} is not a valid acgan config ({e.__class__.__name__}); cannot resume"
@@ -329,7 +333,7 @@ def start_from_file(path, config, given):
         raise UserError(f"--config {path}: no such file")
     try:
         text = path.read_text()
-        values, saved = json.loads(text), Config.from_json(text)
+        values, saved = json.loads(text), Config.from_json(text, f"--config {path}")
     except (ValueError, TypeError, AttributeError) as e:
         raise UserError(
             f"--config {path} is not a valid acgan config ({e.__class__.__name__})"

@@ -263,11 +263,9 @@ def _real_vs_real(reference, key):
 
 
 def _model(report):
-    """The model preset, its width, its real/fake loss and (in reports that record them) its Adam learning
-    rates; runs from before --arch trained the reference model."""
-    config = report.get("config") or {}
-    text = f"{config.get('arch', 'reference')}, width {config.get('width', 1.0):g}"
-    text += f", {config.get('loss', 'nonsaturating')} loss for D and G"  # runs from before --loss: nonsaturating
+    """The model preset, its width, its real/fake loss and its Adam learning rates."""
+    config = report["config"]
+    text = f"{config['arch']}, width {config['width']:g}, {config['loss']} loss for D and G"
     rates = report.get("learning_rates")
     if rates:
         text += ", Adam learning rates " + ", ".join(

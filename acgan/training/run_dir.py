@@ -50,7 +50,7 @@ def newest_run(root=OUTPUTS):
 def read_run(run_dir):
     """(Config, dataset info dict) of a finished or running run folder; UserError if it is not one."""
     try:
-        config = Config.from_json((run_dir / "config.json").read_text())
+        config = Config.from_json((run_dir / "config.json").read_text(), run_dir / "config.json")
         info = json.loads((run_dir / "dataset.json").read_text())
     except (OSError, ValueError, TypeError) as e:
         raise UserError(

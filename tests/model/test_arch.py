@@ -267,13 +267,19 @@ def test_auto_picks_the_preset_for_32x32x3_only_and_the_preset_needs_a_side_divi
     )
 
 
-def test_config_round_trips_the_arch_and_an_old_config_reads_as_reference(tmp_path):
+def test_config_round_trips_the_arch_and_a_config_from_another_version_is_one_line(tmp_path):
     config = Config(dataset="swatches", arch="acgan_cifar").validate()
     assert Config.from_json(config.to_json()).arch == "acgan_cifar"
     assert Config().arch == "auto"
     old = json.loads(Config().to_json())
     del old["arch"]
-    assert Config.from_json(json.dumps(old)).arch == "reference"
+    old["width_multiplier"] = 1.0
+    with pytest.raises(
+        UserError,
+        match=r"^x.json was written by another version of acgan \(no arch; "
+        r"unknown width_multiplier\): this version cannot read it$",
+    ):
+        Config.from_json(json.dumps(old), "x.json")
     with pytest.raises(UserError, match="unknown arch 'big'"):
         Config(arch="big").validate()
     # A resumed run keeps its preset: another one is refused like another width.
