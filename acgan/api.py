@@ -35,7 +35,7 @@ from acgan import cli, data
 from acgan import config as config_lib
 from acgan.bench import sweep, tables
 from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
-from acgan.config import POLICIES, Config, start_from_file
+from acgan.config import Config, start_from_file
 from acgan.errors import UserError
 from acgan.quality import inception as inception_lib
 from acgan.quality.comparison import CompareSettings, train_runs
@@ -311,66 +311,42 @@ def compare_with(settings, command=None):
     return Report(out, read_json(out / "compare.json"))
 
 
-def benchmark(
-    backends=None,
-    policies=POLICIES,
-    batches=(64, 256, 1024, 2048),
-    jit=("on",),
-    dataset="doodles",
-    data_dir="data",
-    max_per_class=None,
-    synthetic=False,
-    arch="auto",
-    width=1.0,
-    steps=20,
-    warmup=3,
-    repeats=3,
-    seed=0,
-    device_name=None,
-    price_per_hour=None,
-    output_dir=None,
-    strategy="auto",
-    devices=None,
-    overhead=True,
-    overhead_batch=256,
-    log_every=None,
-    profile=None,
-    profile_length=5,
-    max_seconds=None,
-):
+def benchmark(**settings):
     """Times every backend x policy x batch x XLA setting, each in a fresh worker process, as python -m
-    acgan.benchmark does (this process never loads Keras). backends=None: KERAS_BACKEND, else tensorflow;
-    jit takes "on", "off" (or True, False). Returns a Report of benchmark.json."""
-    given = dict(locals())
-    lists = {
-        name: config_lib.as_tuple(given[name])
-        for name in ("backends", "policies", "batches", "jit", "devices")
-    }
-    jit_words = tuple(
-        {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else str(v)
-        for v in lists["jit"] or ()
-    )
-    values = {f.name: given[f.name] for f in dataclasses.fields(SweepSettings) if f.name in given}
-    values.update(
-        backends=parse_backends(
-            lists["backends"] if backends is not None else (backend_lib.default(),)
-        ),
-        policies=tuple(dict.fromkeys(lists["policies"] or ())),
-        batches=parse_batches([str(b) for b in lists["batches"] or ()]),
-        jits=parse_jit(jit_words),
-        devices=lists["devices"] or None,
-    )
+    acgan.benchmark does (this process never loads Keras); the settings are its flags. backends=None:
+    KERAS_BACKEND, else tensorflow; jit takes "on", "off" (or True, False). Returns a Report of
+    benchmark.json."""
+    names = inspect.signature(benchmark).parameters
+    values = config_lib.settings_from(SweepSettings, "benchmark", settings, names)
+    output_dir = values.pop("output_dir", None)
+    values["backends"] = parse_backends(values.get("backends") or (backend_lib.default(),))
+    if "policies" in values:
+        values["policies"] = tuple(dict.fromkeys(values["policies"] or ()))
+    if "batches" in values:
+        values["batches"] = parse_batches([str(b) for b in values["batches"] or ()])
+    if "jit" in values:
+        words = {True: "on", False: "off"}
+        values["jits"] = parse_jit([words.get(v, v) for v in values.pop("jit") or ()])
     return benchmark_with(
-        SweepSettings(**values).validate(),
+        config_lib.composed(SweepSettings, values).validate(),
         output_dir,
-        command=cli.command_text("benchmark", config_lib.changed(benchmark, given)),
+        command=cli.command_text("benchmark", settings),
     )
+
+
+benchmark.__signature__ = config_lib.signature(
+    SweepSettings,
+    rename={"jits": "jit"},
+    more={"output_dir": None},
+    backends=None,
+    jit=("on",),
+)
 
 
 def benchmark_with(settings, output_dir=None, command=None):
     """acgan.benchmark on a validated SweepSettings: the sweep, then benchmark.json, .csv, .md and the figures."""
     if not settings.synthetic:
-        data.validate_dataset_name(settings.dataset)
+        data.validate_dataset_name(settings.base.dataset)
     folder, doc = sweep.run_sweep(settings, output_dir, command=command)
     tables.write_outputs(doc, folder)
     return Report(folder, read_json(folder / "benchmark.json"))

@@ -12,7 +12,7 @@ from absl import flags
 
 from acgan import api, backend, cli
 from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
-from acgan.config import STRATEGIES
+from acgan.config import STRATEGIES, setting_fields
 
 
 @functools.cache
@@ -36,7 +36,8 @@ def define_flags():
     # The rest, one per SweepSettings field; each configuration is one process, so no multi_worker.
     cli.define_setting_flags(
         SweepSettings,
-        [name for name in SweepSettings.__dataclass_fields__ if name not in SWEPT],
+        [f.name for f in setting_fields(SweepSettings) if f.name not in SWEPT],
+        helps={"seed": "Seed for the weights, the noise and the chosen images."},
         choices={"strategy": [s for s in STRATEGIES if s != "multi_worker"]},
     )
     flags.DEFINE_string(

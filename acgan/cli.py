@@ -7,7 +7,6 @@ from its settings record's fields (define_setting_flags) and belong to the comma
 its --help (-h) lists every flag it takes."""
 
 import contextvars
-import dataclasses
 import os
 import sys
 import typing
@@ -15,7 +14,7 @@ import typing
 from absl import app, flags, logging
 
 from acgan import backend
-from acgan.config import Config
+from acgan.config import Config, composed, setting_fields
 from acgan.errors import (
     DISK_FULL_STATUS,
     LOST_WORKER_STATUS,
@@ -35,7 +34,7 @@ def define_setting_flags(record, names=None, helps=None, choices=None, defaults=
     every field with a help text), with the field's name, default and help (helps, choices, defaults: this
     command's own) and a kind from its type: bool, int, float, str (an enum where the field has choices)
     or tuple (a comma-separated list)."""
-    fields = record.__dataclass_fields__
+    fields = {f.name: f for f in setting_fields(record)}
     for name in names or [n for n, f in fields.items() if "help" in f.metadata]:
         field = fields[name]
         default = (defaults or {}).get(name, field.default)
@@ -83,15 +82,16 @@ def define_backend_flag(of_run=False):
 
 def settings_from_flags(settings_class, flag_values=flags.FLAGS, **given):
     """settings_class (a dataclass: Config, CompareSettings, SweepSettings) built from the flags named as
-    its fields, so a new setting needs its field and its flag and nothing between them. A list flag gives
-    a tuple (an empty one None); `given` sets the fields whose flag needs parsing or has another name."""
-    values = {}
-    for field in dataclasses.fields(settings_class):
+    its settings (config.setting_fields: a composed record's base from Config's), so a new setting needs
+    its field and its flag and nothing between them. A list flag gives a tuple (an empty one None);
+    `given` sets the settings whose flag needs parsing or has another name."""
+    values = dict(given)
+    for field in setting_fields(settings_class):
         if field.name in given or field.name not in flag_values:
             continue
         value = flag_values[field.name].value
         values[field.name] = (tuple(value) or None) if isinstance(value, list) else value
-    return settings_class(**values, **given)
+    return composed(settings_class, values)
 
 
 def fail(message, status=USER_ERROR_STATUS, at_once=False):

@@ -351,10 +351,20 @@ def start_from_file(path, config, given):
 LIST_SETTINGS = ("classes", "devices", "policies", "backends", "batches", "jit")
 
 
-def settings_from(settings_class, command, given):
-    """`given` keyword arguments as settings_class's fields: UserError for an unknown name; list settings
-    as tuples (a comma-separated string split; an empty one None, as an empty list flag gives)."""
-    names = [f.name for f in dataclasses.fields(settings_class)]
+def setting_fields(settings_class):
+    """The settings a record takes as flags and keywords: its fields, a composed record's (one with a
+    `base: Config`) TRAINING_SETTINGS from Config first."""
+    shared = [
+        Config.__dataclass_fields__[n] for n in getattr(settings_class, "TRAINING_SETTINGS", ())
+    ]
+    return shared + [f for f in dataclasses.fields(settings_class) if f.name != "base"]
+
+
+def settings_from(settings_class, command, given, names=None):
+    """`given` keyword arguments as settings_class's settings (or as `names`, the call's parameters):
+    UserError for an unknown name; list settings as tuples (a comma-separated string split; an empty one
+    None, as an empty list flag gives)."""
+    names = names or [f.name for f in setting_fields(settings_class)]
     for name in given:
         if name not in names:
             raise UserError(
@@ -368,6 +378,26 @@ def settings_from(settings_class, command, given):
     return values
 
 
+def composed(settings_class, values):
+    """A composed record from flat `values`: the TRAINING_SETTINGS into its base Config, the rest its own."""
+    shared = set(getattr(settings_class, "TRAINING_SETTINGS", ()))
+    own = {k: v for k, v in values.items() if k not in shared}
+    if shared:
+        own["base"] = Config(**{k: v for k, v in values.items() if k in shared})
+    return settings_class(**own)
+
+
+def flat_settings(settings):
+    """A settings record as one flat dict, named as its flags name the settings (for the JSON it writes)."""
+    return {
+        f.name: getattr(
+            settings.base if f.name in getattr(settings, "TRAINING_SETTINGS", ()) else settings,
+            f.name,
+        )
+        for f in setting_fields(type(settings))
+    }
+
+
 def as_tuple(value):
     if value is None:
         return None
@@ -378,15 +408,17 @@ def as_tuple(value):
     return (value,)
 
 
-def signature(settings_class, **defaults):
-    """The Python call's keyword-only parameters, named and defaulted as settings_class's fields (for
-    help() and notebooks)."""
+def signature(settings_class, rename=None, more=None, **defaults):
+    """The Python call's keyword-only parameters, named and defaulted as settings_class's settings (for
+    help() and notebooks): `rename` gives a setting its flag's name, `more` adds {name: default}."""
+    names = [(rename or {}).get(f.name, f.name) for f in setting_fields(settings_class)]
+    values = [f.default for f in setting_fields(settings_class)] + list((more or {}).values())
     return inspect.Signature(
         [
             inspect.Parameter(
-                f.name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(f.name, f.default)
+                name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(name, value)
             )
-            for f in dataclasses.fields(settings_class)
+            for name, value in zip(names + list(more or {}), values)
         ]
     )
 

@@ -5,7 +5,7 @@ reads back (Job.from_json) as typed fields, the defaults in the fields rather th
 Each job is built from the sweep's SweepSettings in one function: probe_job (the machine as a backend
 sees it, and the models' layer widths), step_job (the bare compiled step, timed) and trainer_job (the
 full training loop on its run's Config). The overhead section's G-EMA cost times a step job with another
-decay: dataclasses.replace(job, ema_decay=...), never an edited copy.
+decay: its config replaced (dataclasses.replace), never an edited copy.
 
 Imports no framework: the parent, which never loads Keras, builds the jobs.
 """
@@ -87,40 +87,11 @@ class ProbeJob(Job):
         return f"{self.mode}-{self.backend}"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class StepJob(Job):
-    """One configuration's bare compiled step, timed on device-resident tensors (worker.run_bare)."""
+class ConfigJob(Job):
+    """A job that runs one configuration of a run's Config: its backend, policy, batch and XLA setting are
+    the Config's, not a second copy of them."""
 
-    mode: ClassVar[str] = "bare"
-    backend: str
-    policy: str
-    batch: int
-    jit: bool
-    width: float
-    arch: str
-    steps: int
-    warmup: int
-    repeats: int
-    seed: int
-    inputs: str  # the .npz of images and labels the sweep times every configuration on
-    num_classes: int
-    strategy: str
-    devices: Optional[tuple] = None  # --devices; None: the strategy's own
-    profile_dir: Optional[str] = None  # None: no profiler trace after the timings
-    profile_length: int  # kw_only lets a field without a default follow one with a default
-    ema_decay: Optional[float] = None  # G's average; None: the preset's (the G-EMA cost sets it)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TrainerJob(Job):
-    """The full training loop on `config`, timed over windows of `window` steps (worker.run_trainer)."""
-
-    mode: ClassVar[str] = "trainer"
     config: Config
-    window: int
-    command: Optional[str] = None  # the benchmark's command line, which the run's report records
-
-    # The configuration is the Config's own (backend, policy, batch, jit), not a second copy of it.
     backend = property(attrgetter("config.backend"))
     policy = property(attrgetter("config.policy"))
     batch = property(attrgetter("config.batch"))
@@ -128,7 +99,35 @@ class TrainerJob(Job):
 
     @classmethod
     def decoded(cls, values):
-        return dict(values, config=Config.from_json(json.dumps(values["config"])))
+        return dict(
+            values, config=Config.from_json(json.dumps(values["config"]), "the job's config")
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepJob(ConfigJob):
+    """One configuration's bare compiled step, timed on device-resident tensors (worker.run_bare): the
+    models and step `config` builds (its ema_decay None: the preset's; the G-EMA cost sets it)."""
+
+    mode: ClassVar[str] = "bare"
+    config: Config
+    steps: int
+    warmup: int
+    repeats: int
+    inputs: str  # the .npz of images and labels the sweep times every configuration on
+    num_classes: int
+    profile_dir: Optional[str] = None  # None: no profiler trace after the timings
+    profile_length: int  # kw_only lets a field without a default follow one with a default
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainerJob(ConfigJob):
+    """The full training loop on `config`, timed over windows of `window` steps (worker.run_trainer)."""
+
+    mode: ClassVar[str] = "trainer"
+    config: Config
+    window: int
+    command: Optional[str] = None  # the benchmark's command line, which the run's report records
 
 
 JOB_CLASSES = {job.mode: job for job in (ProbeJob, StepJob, TrainerJob)}
@@ -139,8 +138,8 @@ def probe_job(settings, backend, image_shape, num_classes):
     return ProbeJob(
         backend=backend,
         policies=tuple(settings.policies),
-        width=settings.width,
-        arch=settings.arch,
+        width=settings.base.width,
+        arch=settings.base.arch,
         image_shape=tuple(image_shape),
         num_classes=num_classes,
     )
@@ -155,23 +154,20 @@ def step_job(settings, backend, policy, batch, jit, inputs, num_classes):
         else None
     )
     return StepJob(
-        backend=backend,
-        policy=policy,
-        batch=batch,
-        jit=jit,
-        width=settings.width,
-        arch=settings.arch,
+        config=configuration(settings, backend, policy, batch, jit),
         steps=settings.steps,
         warmup=settings.warmup,
         repeats=settings.repeats,
-        seed=settings.seed,
         inputs=str(inputs),
         num_classes=num_classes,
-        strategy=settings.strategy,
-        devices=tuple(settings.devices) if settings.devices else None,
         profile_dir=profile_dir,
         profile_length=settings.profile_length,
     )
+
+
+def configuration(settings, backend, policy, batch, jit):
+    """The Config of one configuration of the sweep of `settings`: its base with the four dimensions."""
+    return dataclasses.replace(settings.base, backend=backend, policy=policy, batch=batch, jit=jit)
 
 
 def trainer_job(
@@ -189,17 +185,10 @@ def trainer_job(
     window = -(-settings.steps // log_every) * log_every
     # The compile step, the warm-up, the loop's own bare-step window (as long as the warm-up), the windows.
     steps = 1 + 2 * settings.warmup + settings.repeats * window
-    config = Config(
-        dataset=f"npz:{inputs}" if settings.synthetic else settings.dataset,
-        data_dir=settings.data_dir,
-        max_per_class=settings.max_per_class,
-        policy=policy,
-        batch=batch,
-        width=settings.width,
-        arch=settings.arch,
+    config = dataclasses.replace(
+        configuration(settings, backend, policy, batch, jit),
+        dataset=f"npz:{inputs}" if settings.synthetic else settings.base.dataset,
         steps=steps,
-        jit=jit,
-        seed=settings.seed,
         sample_every=None,
         checkpoint_every=steps,
         keep_checkpoints=1,
@@ -207,8 +196,5 @@ def trainer_job(
         log_every=log_every,
         output_dir=str(output_dir),
         price_per_hour=price_per_hour,
-        backend=backend,
-        strategy=settings.strategy,
-        devices=settings.devices,
     )
     return TrainerJob(config=config.validate(), window=window, command=command)

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 import numpy as np
 
@@ -38,10 +38,10 @@ from acgan.config import (
     BACKENDS,
     POLICIES,
     Config,
+    flat_settings,
     non_negative_int,
     positive_int,
     positive_number,
-    same_setting,
     setting,
     validate_arch,
     validate_backend,
@@ -62,32 +62,38 @@ SYNTHETIC_CLASSES = 10
 @dataclasses.dataclass(frozen=True)
 class SweepSettings:
     """acgan.benchmark's settings: its flags and keyword arguments (the four sweep dimensions' flags are
-    lists the command parses; the fields shared with Config take its default and help unless given)."""
+    lists the command parses). `base` holds the training settings every configuration shares, its flags
+    Config's (TRAINING_SETTINGS); each configuration is `base` with its backend, policy, batch and XLA."""
+
+    # The Config fields the benchmark takes as flags; multi_worker is not swept (validate).
+    TRAINING_SETTINGS: ClassVar[tuple] = (
+        "dataset",
+        "data_dir",
+        "max_per_class",
+        "width",
+        "arch",
+        "seed",
+        "price_per_hour",
+        "strategy",
+        "devices",
+    )
+    base: Config = dataclasses.field(default_factory=Config)
 
     backends: tuple = ("tensorflow",)  # Keras backends, each configuration's worker runs on one
     policies: tuple = POLICIES
     batches: tuple = (64, 256, 1024, 2048)
     jits: tuple = (True,)
-    dataset: str = same_setting(Config, "dataset")
     synthetic: bool = setting(
         False,
         "Time on random in-memory tensors (10 classes; 28x28x1, or with --arch "
         "acgan_cifar 32x32x3) instead of --dataset.",
     )
-    data_dir: str = same_setting(Config, "data_dir")
-    max_per_class: Optional[int] = same_setting(Config, "max_per_class")
-    width: float = same_setting(Config, "width")
-    arch: str = same_setting(Config, "arch")
     steps: int = setting(20, "Steps per timing.")
     warmup: int = setting(3, "Steps after the compile step left out of the timing.")
     repeats: int = setting(3, "Timings per configuration (median, min and max reported).")
-    seed: int = same_setting(
-        Config, "seed", help="Seed for the weights, the noise and the chosen images."
-    )
     device_name: Optional[str] = setting(
         None, "Name for this device in reports; also picks the price entry (e.g. T4)."
     )
-    price_per_hour: Optional[float] = same_setting(Config, "price_per_hour")
     overhead: bool = setting(
         True, "Also time the full training loop at one configuration (--no-overhead to skip)."
     )
@@ -98,8 +104,6 @@ class SweepSettings:
         "read, a device sync, per timed window; otherwise windows are --steps rounded "
         "up to a multiple).",
     )
-    strategy: str = same_setting(Config, "strategy")  # multi_worker is not swept (validate)
-    devices: Optional[tuple] = same_setting(Config, "devices")
     max_seconds: Optional[float] = setting(
         None,
         "Stop a configuration whose worker (start-up, compilation and timing) "
@@ -123,7 +127,7 @@ class SweepSettings:
             raise UserError("--backends is empty: give one or more of " + ", ".join(BACKENDS))
         for name in self.backends:
             validate_backend(name)
-        if "jax" in self.backends and self.strategy == "tpu":
+        if "jax" in self.backends and self.base.strategy == "tpu":
             raise UserError(
                 "--strategy tpu needs --backends tensorflow: on JAX, --strategy auto or mirrored times "
                 "the step over every local TPU core"
@@ -136,26 +140,28 @@ class SweepSettings:
             raise UserError("--batches is empty: give one or more positive integers")
         if not self.jits:
             raise UserError("--jit is empty: give on, off or on,off")
-        optional = tuple(n for n in ("max_per_class", "log_every") if getattr(self, n) is not None)
-        for name in ("steps", "repeats", "overhead_batch", "profile_length") + optional:
-            positive_int(name, getattr(self, name))
+        for name in ("steps", "repeats", "overhead_batch", "profile_length", "log_every"):
+            if getattr(self, name) is not None:
+                positive_int(name, getattr(self, name))
+        if self.base.max_per_class is not None:
+            positive_int("max_per_class", self.base.max_per_class)
         for batch in self.batches:
             positive_int("batches", batch)
         non_negative_int("warmup", self.warmup)
-        positive_number("width", self.width)
+        positive_number("width", self.base.width)
         if self.max_seconds is not None:
             positive_number("max_seconds", self.max_seconds)
-        validate_arch(self.arch)
-        if self.price_per_hour is not None:
-            positive_number("price_per_hour", self.price_per_hour)
-        validate_strategy(self.strategy, self.devices)
-        if self.strategy == "multi_worker":
+        validate_arch(self.base.arch)
+        if self.base.price_per_hour is not None:
+            positive_number("price_per_hour", self.base.price_per_hour)
+        validate_strategy(self.base.strategy, self.base.devices)
+        if self.base.strategy == "multi_worker":
             raise UserError(
                 "the benchmark does not sweep multi_worker runs (every worker would have to start each "
                 "configuration); time one with acgan.train, whose report has the same figures"
             )
-        if self.devices:
-            self.check_batches(len(self.devices))
+        if self.base.devices:
+            self.check_batches(len(self.base.devices))
         return self
 
     def check_batches(self, replicas):
@@ -166,15 +172,15 @@ class SweepSettings:
     def expected_replicas(self, gpu_count, backend="tensorflow"):
         """How many replicas each worker will run, where it is known before they start (None: a TPU, or
         JAX's mirrored over every local device of a machine with no GPUs: the worker counts them)."""
-        if backend == "jax" and not self.devices:
-            if self.strategy == "default" or (self.strategy == "auto" and gpu_count <= 1):
+        if backend == "jax" and not self.base.devices:
+            if self.base.strategy == "default" or (self.base.strategy == "auto" and gpu_count <= 1):
                 return 1
             return gpu_count if gpu_count > 1 else None
-        if self.strategy == "tpu":
+        if self.base.strategy == "tpu":
             return None
-        if self.devices:
-            return len(self.devices)
-        many_gpus = gpu_count > 1 and self.strategy in ("auto", "mirrored")
+        if self.base.devices:
+            return len(self.base.devices)
+        many_gpus = gpu_count > 1 and self.base.strategy in ("auto", "mirrored")
         return gpu_count if many_gpus else 1
 
     def configurations(self):
@@ -253,18 +259,18 @@ def prepare_output_dir(path):
 
 def load_inputs(settings, count):
     """(images uint8 [count, H, W, C], labels int32 [count], class names): the tensors every worker times."""
-    rng = np.random.default_rng(settings.seed)
+    rng = np.random.default_rng(settings.base.seed)
     if settings.synthetic:
-        shape = SYNTHETIC_SHAPES.get(settings.arch, SYNTHETIC_SHAPE)
+        shape = SYNTHETIC_SHAPES.get(settings.base.arch, SYNTHETIC_SHAPE)
         images = rng.integers(0, 256, (count,) + shape, dtype=np.uint8)
         labels = rng.integers(0, SYNTHETIC_CLASSES, count).astype(np.int32)
         return images, labels, tuple(f"class{i}" for i in range(SYNTHETIC_CLASSES))
     data = data_lib.load_dataset(
-        settings.dataset,
+        settings.base.dataset,
         split="train",
-        data_dir=settings.data_dir,
-        max_per_class=settings.max_per_class,
-        seed=settings.seed,
+        data_dir=settings.base.data_dir,
+        max_per_class=settings.base.max_per_class,
+        seed=settings.base.seed,
     )
     # The image shape is checked by each backend's probe worker (the models' module loads Keras).
     # Fewer images than the batch: draw with replacement (the bare step's speed does not care).
@@ -307,7 +313,7 @@ def make_run(settings, backend, machine, widths, image_shape, num_classes, comma
     settings.check_batches(replicas)
     label = settings.device_name or machine["name"]
     price = prices.choose_price(
-        label, None if settings.device_name else machine["kind"], settings.price_per_hour
+        label, None if settings.device_name else machine["kind"], settings.base.price_per_hour
     )
     if replicas and replicas > 1:
         label += f" x{replicas}"  # its own group: speed-ups compare policies on the same replicas
@@ -318,14 +324,14 @@ def make_run(settings, backend, machine, widths, image_shape, num_classes, comma
         "machine": machine,
         "command": command,
         "created": created,
-        "settings": dataclasses.asdict(settings),
+        "settings": flat_settings(settings),
         "inputs": {
             "image_shape": list(image_shape),
             "num_classes": num_classes,
-            "source": "synthetic" if settings.synthetic else settings.dataset,
+            "source": "synthetic" if settings.synthetic else settings.base.dataset,
         },
         "price": price,
-        "strategy": settings.strategy,
+        "strategy": settings.base.strategy,
         "replicas": replicas,
         "advice": advice_for(settings, machine, widths),
         "layer_widths": widths,

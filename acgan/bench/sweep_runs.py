@@ -99,7 +99,9 @@ def measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_
     job = step_job(
         settings, run["backend"], bare["policy"], bare["batch"], bare["jit"], inputs, num_classes
     )
-    job = dataclasses.replace(job, ema_decay=0.0 if kept else EMA_PROBE_DECAY)
+    job = dataclasses.replace(
+        job, config=dataclasses.replace(job.config, ema_decay=0.0 if kept else EMA_PROBE_DECAY)
+    )
     other = run_worker(job, work_dir, output_dir / "logs" / f"overhead-ema-{name}.log")
     if other["status"] != "ok":
         return {"status": "failed", "reason": other.get("reason")}

@@ -48,7 +48,9 @@ def run_bare(job):
 def _preset(job, image_shape):
     """The preset the job times, resolved once ("auto" from the image shape; the job's G-EMA decay, which
     the overhead section's G-EMA cost sets, else the preset's)."""
-    return presets.get(resolve_arch(job.arch, image_shape)).with_ema_decay(job.ema_decay)
+    return presets.get(resolve_arch(job.config.arch, image_shape)).with_ema_decay(
+        job.config.ema_decay
+    )
 
 
 def _run_bare_tensorflow(job, images, labels):
@@ -58,16 +60,18 @@ def _run_bare_tensorflow(job, images, labels):
     on_gpu = bool(tf.config.list_physical_devices("GPU"))
     device.reset_peak_memory()
     baseline = device.peak_memory_bytes()
-    strategy = distribute.make_strategy(job.strategy, job.devices)
+    strategy = distribute.make_strategy(job.config.strategy, job.config.devices)
     distribute.check_global_batch(batch, strategy.num_replicas_in_sync, what="batch")
-    keras.utils.set_random_seed(job.seed)
+    keras.utils.set_random_seed(job.config.seed)
     preset = _preset(job, images.shape[1:])
     with strategy.scope():
-        models = build_models(images.shape[1:], job.num_classes, width=job.width, arch=preset)
+        models = build_models(
+            images.shape[1:], job.num_classes, width=job.config.width, arch=preset
+        )
     trainer = build_step(
         preset, "tensorflow", models, job.num_classes, jit=job.jit, strategy=strategy
     )
-    z, fake_labels = sample_noise(job.seed, 0, batch, trainer.noise_dim, job.num_classes)
+    z, fake_labels = sample_noise(job.config.seed, 0, batch, trainer.noise_dim, job.num_classes)
     inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
     if strategy.num_replicas_in_sync > 1:  # each replica's slice, once, on its device
         inputs = next(
@@ -95,18 +99,18 @@ def _run_bare_jax(job, images, labels):
 
     from acgan.training.jax_runtime import pick_devices
 
-    validate_backend("jax", job.strategy)
+    validate_backend("jax", job.config.strategy)
     batch = job.batch
-    _, devices = pick_devices(job.strategy, job.devices)
+    _, devices = pick_devices(job.config.strategy, job.config.devices)
     distribute.check_global_batch(batch, len(devices), what="batch")
     target = devices[0]
     mesh = jax.sharding.Mesh(np.array(devices), ("data",)) if len(devices) > 1 else None
     baseline = device.peak_memory_bytes()  # JAX cannot reset its peak: a fresh process starts low
-    backend.set_random_seed(job.seed)
+    backend.set_random_seed(job.config.seed)
     preset = _preset(job, images.shape[1:])
-    models = build_models(images.shape[1:], job.num_classes, width=job.width, arch=preset)
+    models = build_models(images.shape[1:], job.num_classes, width=job.config.width, arch=preset)
     trainer = build_step(preset, "jax", models, job.num_classes, jit=job.jit, mesh=mesh)
-    z, fake_labels = sample_noise(job.seed, 0, batch, trainer.noise_dim, job.num_classes)
+    z, fake_labels = sample_noise(job.config.seed, 0, batch, trainer.noise_dim, job.num_classes)
     if mesh is None:
         inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]
     else:

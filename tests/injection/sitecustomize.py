@@ -41,7 +41,7 @@ def _bare_job_batch():
         job = json.loads(Path(sys.argv[1]).read_text())
     except (IndexError, OSError, ValueError):
         return None
-    return job.get("batch") if job.get("mode") == "bare" else None
+    return job["config"]["batch"] if job.get("mode") == "bare" else None
 
 
 def _out_of_memory(message):

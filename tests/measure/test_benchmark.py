@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from acgan.bench import jobs, plots, results, sweep, sweep_runs, tables
+from acgan.config import Config
 from acgan.measure import advice
 from api_runs import BENCHMARK_FIGURES, run_parent_probe
 from injection.sitecustomize import injected_env
@@ -567,7 +568,7 @@ def test_synthetic_inputs_take_the_presets_shape():
         ("acgan_cifar", (32, 32, 3)),
     ):
         images, labels, names = sweep.load_inputs(
-            sweep.SweepSettings(synthetic=True, arch=arch), 12
+            sweep.SweepSettings(synthetic=True, base=Config(arch=arch)), 12
         )
         assert images.shape == (12,) + shape and images.dtype.name == "uint8", arch
         assert labels.shape == (12,) and set(labels) <= set(range(10)) and len(names) == 10
@@ -577,12 +578,12 @@ def test_each_worker_job_survives_its_json_and_an_unknown_key_is_refused(tmp_pat
     """The worker reads back the very job the parent built (tuples, the trainer's Config and all); a key no
     field holds, a missing field or another mode's job is an error naming it, never a silent default."""
     settings = sweep.SweepSettings(
-        devices=("cpu:0", "cpu:1"), strategy="mirrored", profile=str(tmp_path / "p")
+        base=Config(devices=("cpu:0", "cpu:1"), strategy="mirrored"), profile=str(tmp_path / "p")
     )
     step = jobs.step_job(settings, "jax", "float32", 8, True, tmp_path / "in.npz", 10)
     built = [
         jobs.probe_job(settings, "jax", (28, 28, 1), 10),
-        dataclasses.replace(step, ema_decay=0.999),
+        dataclasses.replace(step, config=dataclasses.replace(step.config, ema_decay=0.999)),
         jobs.trainer_job(
             settings, "jax", "float32", 8, True, tmp_path / "in.npz", tmp_path / "out", 1.5, "c"
         ),
@@ -596,13 +597,14 @@ def test_each_worker_job_survives_its_json_and_an_unknown_key_is_refused(tmp_pat
         "bare-jax-float32-b8-xla_on",
         "trainer-jax-float32-b8-xla_on",
     ]
-    assert step.devices == ("cpu:0", "cpu:1") and step.profile_dir.endswith("jax-float32-b8-xla_on")
+    assert step.config.devices == ("cpu:0", "cpu:1") and step.backend == "jax"
+    assert step.profile_dir.endswith("jax-float32-b8-xla_on")
     assert built[2].config.devices == ("cpu:0", "cpu:1") and built[2].backend == "jax"
     with pytest.raises(ValueError, match="a bare job has no field gan, mode_name"):
         jobs.Job.from_json(json.dumps(dict(json.loads(step.to_json()), gan=1, mode_name="x")))
-    with pytest.raises(ValueError, match="a bare job lacks batch"):
+    with pytest.raises(ValueError, match="a bare job lacks steps"):
         jobs.Job.from_json(
-            json.dumps({k: v for k, v in json.loads(step.to_json()).items() if k != "batch"})
+            json.dumps({k: v for k, v in json.loads(step.to_json()).items() if k != "steps"})
         )
     with pytest.raises(ValueError, match="job mode 'probe', expected bare"):
         jobs.StepJob.from_json(built[0].to_json())
