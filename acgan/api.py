@@ -298,14 +298,16 @@ def compare(**settings):
     values["backend"] = backend_lib.chosen(values.get("backend"))
     if "policies" in values:
         values["policies"] = values["policies"] or ()
-    return compare_with(CompareSettings(**values), command=cli.command_text("compare", settings))
+    return compare_with(
+        config_lib.composed(CompareSettings, values), command=cli.command_text("compare", settings)
+    )
 
 
 def compare_with(settings, command=None):
     """acgan.compare on a CompareSettings: what the command and the call both do. The runs train in their
     own processes; this one loads Keras only then, so none of it runs beside a timed run."""
     out, runs, states = train_runs(settings.validate())
-    _keras_side(settings.backend).compare_judging.judge_runs(
+    _keras_side(settings.base.backend).compare_judging.judge_runs(
         settings, out, runs, states, command=command
     )
     return Report(out, read_json(out / "compare.json"))

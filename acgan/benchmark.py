@@ -37,7 +37,6 @@ def define_flags():
     cli.define_setting_flags(
         SweepSettings,
         [f.name for f in setting_fields(SweepSettings) if f.name not in SWEPT],
-        helps={"seed": "Seed for the weights, the noise and the chosen images."},
         choices={"strategy": [s for s in STRATEGIES if s != "multi_worker"]},
     )
     flags.DEFINE_string(

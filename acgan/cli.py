@@ -38,7 +38,9 @@ def define_setting_flags(record, names=None, helps=None, choices=None, defaults=
     for name in names or [n for n, f in fields.items() if "help" in f.metadata]:
         field = fields[name]
         default = (defaults or {}).get(name, field.default)
-        help_text = (helps or {}).get(name) or field.metadata["help"]
+        help_text = {**getattr(record, "HELPS", {}), **(helps or {})}.get(name) or field.metadata[
+            "help"
+        ]
         values = (choices or {}).get(name) or field.metadata.get("choices")
         kind = next((t for t in typing.get_args(field.type) if t is not type(None)), field.type)
         if values:

@@ -74,17 +74,6 @@ def setting(default, help, choices=None):
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
 
 
-def same_setting(record, name, default=dataclasses.MISSING, help=None):
-    """The setting `name` of the settings record `record`, for another record that carries it too (its
-    default and help, unless given)."""
-    field = record.__dataclass_fields__[name]
-    return setting(
-        field.default if default is dataclasses.MISSING else default,
-        help or field.metadata["help"],
-        field.metadata.get("choices"),
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Every training setting: acgan.train's flags and keyword arguments, and a run's config.json."""

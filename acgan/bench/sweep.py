@@ -77,6 +77,7 @@ class SweepSettings:
         "strategy",
         "devices",
     )
+    HELPS: ClassVar[dict] = {"seed": "Seed for the weights, the noise and the chosen images."}
     base: Config = dataclasses.field(default_factory=Config)
 
     backends: tuple = ("tensorflow",)  # Keras backends, each configuration's worker runs on one

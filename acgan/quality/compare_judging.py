@@ -3,10 +3,10 @@ this process with one shared judge (run_evaluation.evaluate_run), then compare.j
 compare.md in the output folder. Importing it loads Keras: acgan.api.compare_with chooses the backend
 first, once every timed run has finished."""
 
-import dataclasses
 import json
 import os
 
+from acgan.config import flat_settings
 from acgan.quality import judge as judge_lib
 from acgan.quality import run_evaluation
 from acgan.quality.compare_page import render_markdown, write_figure
@@ -19,21 +19,21 @@ def judge_runs(settings, out, runs, states, command=None, echo=print):
     several = settings.seeds > 1
     n = len(runs)
     judge = judge_lib.load_or_train(
-        settings.dataset,
-        data_dir=settings.data_dir,
-        classes=settings.classes,
-        max_per_class=settings.max_per_class,
+        settings.base.dataset,
+        data_dir=settings.base.data_dir,
+        classes=settings.base.classes,
+        max_per_class=settings.base.max_per_class,
         echo=echo,
     )
     per_run = {}
     for i, (policy, seed, run_dir) in enumerate(runs, 1):
         echo(f"[{i}/{n}] judging {policy}{f' at seed {seed}' if several else ''}")
-        # The same generator inputs (settings.seed) for every run: only the training seed differs.
+        # The same generator inputs (settings.base.seed) for every run: only the training seed differs.
         result = run_evaluation.evaluate_run(
             run_dir,
             settings.num_samples,
-            settings.seed,
-            data_dir=settings.data_dir,
+            settings.base.seed,
+            data_dir=settings.base.data_dir,
             judge=judge,
             command=command,
             echo=echo,
@@ -50,7 +50,7 @@ def judge_runs(settings, out, runs, states, command=None, echo=print):
     doc = {
         "format": "acgan-compare/1",
         "command": command or "acgan.quality.compare_judging.judge_runs",
-        "settings": dataclasses.asdict(settings),
+        "settings": flat_settings(settings),
         # With --resume: the runs judged as an earlier command left them (their times are that command's).
         "reused_runs": [
             str(run_dir) for (_, _, run_dir), state in zip(runs, states) if state == "done"
@@ -63,9 +63,13 @@ def judge_runs(settings, out, runs, states, command=None, echo=print):
     write_figure(
         rows,
         out / "compare.png",
-        title=f"{settings.dataset}, batch {settings.batch}, "
-        f"width {settings.width:g}, {settings.budget()} each"
-        + (f"; means of {settings.seeds} seeds, grids of seed {settings.seed}" if several else ""),
+        title=f"{settings.base.dataset}, batch {settings.base.batch}, "
+        f"width {settings.base.width:g}, {settings.budget()} each"
+        + (
+            f"; means of {settings.seeds} seeds, grids of seed {settings.base.seed}"
+            if several
+            else ""
+        ),
     )
     write_atomically(out / "compare.md", render_markdown(doc))
     return out

@@ -27,8 +27,8 @@ from acgan.util.files import write_atomically
 
 def default_output_dir(settings, now=None):
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
-    dataset = re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.dataset.split(":")[-1].rstrip("/"))
-    return Path("outputs") / f"{stamp}-compare-{dataset}-b{settings.batch}"
+    dataset = re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.base.dataset.split(":")[-1].rstrip("/"))
+    return Path("outputs") / f"{stamp}-compare-{dataset}-b{settings.base.batch}"
 
 
 def prepare_output_dir(settings):
@@ -100,10 +100,10 @@ def run_states(settings, runs):
         if _report_status(run_dir) in FINISHED:
             states.append("done")
         elif (
-            settings.minutes is not None
+            settings.base.minutes is not None
         ):  # acgan.train's --minutes is per session: it would train them all again
             raise UserError(
-                f"--resume: {run_dir} stopped before the end of its {settings.minutes:g} minutes, and a "
+                f"--resume: {run_dir} stopped before the end of its {settings.base.minutes:g} minutes, and a "
                 "resumed run would train another full budget, so it cannot rejoin an equal-time "
                 "comparison; remove that run folder to train it afresh"
             )
@@ -116,7 +116,7 @@ def train_command(settings, policy, run_dir, seed=None):
     """The `python -m acgan.train` command for one policy (at the training seed given, else --seed): its
     Config written to run_dir/train-config.json, which the command reads (--config)."""
     config = dataclasses.replace(
-        settings.train_config(policy), seed=settings.seed if seed is None else seed
+        settings.train_config(policy), seed=settings.base.seed if seed is None else seed
     )
     path = run_dir / "train-config.json"
     write_atomically(path, config.to_json())
@@ -178,7 +178,7 @@ DIVERGED_STATUS = 3  # acgan.train's exit status when a run diverged
 
 def _go_on_text(settings, out):
     """How to finish an interrupted comparison (under --minutes a resumed run would not be equal-time)."""
-    if settings.minutes is not None:
+    if settings.base.minutes is not None:
         return ""
     return f" (the same acgan.compare command with --output_dir {out} --resume goes on)"
 

@@ -25,49 +25,54 @@ comparison can be finished, or given more seeds.
 """
 
 import dataclasses
-from typing import Optional
+from typing import ClassVar, Optional
 
 from acgan import data
-from acgan.config import POLICIES, RUN_PLACE, Config, same_setting, setting, validate_policy
+from acgan.config import POLICIES, Config, setting, validate_policy
 from acgan.errors import UserError
 from acgan.quality import compare_runs  # no framework loads: the runs train in their own processes
 
 
 @dataclasses.dataclass(frozen=True)
 class CompareSettings:
-    """acgan.compare's settings: its flags and keyword arguments. The fields it shares with Config (the same
-    names, defaults and help unless given here) are every run's training settings (train_config)."""
+    """acgan.compare's settings: its flags and keyword arguments. `base` holds every run's training
+    settings, its flags Config's (TRAINING_SETTINGS); each run is `base` with its policy, its training
+    seed and its folder (train_config). Every run trains, and is judged, on base.backend."""
+
+    TRAINING_SETTINGS: ClassVar[tuple] = (
+        "steps",
+        "minutes",
+        "batch",
+        "dataset",
+        "classes",
+        "max_per_class",
+        "data_dir",
+        "width",
+        "arch",
+        "loss",
+        "ema_decay",
+        "jit",
+        "seed",
+        "backend",
+        "price_per_hour",
+        "labels",
+    )
+    # The help of the flags whose meaning the comparison gives.
+    HELPS: ClassVar[dict] = {
+        "steps": "Train every policy this many steps (equal steps).",
+        "minutes": "Train every policy this long (equal wall-clock time).",
+        "seed": "Seed shared by every policy's run and by the evaluation.",
+    }
+    base: Config = dataclasses.field(default_factory=Config)
 
     policies: tuple = setting(
         ("float32", "mixed_float16"), "Dtype policies to compare, comma-separated."
     )
-    steps: Optional[int] = same_setting(
-        Config, "steps", help="Train every policy this many steps (equal steps)."
-    )
-    minutes: Optional[float] = same_setting(
-        Config, "minutes", help="Train every policy this long (equal wall-clock time)."
-    )
-    batch: int = same_setting(Config, "batch")
-    dataset: str = same_setting(Config, "dataset")
-    classes: Optional[tuple] = same_setting(Config, "classes")
-    max_per_class: Optional[int] = same_setting(Config, "max_per_class")
-    data_dir: str = same_setting(Config, "data_dir")
-    width: float = same_setting(Config, "width")
-    arch: str = same_setting(Config, "arch")  # resolved by each run from the data
-    loss: str = same_setting(Config, "loss")
-    ema_decay: Optional[float] = same_setting(Config, "ema_decay")
     ema: bool = setting(
         True,
         "Sample from the moving average of G's weights where the run kept one (--no-ema: "
         "from G's own weights).",
     )
-    jit: bool = same_setting(Config, "jit")
-    seed: int = same_setting(
-        Config, "seed", help="Seed shared by every policy's run and by the evaluation."
-    )
-    # every run trains, and is judged, on this Keras backend
-    backend: str = same_setting(Config, "backend")
-    price_per_hour: Optional[float] = same_setting(Config, "price_per_hour")
     num_samples: int = setting(
         10_000, "Generated samples judged per run (real test images: as many, or all)."
     )
@@ -91,7 +96,6 @@ class CompareSettings:
         "Train this many runs at once (default: one after another, each alone on the "
         "machine). Quality at equal --steps does not depend on the run beside it; times do.",
     )
-    labels: bool = same_setting(Config, "labels")
     # Not a training setting (Config's RUN_PLACE): the comparison's own folder.
     output_dir: Optional[str] = setting(
         None, "Folder for the runs and the page (default: a new folder under outputs/)."
@@ -111,7 +115,7 @@ class CompareSettings:
             validate_policy(policy)
         if len(set(self.policies)) != len(self.policies):
             raise UserError(f"--policies names a policy twice: {','.join(self.policies)}")
-        if (self.steps is None) == (self.minutes is None):
+        if (self.base.steps is None) == (self.base.minutes is None):
             raise UserError("give exactly one of --steps (equal steps) or --minutes (equal time)")
         if (
             isinstance(self.num_samples, bool)
@@ -137,37 +141,32 @@ class CompareSettings:
             )
         for policy in self.policies:
             self.train_config(policy).validate()
-        data.validate_dataset_name(self.dataset, classes=self.classes)
+        data.validate_dataset_name(self.base.dataset, classes=self.base.classes)
         return self
 
     def train_config(self, policy, output_dir=None):
-        """The Config of one policy's run: every setting compare shares with Config, the policy, the folder."""
-        shared = {name: getattr(self, name) for name in TRAINING_SETTINGS}
-        return Config(**shared, policy=policy, output_dir=output_dir)
+        """The Config of one policy's run: the base with the policy and the folder."""
+        return dataclasses.replace(self.base, policy=policy, output_dir=output_dir)
 
     def budget(self):
-        return f"{self.steps:,} steps" if self.steps is not None else f"{self.minutes:g} minutes"
+        return (
+            f"{self.base.steps:,} steps"
+            if self.base.steps is not None
+            else f"{self.base.minutes:g} minutes"
+        )
 
     def training_seeds(self):
-        return [self.seed + k for k in range(self.seeds)]
+        return [self.base.seed + k for k in range(self.seeds)]
 
     def runs(self, out):
         """(policy, training seed, run folder) for every run, in training order: seed by seed, every policy
         at each; the first seed's run of a policy is out/POLICY (as with one seed), the others out/POLICY-seedN."""
-        first = self.seed
+        first = self.base.seed
         return [
             (policy, seed, out / (policy if seed == first else f"{policy}-seed{seed}"))
             for seed in self.training_seeds()
             for policy in self.policies
         ]
-
-
-# The settings every run trains with as the comparison says (train_config): the fields shared with Config.
-TRAINING_SETTINGS = tuple(
-    f.name
-    for f in dataclasses.fields(CompareSettings)
-    if f.name in Config.__dataclass_fields__ and f.name not in RUN_PLACE
-)
 
 
 def train_runs(settings, echo=print):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from acgan.config import Config
 from acgan.quality import evaluation, metrics
 from conftest import JUDGE_PER_CLASS
 
@@ -574,7 +575,7 @@ def test_compare_trains_at_most_parallel_runs_at_once_and_starts_none_after_a_fa
         ],
     )
     settings = comparison.CompareSettings(
-        steps=5, seeds=3, parallel=2, output_dir=str(tmp_path / "cmp")
+        base=Config(steps=5), seeds=3, parallel=2, output_dir=str(tmp_path / "cmp")
     )
     runs = settings.runs(tmp_path / "cmp")
     for _, _, run_dir in runs:
@@ -605,18 +606,17 @@ def test_compare_trains_at_most_parallel_runs_at_once_and_starts_none_after_a_fa
 
 def test_compare_trains_every_run_with_its_loss_and_refuses_an_unknown_one(tmp_path):
     """Each run's child reads its Config from the file compare wrote (acgan.train --config)."""
-    from acgan.config import Config
     from acgan.errors import UserError
     from acgan.quality import compare_runs, comparison
 
-    settings = comparison.CompareSettings(steps=5, loss="hinge")
+    settings = comparison.CompareSettings(base=Config(steps=5, loss="hinge"))
     args = compare_runs.train_command(settings.validate(), "float32", tmp_path, seed=3)
     assert args[args.index("--output_dir") + 1] == str(tmp_path)
     config = Config.from_json(Path(args[args.index("--config") + 1]).read_text())
     assert config == dataclasses.replace(settings.train_config("float32"), seed=3)
     assert (config.loss, config.seed, config.policy, config.steps) == ("hinge", 3, "float32", 5)
     with pytest.raises(UserError, match="unknown loss 'wgan': choose auto, nonsaturating, hinge"):
-        comparison.CompareSettings(steps=5, loss="wgan").validate()
+        comparison.CompareSettings(base=Config(steps=5, loss="wgan")).validate()
 
 
 def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_missing_ones(
@@ -646,7 +646,9 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
             f"seed={seed}",
         ],
     )
-    settings = comparison.CompareSettings(steps=5, seeds=2, output_dir=str(out), resume=True)
+    settings = comparison.CompareSettings(
+        base=Config(steps=5), seeds=2, output_dir=str(out), resume=True
+    )
     runs = settings.runs(out)  # float32, mixed_float16, float32-seed1, mixed_float16-seed1
 
     def saved(run_dir, status=None, **changes):
@@ -729,7 +731,9 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
     ):
         compare_runs.run_states(settings, runs)
     # Under --minutes an unfinished run cannot rejoin (acgan.train's --minutes is per session).
-    minutes = dataclasses.replace(settings, steps=None, minutes=1.0)
+    minutes = dataclasses.replace(
+        settings, base=dataclasses.replace(settings.base, steps=None, minutes=1.0)
+    )
     for run_dir in (r for _, _, r in runs):
         saved(run_dir, "completed", steps=None, minutes=1.0)
     saved(runs[1][2], "interrupted", steps=None, minutes=1.0)
@@ -745,7 +749,7 @@ def test_compare_resume_judges_finished_runs_resumes_stopped_ones_and_trains_mis
             dataclasses.replace(settings, output_dir=str(tmp_path / "nowhere"))
         )
     with pytest.raises(UserError, match="--resume needs --output_dir"):
-        comparison.CompareSettings(steps=5, resume=True).validate()
+        comparison.CompareSettings(resume=True, base=Config(steps=5)).validate()
 
 
 @pytest.mark.parametrize("saved_status, carries_on", [("diverged", True), ("completed", False)])
@@ -768,7 +772,7 @@ def test_compare_carries_on_past_a_diverged_policy_only(
             "import sys; sys.exit(3)",
         ],
     )
-    settings = comparison.CompareSettings(steps=5)
+    settings = comparison.CompareSettings(base=Config(steps=5))
     if carries_on:
         seen = []
         assert (
