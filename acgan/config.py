@@ -3,7 +3,6 @@
 import dataclasses
 import inspect
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -59,13 +58,9 @@ def validate_strategy(name, devices=None):
         raise UserError(f"--devices applies to --strategy mirrored, not {name}")
 
 
-def environment_choice(variable, choices):
-    """Environment variable `variable`'s value, one of `choices` (unset or empty: the first), read at each
-    call (the JAX formulation switches are read when a layer is traced); UserError naming the choices."""
-    value = os.environ.get(variable, "").strip().lower() or choices[0]
-    if value not in choices:
-        raise UserError(f"{variable}={value!r}: choose one of {', '.join(choices)}")
-    return value
+# The JAX formulations' choices, the first the default (Config.jax_conv_transpose, jax_batch_norm).
+JAX_CONV_TRANSPOSE = ("adjoint", "linear_transpose", "autodiff")
+JAX_BATCH_NORM = ("keras", "fused")
 
 
 def setting(default, help, choices=None):
@@ -122,6 +117,21 @@ class Config:
     minutes: Optional[float] = setting(None, "Train for this much wall-clock time.")
     # On several replicas XLA compiles each replica's forward/backward pass.
     jit: bool = setting(True, "Compile the train step with XLA (--nojit or --no-jit to turn off).")
+    # The JAX backend's formulations of two layers (model/transposed_conv.py, model/batch_norm.py): the
+    # same function, other programs for XLA; TensorFlow runs Keras's layers either way.
+    jax_conv_transpose: str = setting(
+        "adjoint",
+        "On JAX, G's transposed convolutions: adjoint (Keras's forward, the strided convolution's "
+        "passes as gradients), linear_transpose (the forward too as the strided convolution's "
+        "transpose) or autodiff (Keras's layer).",
+        choices=JAX_CONV_TRANSPOSE,
+    )
+    jax_batch_norm: str = setting(
+        "keras",
+        "On JAX, batch norm's training pass: keras (Keras's layer) or fused (its statistics and "
+        "gradients each in one pass).",
+        choices=JAX_BATCH_NORM,
+    )
     strategy: str = setting(
         "auto",
         "tf.distribute strategy, or on JAX a device mesh (auto: mirrored when more than "
@@ -198,6 +208,14 @@ class Config:
         validate_backend(self.backend, self.strategy)
         validate_arch(self.arch)
         validate_loss(self.loss)
+        for name, choices in (
+            ("jax_conv_transpose", JAX_CONV_TRANSPOSE),
+            ("jax_batch_norm", JAX_BATCH_NORM),
+        ):
+            if getattr(self, name) not in choices:
+                raise UserError(
+                    f"--{name} {getattr(self, name)!r}: choose one of {', '.join(choices)}"
+                )
         if self.ema_decay is not None:
             try:
                 check_ema_decay(self.ema_decay)

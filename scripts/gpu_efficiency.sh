@@ -31,9 +31,9 @@ cd "$(dirname "$0")/.."
 # no command buffers) were measured before and changed nothing (docs/results.md); to try one again, or
 # XLA_FLAGS=--xla_gpu_enable_triton_gemm=false (no result yet), name it in ACGAN_GPU_VARIANTS.
 VARIANTS=${ACGAN_GPU_VARIANTS:-"default||float32,mixed_float16,mixed_bfloat16;\
-conv-forward|ACGAN_JAX_CONV_TRANSPOSE=linear_transpose|float32,mixed_float16;\
-fused-bn|ACGAN_JAX_BATCH_NORM=fused|mixed_float16;\
-both|ACGAN_JAX_CONV_TRANSPOSE=linear_transpose ACGAN_JAX_BATCH_NORM=fused|mixed_float16;\
+conv-forward||float32,mixed_float16|--jax_conv_transpose linear_transpose;\
+fused-bn||mixed_float16|--jax_batch_norm fused;\
+both||mixed_float16|--jax_conv_transpose linear_transpose --jax_batch_norm fused;\
 colour||float32,mixed_float16,mixed_bfloat16|--arch acgan_cifar"}
 BATCH=${ACGAN_GPU_BATCH:-2048}
 BUDGET=${ACGAN_GPU_BUDGET_S:-480}

@@ -45,6 +45,9 @@ def make_row(run, policy, batch, jit, result):
         "skipped_steps": result.get("skipped_steps"),
         "loss_scale": result.get("loss_scale"),
         "ema_decay": result.get("ema_decay"),
+        # the JAX layers' formulations (--jax_conv_transpose, --jax_batch_norm); None on TensorFlow
+        "jax_conv_transpose": result.get("jax_conv_transpose"),
+        "jax_batch_norm": result.get("jax_batch_norm"),
         "steps_run": result.get("steps_run"),
         "load_average": result.get("load_average"),
         "speedup_vs_float32": None,

@@ -76,6 +76,8 @@ class SweepSettings:
         "price_per_hour",
         "strategy",
         "devices",
+        "jax_conv_transpose",
+        "jax_batch_norm",
     )
     HELPS: ClassVar[dict] = {"seed": "Seed for the weights, the noise and the chosen images."}
     base: Config = dataclasses.field(default_factory=Config)

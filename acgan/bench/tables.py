@@ -172,6 +172,12 @@ def render_device(run, rows):
         f"and {s['warmup']} warm-up step{'' if s['warmup'] == 1 else 's'}, each timing ending on a device sync; median [min-max] shown",
         f"- price: {run['price']['description']}",
     ]
+    if backend_of(run) == "jax" and s.get("jax_conv_transpose"):
+        lines.insert(
+            -1,
+            f"- JAX formulations: transposed convolutions {s['jax_conv_transpose']}, batch norm "
+            f"{s['jax_batch_norm']} (--jax_conv_transpose, --jax_batch_norm)",
+        )
     loads = [
         r["load_average"]
         for r in rows

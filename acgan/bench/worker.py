@@ -27,7 +27,7 @@ from acgan.config import validate_backend
 from acgan.data.batches import sample_noise
 from acgan.errors import UserError
 from acgan.measure import advice, device, flops, profile
-from acgan.model import precision
+from acgan.model import jax_formulations, precision
 from acgan.model.networks import build_models, check_image_shape, resolve_arch
 from acgan.step import distribute
 from acgan.step.factory import build_step
@@ -38,6 +38,7 @@ from acgan.util.files import write_json
 def run_bare(job):
     """Times the bare compiled step on device-resident tensors; returns the measurement."""
     precision.set_policy(job.policy)
+    jax_formulations.use(job.config)
     with np.load(job.inputs) as f:
         images, labels = f["images"][: job.batch], f["labels"][: job.batch]
     if keras.backend.backend() == "jax":
@@ -125,6 +126,8 @@ def _run_bare_jax(job, images, labels):
         replicas=len(devices),
         replica_devices=[f"{d.platform}:{d.id}" for d in devices],
         matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
+        jax_conv_transpose=job.config.jax_conv_transpose,
+        jax_batch_norm=job.config.jax_batch_norm,
     )
     return result
 

@@ -2,7 +2,8 @@
 
 Keras's JAX path takes the batch's mean and variance in two passes (jnp.mean, then jnp.var, which
 subtracts the mean and squares), normalises in a third, and autodiff adds several reductions to the
-backward pass. With ACGAN_JAX_BATCH_NORM=fused a training call is instead one jax.custom_vjp:
+backward pass. With --jax_batch_norm fused (model/jax_formulations.py) a training call is instead one
+jax.custom_vjp:
 
     forward   one reduction pass for sum(x - k) and sum((x - k)^2) per channel, then y = x * inv + offset
     backward  one reduction pass for sum(dy) and sum(dy * xhat), then dx elementwise
@@ -19,25 +20,18 @@ import functools
 
 import keras
 
-from acgan.config import environment_choice
-
-MODE_VARIABLE = "ACGAN_JAX_BATCH_NORM"
-MODES = ("keras", "fused")  # the first is the default
-
-
-def mode():
-    return environment_choice(MODE_VARIABLE, MODES)
+from acgan.model import jax_formulations
 
 
 @keras.saving.register_keras_serializable(package="acgan")
 class BatchNorm(keras.layers.BatchNormalization):
-    """keras.layers.BatchNormalization, with a fused training pass on JAX when ACGAN_JAX_BATCH_NORM=fused
+    """keras.layers.BatchNormalization, with a fused training pass on JAX under --jax_batch_norm fused
     (read when the layer is traced)."""
 
     def call(self, inputs, training=None, mask=None):
         if (
             keras.backend.backend() != "jax"
-            or mode() == "keras"
+            or jax_formulations.batch_norm() == "keras"
             or not (training and self.trainable)
             or mask is not None
             or self.renorm

@@ -106,7 +106,7 @@ def batch_norm(x, name):
     """A float32 island: statistics of float16 activations overflow and lose precision.
 
     The float32 output is cast back to the compute dtype by the next layer. On JAX,
-    ACGAN_JAX_BATCH_NORM=fused takes the training statistics in one pass (batch_norm.BatchNorm).
+    --jax_batch_norm fused takes the training statistics in one pass (batch_norm.BatchNorm).
     """
     return BatchNorm(momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype="float32", name=name)(x)
 

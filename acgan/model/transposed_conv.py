@@ -10,7 +10,7 @@ strided-convolution passes:
     dx      = c(dy)                             a forward convolution
     dkernel = the vjp of k -> conv(dy, k) at x  a convolution's filter gradient
 
-ACGAN_JAX_CONV_TRANSPOSE picks the formulation on JAX:
+--jax_conv_transpose (Config.jax_conv_transpose, model/jax_formulations.py) picks the formulation on JAX:
 
 - adjoint (the default): Keras's forward pass (the same numbers), the gradients above (the same sums
   in another order).
@@ -29,14 +29,7 @@ import functools
 
 import keras
 
-from acgan.config import environment_choice
-
-FORMULATION_VARIABLE = "ACGAN_JAX_CONV_TRANSPOSE"
-FORMULATIONS = ("adjoint", "linear_transpose", "autodiff")  # the first is the default
-
-
-def formulation():
-    return environment_choice(FORMULATION_VARIABLE, FORMULATIONS)
+from acgan.model import jax_formulations
 
 
 @keras.saving.register_keras_serializable(package="acgan")
@@ -45,7 +38,9 @@ class TransposedConv2D(keras.layers.Conv2DTranspose):
     convolution's passes on JAX."""
 
     def call(self, inputs):
-        which = formulation() if keras.backend.backend() == "jax" else "autodiff"
+        which = (
+            jax_formulations.conv_transpose() if keras.backend.backend() == "jax" else "autodiff"
+        )
         if which == "autodiff":
             return super().call(inputs)
         # in the compute dtype (the layer autocasts)

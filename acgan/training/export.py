@@ -9,7 +9,7 @@ where its code is importable, which is what the file must not need):
 - TransposedConv2D -> keras.layers.Conv2DTranspose: the same config and weights; it differs only in its
   gradient on JAX (model/transposed_conv.py), which sampling never takes.
 - BatchNorm -> keras.layers.BatchNormalization: the same config and weights; it differs only in a
-  training call on JAX with ACGAN_JAX_BATCH_NORM=fused (model/batch_norm.py), which sampling never makes.
+  training call on JAX under --jax_batch_norm fused (model/batch_norm.py), which sampling never makes.
 - UnitRange -> keras.ops.multiply and keras.ops.add: the same x * 0.5 + 0.5 (acgan_cifar's tanh image),
   as Keras ops in the graph, which Keras saves itself, as it saves the one-hot of the labels. (Not
   keras.layers.Rescaling: a tf.data layer, which on JAX reaches for TensorFlow whenever its module is

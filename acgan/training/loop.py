@@ -21,6 +21,7 @@ from typing import NamedTuple, Optional
 
 import keras
 
+from acgan.model import jax_formulations
 from acgan.model.networks import run_preset
 from acgan.model.precision import needs_loss_scaling
 from acgan.step.common import learning_rate_scale
@@ -54,6 +55,7 @@ def run(config, command=None, make_evaluator=None):
     make_evaluator: with --eval_every, builds the in-training evaluator from the config (the caller's:
     acgan.quality.evaluation.TrainingEvaluator; training does not import quality)."""
     config.validate()
+    jax_formulations.use(config)
     if config.eval_every and make_evaluator is None:
         raise ValueError(
             "config.eval_every needs run(..., make_evaluator=...) to judge the samples with"

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 
 from acgan.errors import UserError
-from acgan.model import precision
+from acgan.model import jax_formulations, precision
 from acgan.model.networks import build_models, run_preset
 from acgan.step.factory import build_step
 from acgan.training import checkpoints, grids, jax_checkpoints
@@ -51,6 +51,7 @@ def _load_step(run_dir):
     if latest is None:
         raise UserError(f"{run_dir} has no checkpoint yet")
     precision.set_policy(config.policy)
+    jax_formulations.use(config)
     preset = run_preset(config, info["image_shape"])  # UserError for an unknown one
     models = build_models(
         info["image_shape"], len(info["class_names"]), width=config.width, arch=preset

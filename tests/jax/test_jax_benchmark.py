@@ -8,6 +8,7 @@ own process imported. Its configurations (--jit on: JAX compiles the whole step 
 - float32 at batch 8: a JAX row (matmul precision, memory counter, a profile read back with JAX's own trace
   reader) with the trainer-overhead and G-EMA runs at its configuration;
 - mixed_float16 at batch 8: the loss-scaled step under XLA (loss scales and skipped steps);
+- every configuration under --jax_batch_norm fused, which the rows and the page record;
 - batch 12, a worker killed by SIGKILL, and batch 16, JAX's out-of-memory error (tests/injection/sitecustomize.py), each
   injected once the worker has built its models: failures become rows, and the sweep goes on.
 The TensorFlow sweeps, and the pure checks of merged documents (the "Backends side by side" table among them),
@@ -67,6 +68,8 @@ def sweep(tmp_path_factory):
         str(tmp / "profiles"),
         "--profile_length",
         "1",
+        "--jax_batch_norm",
+        "fused",
         env={
             "JAX_PLATFORMS": "cpu",
             **injected_env(faults=f"oom:{OOM},kill:{KILLED}", pythonpath=str(blocker.parent)),
@@ -107,9 +110,15 @@ def test_jax_rows_name_their_backend_precision_and_memory_counter(sweep):
     assert {(r["policy"], r["batch"], r["jit"]) for r in doc["results"]} == {
         (p, b, True) for p in POLICIES for b in (OK, KILLED, OOM)
     }
+    # --jax_batch_norm fused: every worker traced the fused batch norm, and each row and the page say so.
+    assert (
+        "- JAX formulations: transposed convolutions adjoint, batch norm fused"
+        in (out / "benchmark.md").read_text()
+    )
     for policy in POLICIES:
         r = rows[(policy, OK)]
         assert r["status"] == "ok", r["reason"]
+        assert (r["jax_conv_transpose"], r["jax_batch_norm"]) == ("adjoint", "fused")
         assert r["backend"] == "jax" and r["xla"] == "step" and r["replicas"] == 1
         assert r["time_per_batch_ms"] > 0 and r["peak_memory_bytes"] > 0
         assert r["steps_run"] == 1 + WARMUP + REPEATS * STEPS

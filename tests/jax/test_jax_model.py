@@ -11,7 +11,7 @@ import pytest
 from acgan import backend, presets
 from acgan.data.batches import sample_noise
 from acgan.measure import flops
-from acgan.model import batch_norm, networks
+from acgan.model import batch_norm, jax_formulations, networks
 from acgan.step import jax_step
 from acgan.step.factory import build_step
 from conftest import POLICIES
@@ -64,7 +64,7 @@ def test_a_fused_jax_training_step_gives_keras_losses(set_policy, monkeypatch):
     out = {}
     batch_norm.fused_batch_norm.cache_clear()  # so what the fused mode builds shows below
     for mode in ("keras", "fused"):
-        monkeypatch.setenv(batch_norm.MODE_VARIABLE, mode)
+        monkeypatch.setattr(jax_formulations, "batch_norm", lambda mode=mode: mode)
         trainer.load_state(start)
         trainer.retrace()
         losses = np.asarray(trainer.train_step(*batch).vector)[:3]

@@ -1,4 +1,4 @@
-"""BatchNorm: keras.layers.BatchNormalization, with ACGAN_JAX_BATCH_NORM=fused a one-pass training call on JAX
+"""BatchNorm: keras.layers.BatchNormalization, with --jax_batch_norm fused a one-pass training call on JAX
 (a jax.custom_vjp) that computes what Keras computes: outputs, moving statistics and gradients equal
 Keras's to float64 rounding, and to float32 rounding from float16 inputs; inference, the default mode and
 TensorFlow are Keras's call itself; a JAX training step gives the same losses; exports hold Keras's layer.
@@ -12,8 +12,9 @@ import keras
 import numpy as np
 import pytest
 
+from acgan.config import Config
 from acgan.errors import UserError
-from acgan.model import batch_norm
+from acgan.model import jax_formulations
 from acgan.model.batch_norm import BatchNorm
 from acgan.training.export import portable_layer
 from api_runs import float64_jax_script
@@ -26,7 +27,8 @@ NUMERICS = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np, keras
     from keras.src.backend.common import dtypes
     dtypes.BIT64_TO_BIT32_DTYPE["float64"] = "float64"
-    from acgan.errors import UserError
+    from acgan.config import Config
+    from acgan.model import jax_formulations
     from acgan.model.batch_norm import BatchNorm, fused_batch_norm
 
     rel = lambda a, b: float(np.linalg.norm(np.asarray(a, np.float64) - np.asarray(b, np.float64))
@@ -35,7 +37,7 @@ NUMERICS = textwrap.dedent("""
     def run(layer, weights, x, w, mode, training=True):
         # y, new moving statistics, and the gradients of sum(y * w) w.r.t. (trainable weights, x)
         def loss(trainable, x):
-            os.environ["ACGAN_JAX_BATCH_NORM"] = mode   # read when the layer is traced
+            jax_formulations.use(Config(jax_batch_norm=mode))  # read when the layer is traced
             y, moving = layer.stateless_call(trainable, weights[1], x, training=training)
             return jnp.sum(y.astype(jnp.float64) * w), (y, moving)
         gradient = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))  # a new trace per call
@@ -116,10 +118,6 @@ NUMERICS = textwrap.dedent("""
     keras_call = lambda training: run(plain, weights, x, w, "fused", training)
     result["inference_is_keras"] = same(run(layer, weights, x, w, "fused", False), keras_call(False))
     result["keras_mode_is_keras"] = same(run(layer, weights, x, w, "keras", True), keras_call(True))
-    try:
-        run(layer, weights, x, w, "fast")
-    except UserError as error:
-        result["bad_mode"] = str(error)
     print(json.dumps(result))
 """)
 
@@ -161,13 +159,10 @@ def test_inference_and_the_default_mode_are_keras_call(numerics):
     assert numerics["inference_is_keras"] and numerics["keras_mode_is_keras"]
 
 
-def test_an_unknown_mode_is_one_line(numerics, monkeypatch):
-    message = "ACGAN_JAX_BATCH_NORM='fast': choose one of keras, fused"
-    assert numerics["bad_mode"] == message  # raised while the JAX step is traced
-    monkeypatch.setenv("ACGAN_JAX_BATCH_NORM", "Fast")
+def test_an_unknown_mode_is_one_line():
     with pytest.raises(UserError) as error:
-        batch_norm.mode()
-    assert str(error.value) == message
+        Config(jax_batch_norm="fast").validate()
+    assert str(error.value) == "--jax_batch_norm 'fast': choose one of keras, fused"
 
 
 def test_tensorflow_runs_keras_call_in_either_mode(monkeypatch):
@@ -175,7 +170,7 @@ def test_tensorflow_runs_keras_call_in_either_mode(monkeypatch):
     plain = keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-5, dtype="float32")
     x = np.random.default_rng(0).normal(3, 2, (8, 4, 4, 6)).astype(np.float16)
     layer.build(x.shape), plain.build(x.shape)
-    monkeypatch.setenv("ACGAN_JAX_BATCH_NORM", "fused")
+    monkeypatch.setattr(jax_formulations, "batch_norm", lambda: "fused")
     np.testing.assert_array_equal(layer(x, training=True), plain(x, training=True))
     np.testing.assert_array_equal(layer.moving_variance.numpy(), plain.moving_variance.numpy())
 
@@ -193,3 +188,22 @@ def test_batch_norm_serialises_and_exports_as_keras_layer():
     assert portable.get_config() == layer.get_config()
     layer.build((2, 5)), portable.build((2, 5))
     assert [v.path for v in portable.weights] == [v.path for v in layer.weights]
+
+
+def test_a_runs_formulations_are_its_config_and_reach_the_layers():
+    """The layers trace what the run's Config names (jax_formulations.use, called by the loop, the
+    benchmark worker and sampling), and config.json keeps it."""
+    config = Config(jax_conv_transpose="linear_transpose", jax_batch_norm="fused").validate()
+    assert Config.from_json(config.to_json(), "c") == config
+    try:
+        jax_formulations.use(config)
+        assert (jax_formulations.conv_transpose(), jax_formulations.batch_norm()) == (
+            "linear_transpose",
+            "fused",
+        )
+    finally:
+        jax_formulations.use(Config())
+    assert (jax_formulations.conv_transpose(), jax_formulations.batch_norm()) == (
+        "adjoint",
+        "keras",
+    )

@@ -1,22 +1,24 @@
 """TransposedConv2D on JAX: each formulation's forward equals Keras's and its gradients equal autodiff's
-(ACGAN_JAX_CONV_TRANSPOSE=autodiff) on random inputs; linear_transpose's forward has the HLO shape XLA's
+(--jax_conv_transpose autodiff) on random inputs; linear_transpose's forward has the HLO shape XLA's
 GPU compiler maps to cuDNN's backward-input convolution."""
 
 import textwrap
 
 import pytest
 
+from acgan.config import Config
 from acgan.errors import UserError
-from acgan.model import transposed_conv
 from api_runs import float64_jax_script
 
 SCRIPT = textwrap.dedent("""
     import json, os, re
     import jax, jax.numpy as jnp, numpy as np
+    from acgan.config import Config
+    from acgan.model import jax_formulations
     from acgan.model.transposed_conv import TransposedConv2D
 
     def run(layer, weights, x, formulation):
-        os.environ["ACGAN_JAX_CONV_TRANSPOSE"] = formulation   # read when the layer is traced
+        jax_formulations.use(Config(jax_conv_transpose=formulation))  # read when the layer is traced
         return layer.stateless_call(weights, [], x)[0]
 
     out = {"cases": [], "hlo": {}}
@@ -70,10 +72,9 @@ def test_linear_transposes_forward_takes_the_reversed_kernel(measured):
     assert measured["hlo"] == {"adjoint": "reshape", "linear_transpose": "reverse"}, measured["hlo"]
 
 
-def test_an_unknown_formulation_is_one_line(monkeypatch):
-    monkeypatch.setenv(transposed_conv.FORMULATION_VARIABLE, "fast")
+def test_an_unknown_formulation_is_one_line():
     with pytest.raises(
         UserError,
-        match="ACGAN_JAX_CONV_TRANSPOSE='fast': choose one of adjoint, linear_transpose, autodiff",
+        match="^--jax_conv_transpose 'fast': choose one of adjoint, linear_transpose, autodiff$",
     ):
-        transposed_conv.formulation()
+        Config(jax_conv_transpose="fast").validate()

@@ -1,0 +1,20 @@
+"""Which formulation the JAX backend's layers trace: a run's Config.jax_conv_transpose and
+jax_batch_norm, set process-wide before its step is traced (`use`, as the dtype policy is set before the
+models are built), read by model/transposed_conv.py and model/batch_norm.py each time they are traced."""
+
+from acgan.config import JAX_BATCH_NORM, JAX_CONV_TRANSPOSE
+
+_chosen = {"conv_transpose": JAX_CONV_TRANSPOSE[0], "batch_norm": JAX_BATCH_NORM[0]}
+
+
+def use(config):
+    """The formulations `config` names, from now on in this process."""
+    _chosen.update(conv_transpose=config.jax_conv_transpose, batch_norm=config.jax_batch_norm)
+
+
+def conv_transpose():
+    return _chosen["conv_transpose"]
+
+
+def batch_norm():
+    return _chosen["batch_norm"]
