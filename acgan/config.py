@@ -8,27 +8,13 @@ from typing import Optional
 
 from acgan.errors import UserError
 from acgan.measure.profile import parse_step_range
-from acgan.presets import ADVERSARIAL_LOSSES, PRESETS, check_ema_decay
+from acgan.model.jax_formulations import JAX_BATCH_NORM, JAX_CONV_TRANSPOSE
+from acgan.presets import ADVERSARIAL_LOSSES, check_ema_decay, validate_name
 
 DEFAULT_STEPS = 1000
 BACKENDS = ("tensorflow", "jax")
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
-# Model presets' names (acgan.presets); "auto" resolves from the image shape when the data is loaded.
-ARCHS = tuple(PRESETS)
-
-
-def auto_arch(arch, image_shape):
-    """The preset `arch` names for images of `image_shape`, with no framework loaded: "auto" is acgan_cifar
-    for 32x32x3 images and reference otherwise (acgan.model.networks.resolve_arch also checks the shape)."""
-    if arch != "auto":
-        return arch
-    return "acgan_cifar" if tuple(image_shape) == (32, 32, 3) else "reference"
-
-
-def validate_arch(name):
-    if name not in ("auto",) + ARCHS:
-        raise UserError(f"unknown arch {name!r}: choose auto, {', '.join(ARCHS)}")
 
 
 def validate_loss(name):
@@ -56,11 +42,6 @@ def validate_strategy(name, devices=None):
         raise UserError(f"unknown strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
     if devices is not None and name not in ("auto", "mirrored"):
         raise UserError(f"--devices applies to --strategy mirrored, not {name}")
-
-
-# The JAX formulations' choices, the first the default (Config.jax_conv_transpose, jax_batch_norm).
-JAX_CONV_TRANSPOSE = ("adjoint", "linear_transpose", "autodiff")
-JAX_BATCH_NORM = ("keras", "fused")
 
 
 def setting(default, help, choices=None):
@@ -206,7 +187,7 @@ class Config:
         validate_policy(self.policy)
         validate_strategy(self.strategy, self.devices)
         validate_backend(self.backend, self.strategy)
-        validate_arch(self.arch)
+        validate_name(self.arch)
         validate_loss(self.loss)
         for name, choices in (
             ("jax_conv_transpose", JAX_CONV_TRANSPOSE),

@@ -9,6 +9,8 @@ one more instance in PRESETS (docs/presets.md#your-own-preset).
 import dataclasses
 from typing import ClassVar, Optional, Union
 
+from acgan.errors import UserError
+
 # D's and G's real/fake loss (acgan.step.losses); a run's "auto" is its preset's `loss`.
 ADVERSARIAL_LOSSES = ("nonsaturating", "hinge")
 
@@ -152,6 +154,52 @@ def get(name):
         return PRESETS[name]
     except KeyError:
         raise KeyError(f"unknown preset {name!r}: one of {', '.join(PRESETS)}") from None
+
+
+def validate_name(name):
+    """UserError unless `name` is "auto" or a preset's name (what --arch takes)."""
+    if name not in ("auto", *PRESETS):
+        raise UserError(f"unknown arch {name!r}: choose auto, {', '.join(PRESETS)}")
+
+
+def auto_name(arch, image_shape):
+    """The preset `arch` names for images of `image_shape`: "auto" is acgan_cifar for 32x32x3 images and
+    reference otherwise."""
+    if arch != "auto":
+        return arch
+    return "acgan_cifar" if tuple(image_shape) == (32, 32, 3) else "reference"
+
+
+def named(arch, image_shape):
+    """The Preset `arch` ("auto" or a name) names for images of `image_shape`. UserError for an unknown
+    name or a shape it cannot build."""
+    validate_name(arch)
+    preset = get(auto_name(arch, image_shape))
+    check_image_shape(image_shape, preset)
+    return preset
+
+
+def resolve(config, image_shape):
+    """The Preset a run of `config` trains on images of `image_shape`: its --arch ("auto" from the
+    shape), --loss and --ema_decay applied. A process resolves it once; every reader of the run after
+    that reads the resolved names its config.json keeps. UserError as `named`."""
+    return named(config.arch, image_shape).with_loss(config.loss).with_ema_decay(config.ema_decay)
+
+
+def check_image_shape(image_shape, preset):
+    """UserError unless `preset` builds images of `image_shape`."""
+    height, width, depth = image_shape
+    if height != width or height % 4 or height < 8 or depth not in (1, 3):
+        raise UserError(
+            f"image size {height}x{width}x{depth} is not supported: the models need square images "
+            "whose side divides by 4 (e.g. 28x28 or 32x32) with 1 or 3 channels"
+        )
+    divisor = preset.networks.side_divisor
+    if height % divisor:
+        raise UserError(
+            f"--arch {preset.name} needs a side that divides by {divisor} (e.g. 32x32), "
+            f"not {height}x{width}; use --arch reference"
+        )
 
 
 def adversarial_loss(arch="reference", loss="auto"):

@@ -29,6 +29,7 @@ from typing import ClassVar, Optional
 import numpy as np
 
 from acgan import data as data_lib
+from acgan import presets
 from acgan.backend import INSTALL
 from acgan.bench.jobs import config_name, step_job
 from acgan.bench.results import FORMAT, add_speedups, make_row
@@ -43,7 +44,6 @@ from acgan.config import (
     positive_int,
     positive_number,
     setting,
-    validate_arch,
     validate_backend,
     validate_policy,
     validate_strategy,
@@ -154,7 +154,7 @@ class SweepSettings:
         positive_number("width", self.base.width)
         if self.max_seconds is not None:
             positive_number("max_seconds", self.max_seconds)
-        validate_arch(self.base.arch)
+        presets.validate_name(self.base.arch)
         if self.base.price_per_hour is not None:
             positive_number("price_per_hour", self.base.price_per_hour)
         validate_strategy(self.base.strategy, self.base.devices)

@@ -28,7 +28,7 @@ from acgan.data.batches import sample_noise
 from acgan.errors import UserError
 from acgan.measure import advice, device, flops, profile
 from acgan.model import jax_formulations, precision
-from acgan.model.networks import build_models, check_image_shape, resolve_arch
+from acgan.model.networks import build_models
 from acgan.step import distribute
 from acgan.step.factory import build_step
 from acgan.training import loop
@@ -47,11 +47,9 @@ def run_bare(job):
 
 
 def _preset(job, image_shape):
-    """The preset the job times, resolved once ("auto" from the image shape; the job's G-EMA decay, which
-    the overhead section's G-EMA cost sets, else the preset's)."""
-    return presets.get(resolve_arch(job.config.arch, image_shape)).with_ema_decay(
-        job.config.ema_decay
-    )
+    """The preset the job times, resolved once from its Config ("auto" from the image shape; the G-EMA
+    decay, which the overhead section's G-EMA cost sets, else the preset's)."""
+    return presets.resolve(job.config, image_shape)
 
 
 def _run_bare_tensorflow(job, images, labels):
@@ -214,7 +212,7 @@ def _profile(job, trainer, inputs):
 def run_probe(job):
     """What the parent needs before the sweep, without loading a backend itself: this backend's
     description of the machine, and per policy the low-precision layer widths of the models."""
-    check_image_shape(job.image_shape)
+    presets.named(job.arch, job.image_shape)  # UserError for a shape the preset cannot build
     machine = device.describe_device()
     widths = {}
     for policy in job.policies:

@@ -2,8 +2,9 @@
 jax_batch_norm, set process-wide before its step is traced (`use`, as the dtype policy is set before the
 models are built), read by model/transposed_conv.py and model/batch_norm.py each time they are traced."""
 
-from acgan.config import JAX_BATCH_NORM, JAX_CONV_TRANSPOSE
-
+# The choices, the first the default (Config.jax_conv_transpose, jax_batch_norm).
+JAX_CONV_TRANSPOSE = ("adjoint", "linear_transpose", "autodiff")
+JAX_BATCH_NORM = ("keras", "fused")
 _chosen = {"conv_transpose": JAX_CONV_TRANSPOSE[0], "batch_norm": JAX_BATCH_NORM[0]}
 
 

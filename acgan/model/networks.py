@@ -17,8 +17,6 @@ import keras
 from keras import layers
 
 from acgan import presets
-from acgan.config import auto_arch, validate_arch
-from acgan.errors import UserError
 from acgan.model import blocks, paper_cifar
 
 NOISE_DIM = presets.REFERENCE.networks.noise_dim  # the reference model's G noise size
@@ -31,40 +29,6 @@ class ACGANModels(NamedTuple):
     # features (acgan_cifar: [features, labels [B] int]) -> real/fake logit [B, 1] float32
     d_head: keras.Model
     q_head: keras.Model  # features -> class logits [B, K] float32
-
-
-def resolve_arch(arch, image_shape):
-    """The preset `arch` names for images of `image_shape`: "auto" is acgan_cifar for 32x32x3 images and
-    reference otherwise. UserError for an unknown name or a shape the preset cannot build."""
-    validate_arch(arch)
-    arch = auto_arch(arch, image_shape)
-    check_image_shape(image_shape, arch)
-    return arch
-
-
-def run_preset(config, image_shape):
-    """The acgan.presets.Preset a run of `config` trains on images of `image_shape`, resolved once: its
-    --arch ("auto" from the shape), --loss and --ema_decay applied. UserError as resolve_arch."""
-    preset = presets.get(resolve_arch(config.arch, image_shape))
-    return preset.with_loss(config.loss).with_ema_decay(config.ema_decay)
-
-
-def check_image_shape(image_shape, arch="reference"):
-    """UserError unless preset `arch` (a resolved name, or an acgan.presets.Preset) builds images of
-    `image_shape`."""
-    height, width, depth = image_shape
-    if height != width or height % 4 or height < 8 or depth not in (1, 3):
-        raise UserError(
-            f"image size {height}x{width}x{depth} is not supported: the models need square images "
-            "whose side divides by 4 (e.g. 28x28 or 32x32) with 1 or 3 channels"
-        )
-    preset = arch if isinstance(arch, presets.Preset) else presets.get(arch)
-    divisor = preset.networks.side_divisor
-    if height % divisor:
-        raise UserError(
-            f"--arch {preset.name} needs a side that divides by {divisor} (e.g. 32x32), "
-            f"not {height}x{width}; use --arch reference"
-        )
 
 
 def build_generator(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
@@ -124,7 +88,7 @@ def build_q_head(feature_dim, num_classes, width=1.0):
 
 
 def build_models(image_shape, num_classes, width=1.0, noise_dim=None, arch="reference"):
-    """All four parts of a preset under the current global dtype policy. `arch`: a preset's name (ARCHS),
+    """All four parts of a preset under the current global dtype policy. `arch`: a preset's name,
     "auto", or an acgan.presets.Preset.
 
     noise_dim: G's noise size (default: the preset's, 62 for reference and 100 for acgan_cifar).
@@ -132,9 +96,9 @@ def build_models(image_shape, num_classes, width=1.0, noise_dim=None, arch="refe
     image_shape = tuple(image_shape)
     if isinstance(arch, presets.Preset):
         preset = arch
-        check_image_shape(image_shape, preset)
+        presets.check_image_shape(image_shape, preset)
     else:
-        preset = presets.get(resolve_arch(arch, image_shape))
+        preset = presets.named(arch, image_shape)
     knobs = preset.networks
     noise_dim = noise_dim or knobs.noise_dim
     if knobs.architecture == "paper_cifar":

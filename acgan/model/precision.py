@@ -5,12 +5,10 @@ import contextlib
 
 import keras
 
-from acgan.config import POLICIES, validate_policy  # noqa: F401  (re-exported)
-
 
 def set_policy(name):
-    """Sets the global Keras dtype policy; call it once, before any layer is built."""
-    validate_policy(name)
+    """Sets the global Keras dtype policy (a name the settings validated); call it once, before any layer
+    is built."""
     keras.mixed_precision.set_global_policy(name)
 
 

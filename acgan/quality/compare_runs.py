@@ -17,7 +17,7 @@ from concurrent import futures
 from datetime import datetime
 from pathlib import Path
 
-from acgan.config import auto_arch
+from acgan import presets
 from acgan.errors import UserError
 from acgan.presets import adversarial_loss  # no framework loads
 from acgan.training.run_dir import RESUME_FIXED, read_run  # no framework loads either
@@ -83,7 +83,7 @@ def run_states(settings, runs):
         saved, info = read_run(run_dir)
         # The run saved its preset and loss resolved ("auto" from the image shape its dataset.json records).
         wanted = settings.train_config(policy)
-        arch = auto_arch(wanted.arch, info["image_shape"])
+        arch = presets.auto_name(wanted.arch, info["image_shape"])
         wanted = dataclasses.replace(
             wanted, seed=seed, arch=arch, loss=adversarial_loss(arch, wanted.loss)
         )

@@ -8,7 +8,7 @@ def build_step(
     """The train step (base.py's contract) of `backend` for `models`, built from `preset`.
 
     preset: the acgan.presets.Preset it trains, its loss and G-EMA decay as the run has them
-    (networks.run_preset); backend: "tensorflow" (tf_step.TensorFlowStep) or "jax" (jax_step.JaxStep), the backend Keras runs on;
+    (presets.resolve); backend: "tensorflow" (tf_step.TensorFlowStep) or "jax" (jax_step.JaxStep), the backend Keras runs on;
     models: built under the run's dtype policy (the step takes it from them); jit: compile the step with XLA.
     TensorFlow only: strategy, the tf.distribute strategy (None: the current one), and sync_bn, batch-norm
     statistics over the global batch with several replicas. JAX only: mesh, a jax.sharding.Mesh with a

@@ -22,7 +22,6 @@ from typing import NamedTuple, Optional
 import keras
 
 from acgan.model import jax_formulations
-from acgan.model.networks import run_preset
 from acgan.model.precision import needs_loss_scaling
 from acgan.step.common import learning_rate_scale
 from acgan.training import lost_worker, run_lock
@@ -68,10 +67,9 @@ def run(config, command=None, make_evaluator=None):
     started = time.perf_counter()
     runtime = make_runtime(config)  # before anything touches a device
     chief = runtime.chief
-    data = load_data(config)
-    # The preset it trains, resolved once ("auto" from the data's shape; --loss and --ema_decay applied) and
-    # saved as such, so every reader rebuilds that one.
-    preset = run_preset(config, data.image_shape)
+    # The preset it trains, resolved once ("auto" from the data's shape; --loss and --ema_decay applied)
+    # and saved as such, so every reader rebuilds that one.
+    data, preset = load_data(config)
     config = dataclasses.replace(
         config, arch=preset.name, loss=preset.loss, ema_decay=preset.ema_decay
     )

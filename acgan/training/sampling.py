@@ -8,9 +8,10 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from acgan import presets
 from acgan.errors import UserError
 from acgan.model import jax_formulations, precision
-from acgan.model.networks import build_models, run_preset
+from acgan.model.networks import build_models
 from acgan.step.factory import build_step
 from acgan.training import checkpoints, grids, jax_checkpoints
 from acgan.training.checkpoints import first_line
@@ -52,7 +53,7 @@ def _load_step(run_dir):
         raise UserError(f"{run_dir} has no checkpoint yet")
     precision.set_policy(config.policy)
     jax_formulations.use(config)
-    preset = run_preset(config, info["image_shape"])  # UserError for an unknown one
+    preset = presets.resolve(config, info["image_shape"])  # UserError for an unknown one
     models = build_models(
         info["image_shape"], len(info["class_names"]), width=config.width, arch=preset
     )

@@ -8,12 +8,12 @@ from typing import Optional
 
 import keras
 
-from acgan import backend
+from acgan import backend, presets
 from acgan import data as data_lib
 from acgan.config import DEFAULT_STEPS
 from acgan.errors import UserError
 from acgan.measure import advice, device
-from acgan.model.networks import build_models, check_image_shape
+from acgan.model.networks import build_models
 from acgan.training.run_dir import write_run_files
 
 
@@ -35,6 +35,8 @@ def make_runtime(config):
 
 
 def load_data(config):
+    """The run's train split and the Preset it trains on those images (presets.resolve, once: UserError
+    for a shape the preset cannot build), then the batch checked against the data's size."""
     data = data_lib.load_dataset(
         config.dataset,
         split="train",
@@ -42,12 +44,12 @@ def load_data(config):
         classes=config.classes,
         max_per_class=config.max_per_class,
     )  # the data's own seed stays fixed: runs with other --seed values train on the same doodles
-    check_image_shape(data.image_shape)
+    preset = presets.resolve(config, data.image_shape)
     if config.batch > len(data.images):
         raise UserError(
             f"--batch {config.batch} is larger than the dataset ({len(data.images)} images)"
         )
-    return data
+    return data, preset
 
 
 def total_steps(config, num_images):
@@ -65,7 +67,7 @@ class Setup:
     """Everything the loop and the report need, built once before the first step."""
 
     runtime: object  # tf_runtime.TensorFlowRuntime or jax_runtime.JaxRuntime
-    preset: object  # the acgan.presets.Preset the run trains (networks.run_preset)
+    preset: object  # the acgan.presets.Preset the run trains (presets.resolve)
     data: object
     run_dir: Path
     files_dir: Path  # run_dir on the chief; a scratch folder on other workers

@@ -252,15 +252,17 @@ def test_width_scales_the_preset_in_multiples_of_eight():
 
 
 def test_auto_picks_the_preset_for_32x32x3_only_and_the_preset_needs_a_side_divisible_by_8():
-    assert networks.resolve_arch("auto", (32, 32, 3)) == "acgan_cifar"
-    assert networks.resolve_arch("auto", (28, 28, 1)) == "reference"
-    assert networks.resolve_arch("auto", (32, 32, 1)) == "reference"
-    assert networks.resolve_arch("reference", (32, 32, 3)) == "reference"
-    assert networks.resolve_arch("acgan_cifar", (64, 64, 3)) == "acgan_cifar"
+    assert presets.named("auto", (32, 32, 3)).name == "acgan_cifar"
+    assert presets.named("auto", (28, 28, 1)).name == "reference"
+    assert presets.named("auto", (32, 32, 1)).name == "reference"
+    assert presets.named("reference", (32, 32, 3)).name == "reference"
+    assert presets.named("acgan_cifar", (64, 64, 3)).name == "acgan_cifar"
     with pytest.raises(UserError, match="divides by 8"):
-        networks.resolve_arch("acgan_cifar", (28, 28, 1))
+        presets.named("acgan_cifar", (28, 28, 1))
     with pytest.raises(UserError, match="unknown arch 'dcgan'"):
-        networks.resolve_arch("dcgan", (32, 32, 3))
+        presets.named("dcgan", (32, 32, 3))
+    resolved = presets.resolve(Config(arch="auto", loss="hinge", ema_decay=0.5), (32, 32, 3))
+    assert (resolved.name, resolved.loss, resolved.ema_decay) == ("acgan_cifar", "hinge", 0.5)
     assert (
         networks.build_models((28, 28, 1), 10, arch="auto").generator.input[0].shape[-1]
         == networks.NOISE_DIM
