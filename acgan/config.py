@@ -154,8 +154,8 @@ class Config:
     # The bare-step window runs on batches fetched beforehand (training/observers.py).
     warmup_steps: int = setting(
         5,
-        "Steps after compilation left out of the timing; as many more, run back to back, "
-        "time the bare step.",
+        "Steps after compilation left out of the timing; as many more, run back to back "
+        "after the last step, time the bare step.",
     )
     # Between reads the host only enqueues steps; checkpoints always check the step they save.
     log_every: int = setting(

@@ -183,8 +183,8 @@ def trainer_job(
     multiple of it, so every window holds the same number of reads."""
     log_every = settings.log_every or settings.steps
     window = -(-settings.steps // log_every) * log_every
-    # The compile step, the warm-up, the loop's own bare-step window (as long as the warm-up), the windows.
-    steps = 1 + 2 * settings.warmup + settings.repeats * window
+    # The compile step, the warm-up, the windows (the loop times its bare step after its last step).
+    steps = 1 + settings.warmup + settings.repeats * window
     config = dataclasses.replace(
         configuration(settings, backend, policy, batch, jit),
         dataset=f"npz:{inputs}" if settings.synthetic else settings.base.dataset,

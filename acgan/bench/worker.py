@@ -26,7 +26,7 @@ from acgan.bench.jobs import Job, ProbeJob, StepJob, TrainerJob
 from acgan.config import validate_backend
 from acgan.data.batches import sample_noise
 from acgan.errors import UserError
-from acgan.measure import advice, device, flops, profile
+from acgan.measure import advice, device, flops, profile, timing
 from acgan.model import jax_formulations, precision
 from acgan.model.networks import build_models
 from acgan.step import distribute
@@ -157,11 +157,8 @@ def _time_step(job, trainer, inputs):
         metrics.read()
     per_batch, loads = [], []
     for _ in range(job.repeats):
-        tick = time.perf_counter()
-        for _ in range(job.steps):
-            metrics = trainer.train_step(*inputs)
-        values = metrics.read()
-        per_batch.append((time.perf_counter() - tick) / job.steps)
+        seconds, values = timing.bare_step_seconds(trainer, inputs, job.steps)
+        per_batch.append(seconds)
         loads.append(_load_average())
     profiled = None
     if job.profile_dir:

@@ -1,8 +1,20 @@
 """Timing and cost figures: pure functions of measured step times and a price."""
 
 import statistics
+import time
 
 SECONDS_PER_HOUR = 3600.0
+
+
+def bare_step_seconds(trainer, inputs, steps):
+    """Seconds per step of `steps` steps of `trainer` run back to back on the same `inputs`, timed to the
+    device sync that ends them (a metrics read): the bare compiled step. The device must be idle when it
+    starts (a read just before). The benchmark's timings and a training report's bare step are this."""
+    tick = time.perf_counter()
+    for _ in range(steps):
+        metrics = trainer.train_step(*inputs)
+    values = metrics.read()
+    return (time.perf_counter() - tick) / steps, values
 
 
 def cost_per_million_batches(seconds_per_batch, price_per_hour):

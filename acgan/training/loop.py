@@ -21,6 +21,7 @@ from typing import NamedTuple, Optional
 
 import keras
 
+from acgan.measure.timing import bare_step_seconds
 from acgan.model import jax_formulations
 from acgan.model.precision import needs_loss_scaling
 from acgan.step.common import learning_rate_scale
@@ -100,7 +101,7 @@ def run(config, command=None, make_evaluator=None):
         outcome.message,
         outcome.signal,
         chief,
-        report["weights_fingerprint"],
+        outcome.weights_fingerprint,
         outcome.clock.intervals,
     )
 
@@ -114,16 +115,16 @@ class LoopOutcome(NamedTuple):
     clock: SessionClock  # this session's timing
     earlier_sessions: list  # session_record dicts of the sessions before this one
     loop_seconds: float
+    weights_fingerprint: str  # of the weights the last checkpoint holds
 
 
 def train_loop(setup, config, started):
     """Runs steps until the length, --minutes, a stop signal or divergence; saves the last grid and
-    checkpoint (unless diverged).
+    checkpoint (unless diverged); then, for a completed run, times the bare step apart.
 
-    Steps run in blocks, usually of one step (the step timing runs one block of several back to back:
-    observers.py). Each block: fetch its batches, update, then the same work after it (Session.after_block):
-    metric reads, learning rates, grids, evaluations, checkpoints, the stop signals; any of them can end
-    the run. The observers are told at named points and change nothing that is trained.
+    One step per turn: fetch its batch, update, then the work after it (Session.after_step): metric reads,
+    learning rates, grids, evaluations, checkpoints, the stop signals; any of them can end the run. The
+    observers are told at named points and change nothing that is trained.
     """
     observers = Observers(setup, config)
     session = Session(setup, config, started, observers)
@@ -135,13 +136,9 @@ def train_loop(setup, config, started):
         going = True
         try:
             while going:
-                block = timing.next_block(session.step)
-                observers.before_block(session, block)
-                batches = [next(session.batches) for _ in range(block.steps)]
-                observers.before_updates(session, block)
-                results = [setup.trainer.train_step(*batch) for batch in batches]
-                observers.after_updates(session, block, results)
-                going = session.after_block(results, block.read_now)
+                observers.before_step(session)
+                session.batch = next(session.batches)
+                going = session.after_step(setup.trainer.train_step(*session.batch))
         except (
             Exception
         ) as error:  # a collective that failed because a peer process is gone: one line
@@ -164,6 +161,13 @@ def train_loop(setup, config, started):
             session.grids.save(session.step, name="final")
             if session.step % config.checkpoint_every:
                 session.save_checkpoint()
+    fingerprint = setup.trainer.weights_fingerprint()
+    if session.status == "completed" and config.warmup_steps:
+        # The bare step: as many steps as the warm-up, back to back on the last batch, after everything
+        # the run keeps is written (their updates are never saved); every worker runs them.
+        timing.clock.bare_step_seconds, _ = bare_step_seconds(
+            setup.trainer, session.batch, config.warmup_steps
+        )
     sys.stdout.write("\n")
     return LoopOutcome(
         session.status,
@@ -174,6 +178,7 @@ def train_loop(setup, config, started):
         timing.clock,
         setup.earlier_sessions,
         loop_seconds,
+        fingerprint,
     )
 
 
@@ -226,20 +231,20 @@ class Session:
         )
         self.deadline = None if config.minutes is None else started + config.minutes * 60.0
         self.stop_signals = StopSignals()
-        self.step, self.metrics = s.start_step, None
+        self.step, self.metrics, self.batch = s.start_step, None, None
         self.pending = None  # (step, metrics) of a logged step not read yet
         self.last_read, self.last_values = None, {}
         self.status, self.message, self.stop_signal = "completed", None, None
 
-    def after_block(self, results, read_now):
-        """What follows every block of steps (`results`: their metrics, in order): the reads, the divergence
-        check, the learning rates, the observers' after_block, grids, evaluation and checkpoint when due,
-        the stop signals. Returns whether to go on; status, message and stop_signal say why not."""
-        if self._read_block(results, read_now):
+    def after_step(self, metrics):
+        """What follows every step (`metrics`: its metrics, not read yet): the reads, the divergence check,
+        the learning rates, the observers' after_step, grids, evaluation and checkpoint when due, the stop
+        signals. Returns whether to go on; status, message and stop_signal say why not."""
+        if self._read_due(metrics):
             return False  # no checkpoint: the weights may already be non-finite
         config, step = self.config, self.step
         self.schedule_learning_rates()
-        self.observers.after_block(self)
+        self.observers.after_step(self)
 
         # -- grids, evaluation, checkpoints: each reads (and checks) the step it follows --
         sample, evaluate = (
@@ -271,23 +276,17 @@ class Session:
             return False
         return not ((self.setup.steps is not None and step >= self.setup.steps) or out_of_time)
 
-    def _read_block(self, results, read_now):
-        """Advances to the block's last step and reads what is due, in step order: the logged step before
-        the block, the logged steps inside it, and its last step now (read_now) or a step late (when
-        logged). True when a read found the run diverged."""
-        first, every = self.step, self.config.log_every
-        self.step, self.metrics = first + len(results), results[-1]
-        messages = [self._read_pending()]
-        for offset, result in enumerate(results, start=1):
-            step, last = first + offset, offset == len(results)
-            if last and read_now:
-                messages.append(self.read(step, result))
-            elif step % every == 0:
-                if last:
-                    self.pending = (step, result)  # read after the next step is enqueued
-                else:
-                    messages.append(self.read(step, result))
-        return self._diverged(next((m for m in messages if m), None))
+    def _read_due(self, metrics):
+        """Advances to the step just run and reads what is due, in step order: the logged step before it,
+        then this one at once if it is the compile step (its read ends the compile time), or a step late
+        when it is logged. True when a read found the run diverged."""
+        self.step, self.metrics = self.step + 1, metrics
+        message = self._read_pending()
+        if self.step == self.setup.start_step + 1:
+            message = message or self.read(self.step, metrics)
+        elif self.step % self.config.log_every == 0:
+            self.pending = (self.step, metrics)  # read after the next step is enqueued
+        return self._diverged(message)
 
     def _diverged(self, message):
         if message:

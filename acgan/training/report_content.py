@@ -62,5 +62,5 @@ def assemble_report(setup, outcome, config, command, started):
         "final_metrics": outcome.final_metrics,
         "quality_during_training": s.evaluator.last if s.evaluator else None,
         "last_checkpoint": s.checkpoints.latest_checkpoint,
-        "weights_fingerprint": s.trainer.weights_fingerprint(),
+        "weights_fingerprint": outcome.weights_fingerprint,
     }

@@ -90,6 +90,9 @@ class _Step:
     def set_learning_rate_scale(self, scale):
         self.learning_rate_scale = scale
 
+    def weights_fingerprint(self):
+        return f"fingerprint of step {self.step}"
+
 
 class _Runtime:
     def __init__(self, events):
@@ -120,10 +123,11 @@ class _Grids:
         pass
 
 
-def test_the_loop_runs_compile_warm_up_bare_window_then_timed_steps(tmp_path, monkeypatch):
+def test_the_loop_runs_compile_warm_up_timed_steps_then_times_the_bare_step(tmp_path, monkeypatch):
     """12 steps, --warmup_steps 2, --log_every 3, --checkpoint_every 8: the compile step (read at once), two
-    warm-up steps, a window of two steps back to back on batches fetched first, then seven timed steps;
-    metrics are read a step late except before a checkpoint, after the window and at the end."""
+    warm-up steps, nine timed steps, metrics read a step late except before a checkpoint and at the end;
+    then, after the last checkpoint, the bare step: two more steps back to back on the last batch, timed
+    to their read, which no checkpoint keeps."""
     import types
 
     from acgan import presets
@@ -159,26 +163,18 @@ def test_the_loop_runs_compile_warm_up_bare_window_then_timed_steps(tmp_path, mo
     )
     outcome = loop.train_loop(ready, config, started=0.0)
     assert outcome.status == "completed" and outcome.step == 12
-    # Step 3 (logged) and 5 (the window's last) are each read twice: once as the sync a window starts or
-    # ends on, once to log them, in step order, after the window.
-    assert [e[1] for e in events if e[0] == "read"] == [1, 3, 5, 3, 5, 6, 8, 9, 12]
-    # The window: its two batches fetched, the sync on step 3, its steps back to back, the sync on step 5,
-    # then the reads that log steps 3 and 5.
-    window = events.index(("step", 4))
-    assert events[window - 3 : window + 5] == [
-        ("batch",),
-        ("batch",),
-        ("read", 3),
-        ("step", 4),
-        ("step", 5),
-        ("read", 5),
-        ("read", 3),
-        ("read", 5),
-    ]
-    # Timed: steps 6 to 12 (the checkpoint at step 8 saw steps 6 and 7; the one at the end, all seven).
+    assert [e[1] for e in events if e[0] == "read"] == [1, 3, 6, 8, 9, 12, 14]
+    # Timed: steps 4 to 12 (the checkpoint at step 8 saw steps 4 to 7; the one at the end, all nine).
     assert [e for e in events if e[0] == "checkpoint"] == [
-        ("checkpoint", 8, 2),
-        ("checkpoint", 12, 7),
+        ("checkpoint", 8, 4),
+        ("checkpoint", 12, 9),
     ]
-    assert len(outcome.clock.intervals) == 7 and outcome.clock.bare_step_seconds is not None
+    # The bare step after the last checkpoint: no batch fetched, two steps, their read.
+    assert events[events.index(("checkpoint", 12, 9)) + 1 :] == [
+        ("step", 13),
+        ("step", 14),
+        ("read", 14),
+    ]
+    assert len(outcome.clock.intervals) == 9 and outcome.clock.bare_step_seconds is not None
     assert outcome.clock.compile_seconds is not None
+    assert outcome.weights_fingerprint == "fingerprint of step 12"
