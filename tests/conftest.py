@@ -50,9 +50,9 @@ def pytest_configure(config):
     which otherwise looks for TensorFlow, and the JAX-only test processes make that import fail.
     """
     if BACKEND == "tensorflow":
-        from acgan.step import distribute
+        from acgan.training import tf_strategy
 
-        distribute.split_host_cpu(CPU_REPLICAS)
+        tf_strategy.split_host_cpu(CPU_REPLICAS)
     if (
         "JAX_COMPILATION_CACHE_DIR" not in os.environ
     ):  # removed with the test run's other temporary folders

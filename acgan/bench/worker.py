@@ -23,110 +23,54 @@ import numpy as np
 
 from acgan import backend, presets
 from acgan.bench.jobs import Job, ProbeJob, StepJob, TrainerJob
-from acgan.config import validate_backend
 from acgan.data.batches import sample_noise
 from acgan.errors import UserError
 from acgan.measure import advice, device, flops, profile, timing
 from acgan.model import jax_formulations, precision
 from acgan.model.networks import build_models
-from acgan.step import distribute
-from acgan.step.factory import build_step
 from acgan.training import loop
+from acgan.training.setup import make_runtime
 from acgan.util.files import write_json
 
 
 def run_bare(job):
-    """Times the bare compiled step on device-resident tensors; returns the measurement."""
-    precision.set_policy(job.policy)
-    jax_formulations.use(job.config)
+    """Times the bare compiled step on device-resident tensors; returns the measurement. The step, its
+    devices and its inputs' placement are the training runtime's (training/setup.make_runtime): one
+    device, or a tf.distribute strategy or a JAX mesh over several, as a run of the same Config trains."""
+    config = job.config
+    precision.set_policy(config.policy)
+    jax_formulations.use(config)
     with np.load(job.inputs) as f:
         images, labels = f["images"][: job.batch], f["labels"][: job.batch]
-    if keras.backend.backend() == "jax":
-        return _run_bare_jax(job, images, labels)
-    return _run_bare_tensorflow(job, images, labels)
-
-
-def _preset(job, image_shape):
-    """The preset the job times, resolved once from its Config ("auto" from the image shape; the G-EMA
-    decay, which the overhead section's G-EMA cost sets, else the preset's)."""
-    return presets.resolve(job.config, image_shape)
-
-
-def _run_bare_tensorflow(job, images, labels):
-    import tensorflow as tf  # here: a JAX worker never imports TensorFlow
-
-    batch = job.batch
-    on_gpu = bool(tf.config.list_physical_devices("GPU"))
+    # Before anything touches a device (JAX's CPU device count, TensorFlow's logical CPUs are set there).
+    runtime = make_runtime(config)
     device.reset_peak_memory()
+    # On JAX the peak cannot be reset: a fresh process starts low.
     baseline = device.peak_memory_bytes()
-    strategy = distribute.make_strategy(job.config.strategy, job.config.devices)
-    distribute.check_global_batch(batch, strategy.num_replicas_in_sync, what="batch")
-    keras.utils.set_random_seed(job.config.seed)
-    preset = _preset(job, images.shape[1:])
-    with strategy.scope():
-        models = build_models(
-            images.shape[1:], job.num_classes, width=job.config.width, arch=preset
-        )
-    trainer = build_step(
-        preset, "tensorflow", models, job.num_classes, jit=job.jit, strategy=strategy
-    )
-    z, fake_labels = sample_noise(job.config.seed, 0, batch, trainer.noise_dim, job.num_classes)
-    inputs = (tf.constant(images), tf.constant(labels), z, fake_labels)
-    if strategy.num_replicas_in_sync > 1:  # each replica's slice, once, on its device
-        inputs = next(
-            iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensors(inputs)))
-        )
-    else:
-        inputs = [tf.identity(t) for t in inputs]  # onto the device
+    backend.set_random_seed(config.seed)
+    preset = presets.resolve(config, images.shape[1:])
+    with runtime.scope():
+        models = build_models(images.shape[1:], job.num_classes, width=config.width, arch=preset)
+    trainer = runtime.make_step(preset, models, job.num_classes, config)
+    z, fake_labels = sample_noise(config.seed, 0, job.batch, trainer.noise_dim, job.num_classes)
+    inputs = runtime.resident((images, labels, z, fake_labels))
     result = _time_step(job, trainer, inputs)
+    counters = GPU_COUNTER if runtime.accelerated else CPU_COUNTER
     result.update(
         peak_memory_bytes=device.peak_memory_bytes(),
-        baseline_memory_bytes=None if on_gpu else baseline,
-        memory_counter=GPU_COUNTER["tensorflow"] if on_gpu else CPU_COUNTER["tensorflow"],
-        replicas=strategy.num_replicas_in_sync,
-        replica_devices=distribute.replica_devices(strategy),
+        baseline_memory_bytes=None if runtime.accelerated else baseline,
+        memory_counter=counters[runtime.name],
+        replicas=runtime.replicas,
+        replica_devices=runtime.replica_devices(),
     )
-    return result
+    if runtime.name == "jax":
+        import jax  # here: a TensorFlow worker never imports JAX
 
-
-def _run_bare_jax(job, images, labels):
-    """As on TensorFlow, with JaxStep on one device or, under --strategy mirrored/auto/--devices, over a
-    mesh of them as the trainer runs it (the batch split, the state replicated): the inputs put there once,
-    each timing ending on the same sync (StepMetrics.read()). TensorFlow is never imported."""
-    # JAX and its runtime (the JAX backend's own module), here: a TensorFlow worker loads neither.
-    import jax
-
-    from acgan.training.jax_runtime import pick_devices
-
-    validate_backend("jax", job.config.strategy)
-    batch = job.batch
-    _, devices = pick_devices(job.config.strategy, job.config.devices)
-    distribute.check_global_batch(batch, len(devices), what="batch")
-    target = devices[0]
-    mesh = jax.sharding.Mesh(np.array(devices), ("data",)) if len(devices) > 1 else None
-    baseline = device.peak_memory_bytes()  # JAX cannot reset its peak: a fresh process starts low
-    backend.set_random_seed(job.config.seed)
-    preset = _preset(job, images.shape[1:])
-    models = build_models(images.shape[1:], job.num_classes, width=job.config.width, arch=preset)
-    trainer = build_step(preset, "jax", models, job.num_classes, jit=job.jit, mesh=mesh)
-    z, fake_labels = sample_noise(job.config.seed, 0, batch, trainer.noise_dim, job.num_classes)
-    if mesh is None:
-        inputs = [jax.device_put(t, target) for t in (images, labels, z, fake_labels)]
-    else:
-        inputs = list(trainer.shard_batch((images, labels, z, fake_labels)))
-    jax.block_until_ready(inputs)
-    result = _time_step(job, trainer, inputs)
-    on_accelerator = target.platform != "cpu"
-    result.update(
-        peak_memory_bytes=device.peak_memory_bytes(),
-        baseline_memory_bytes=None if on_accelerator else baseline,
-        memory_counter=GPU_COUNTER["jax"] if on_accelerator else CPU_COUNTER["jax"],
-        replicas=len(devices),
-        replica_devices=[f"{d.platform}:{d.id}" for d in devices],
-        matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
-        jax_conv_transpose=job.config.jax_conv_transpose,
-        jax_batch_norm=job.config.jax_batch_norm,
-    )
+        result.update(
+            matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
+            jax_conv_transpose=config.jax_conv_transpose,
+            jax_batch_norm=config.jax_batch_norm,
+        )
     return result
 
 

@@ -167,6 +167,22 @@ class JaxRuntime:
     def checkpoints(self, trainer, directory, keep):
         return JaxCheckpoints(trainer, directory, keep)
 
+    def resident(self, batch):
+        """One global batch where the step reads it: on the device, or split over the mesh (the benchmark
+        times the step on it)."""
+        if self.mesh is None:
+            placed = [jax.device_put(t, self.devices[0]) for t in batch]
+        else:
+            placed = list(self.trainer.shard_batch(batch))
+        return jax.block_until_ready(placed)
+
+    @property
+    def accelerated(self):
+        return self.devices[0].platform != "cpu"
+
+    def replica_devices(self):
+        return [f"{d.platform}:{d.id}" for d in self.devices]
+
     def batches(self, data, config, noise_dim, start_step):
         """Each step's global batch (data.batches), split over the mesh. With several processes each one
         reads only the rows of its own devices, the same rows of the same global batch as one process."""

@@ -3,6 +3,7 @@ describe the distribution and price the run."""
 
 from acgan.measure import flops, prices, timing
 from acgan.step import distribute
+from acgan.training import tf_strategy
 from acgan.util import markdown
 from acgan.util.files import write_atomically, write_json
 
@@ -12,7 +13,7 @@ def distribution_summary(strategy, trainer):
     return {
         "strategy": distribute.strategy_name(strategy),
         "replicas": strategy.num_replicas_in_sync,
-        "workers": distribute.worker_count(strategy),
+        "workers": tf_strategy.worker_count(strategy),
         "replica_devices": distribute.replica_devices(strategy),
         "synchronized_batch_norm": trainer.synchronized_batch_norm,
         "xla": trainer.compile_mode,

@@ -11,6 +11,7 @@ from acgan.step import distribute
 from acgan.step.factory import build_step
 from acgan.training import checkpoints as checkpoint_files
 from acgan.training import report as run_report
+from acgan.training import tf_strategy
 
 
 class TimingHistory(tf.Module):
@@ -86,10 +87,10 @@ class TensorFlowRuntime:
 
     def __init__(self, config):
         # before anything touches a device
-        self.strategy = distribute.make_strategy(config.strategy, config.devices)
+        self.strategy = tf_strategy.make_strategy(config.strategy, config.devices)
         self.replicas = self.strategy.num_replicas_in_sync
         distribute.check_global_batch(config.batch, self.replicas)
-        self.chief = distribute.is_chief(self.strategy)
+        self.chief = tf_strategy.is_chief(self.strategy)
         self.notes = []
 
     def scope(self):
@@ -108,6 +109,22 @@ class TensorFlowRuntime:
 
     def layout(self, trainer):
         return run_report.distribution_summary(self.strategy, trainer)
+
+    def resident(self, batch):
+        """One global batch where the step reads it, each replica's slice on its device (the benchmark
+        times the step on it)."""
+        batch = tuple(tf.convert_to_tensor(t) for t in batch)
+        if self.replicas > 1:
+            dataset = tf.data.Dataset.from_tensors(batch)
+            return next(iter(self.strategy.experimental_distribute_dataset(dataset)))
+        return [tf.identity(t) for t in batch]  # onto the device
+
+    @property
+    def accelerated(self):
+        return bool(tf.config.list_physical_devices("GPU"))
+
+    def replica_devices(self):
+        return distribute.replica_devices(self.strategy)
 
     def checkpoints(self, trainer, directory, keep):
         return TensorFlowCheckpoints(trainer, directory, keep)
@@ -137,12 +154,12 @@ class TensorFlowRuntime:
 
     def agree_on_stop(self, stop_signal, out_of_time):
         """All workers stop at the same step, or the others wait on a collective forever."""
-        if distribute.worker_count(self.strategy) > 1:
-            return distribute.agree_on_stop(self.strategy, stop_signal, out_of_time)
+        if tf_strategy.worker_count(self.strategy) > 1:
+            return tf_strategy.agree_on_stop(self.strategy, stop_signal, out_of_time)
         return stop_signal, out_of_time
 
     def wait_for_all_workers(self):
-        distribute.wait_for_all_workers(self.strategy)
+        tf_strategy.wait_for_all_workers(self.strategy)
 
     @staticmethod
     def newest_checkpoint(directory):

@@ -30,6 +30,7 @@ from acgan.data.batches import sample_noise
 from acgan.errors import LOST_WORKER_STATUS
 from acgan.model.networks import build_models
 from acgan.step import distribute, tf_step
+from acgan.training import tf_strategy
 from conftest import CPU_REPLICAS, POLICIES
 
 DEVICES = [f"/cpu:{i}" for i in range(CPU_REPLICAS)]
@@ -41,7 +42,7 @@ MIN_COSINE_TO_ONE_DEVICE = {"mixed_float16": 0.85, "mixed_bfloat16": 0.75}  # me
 def mirrored():
     """One MirroredStrategy for the whole module: a second one over the same devices in one process
     reuses collective instance keys and fails with "Shape mismatch in the collective instance"."""
-    return distribute.make_strategy("mirrored", DEVICES)
+    return tf_strategy.make_strategy("mirrored", DEVICES)
 
 
 # With an average of G (G-EMA), so its update in cross-replica context is checked against one device's.
@@ -340,9 +341,9 @@ def test_per_replica_xla_runs_without_synchronized_batch_norm(mirrored):
 
 
 def test_auto_is_one_device_here_and_equal_settings_share_one_strategy(mirrored):
-    assert distribute.strategy_name(distribute.make_strategy("auto")) == "default"
+    assert distribute.strategy_name(tf_strategy.make_strategy("auto")) == "default"
     # A second MirroredStrategy over the same devices would clash with the first's collective keys.
-    assert distribute.make_strategy("auto", ["/CPU:0", "cpu:1"]) is mirrored
+    assert tf_strategy.make_strategy("auto", ["/CPU:0", "cpu:1"]) is mirrored
     assert distribute.replica_devices(mirrored) == ["cpu:0", "cpu:1"]
 
 
@@ -488,7 +489,7 @@ def test_multi_worker_without_a_usable_tf_config(tf_config, message, monkeypatch
     else:
         monkeypatch.setenv("TF_CONFIG", tf_config)
     with pytest.raises(distribute.UserError, match=message):
-        distribute.make_strategy("multi_worker")
+        tf_strategy.make_strategy("multi_worker")
 
 
 def test_global_batch_must_divide_by_the_replicas():
