@@ -207,19 +207,13 @@ class JaxStep(StepBase):
         return {key: np.array(self._local(self._at(path))) for key, path in self._keys}
 
     def load_state(self, values):
-        """Replaces the whole state with `values` (as state() returns it: every key, same shapes). Values
-        from before G-EMA (no ema/ keys) start the average at the loaded G's weights."""
+        """Replaces the whole state with `values` (as state() returns it: every key, same shapes)."""
         expected = {key for key, _ in self._keys}
-        without_ema = not any(key.startswith("ema/") for key in values)
-        if without_ema:
-            expected = {key for key in expected if not key.startswith("ema/")}
         if set(values) != expected:
             missing, unknown = sorted(expected - set(values)), sorted(set(values) - expected)
             raise ValueError(f"state keys differ: missing {missing[:5]}, unknown {unknown[:5]}")
         new = jax.tree_util.tree_map(lambda x: x, self._state)  # a new tree holding the same leaves
         for key, path in self._keys:
-            if key not in expected:
-                continue
             old = self._at(path)
             value = np.asarray(values[key])
             if value.shape != old.shape:
@@ -229,11 +223,6 @@ class JaxStep(StepBase):
                 node = node[part]
             node[path[-1]] = jnp.array(value, dtype=old.dtype)
         new["skip_streak"] = jnp.zeros(len(OPTIMIZER_NAMES), jnp.int32)
-        if without_ema and self.ema_decay:
-            new["g_ema"] = [
-                jnp.array(v, jnp.float32, copy=True)
-                for v in new["models"]["generator"]["trainable"]
-            ]
         self._state = self._place(new)
 
     def _set_learning_rates(self, rates):

@@ -262,10 +262,6 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         """What a checkpoint saves of G's average, as `g_ema` beside `gan` (an empty module without one)."""
         return self._scratch.ema
 
-    def reset_ema(self):
-        """The average restarts at G's weights (after restoring a checkpoint from before G-EMA)."""
-        self.assign_ema([v.value for v in self.g_variables])
-
     def assign_ema(self, values):
         """Sets the average to `values` (in generator.trainable_variables' order)."""
         for average, value in zip(self._scratch.ema.weights, values):

@@ -94,15 +94,12 @@ def assign_models(arrays, models, model_names):
 
 
 def assign_ema(arrays, trainer):
-    """G's average from a checkpoint's arrays into a TensorFlow step; from one without (saved before G-EMA
-    or with --ema_decay 0), the average starts at G's weights."""
+    """G's average from a checkpoint's arrays into a TensorFlow step (KeyError where they hold none: the
+    caller's one line that the checkpoint does not fit)."""
     if not trainer.ema_decay:
         return
     keys = [f"ema/generator/{variable.path}" for variable in trainer.g_variables]
-    if all(key in arrays for key in keys):
-        trainer.assign_ema([arrays[key] for key in keys])
-    else:
-        trainer.reset_ema()
+    trainer.assign_ema([arrays[key] for key in keys])
 
 
 class JaxCheckpoints:

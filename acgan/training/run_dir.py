@@ -25,6 +25,7 @@ RESUME_FIXED = (
     "policy",
     "arch",
     "loss",
+    "ema_decay",  # its checkpoints hold the average or not
     "width",
     "batch",
     "seed",

@@ -70,8 +70,6 @@ def _load_step(run_dir):
     # above, without TensorFlow.
     import tensorflow as tf
 
-    from acgan.training.tf_runtime import restore_ema
-
     trainer = build_step(preset, running, models, num_classes, jit=False)
     with _mismatch_as_user_error(run_dir, latest, config):
         if (
@@ -82,8 +80,8 @@ def _load_step(run_dir):
             trainer.step.assign(int(arrays["step"]))
             saved.assign_ema(arrays, trainer)
         else:
-            tf.train.Checkpoint(gan=trainer).restore(latest).expect_partial()
-            restore_ema(trainer, latest)
+            checkpoint = tf.train.Checkpoint(gan=trainer, g_ema=trainer.ema_checkpointable)
+            checkpoint.restore(latest).assert_existing_objects_matched().expect_partial()
     return config, info, trainer
 
 

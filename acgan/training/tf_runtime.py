@@ -28,18 +28,6 @@ class TimingHistory(tf.Module):
         self.sessions_json.assign(json.dumps(sessions))
 
 
-def restore_ema(trainer, prefix):
-    """G's average from checkpoint `prefix` into `trainer`; from a checkpoint without one (saved before G-EMA or
-    with --ema_decay 0) the average starts at G's restored weights."""
-    if not trainer.ema_decay:
-        return
-    if any(name.startswith("g_ema/") for name, _ in tf.train.list_variables(prefix)):
-        checkpoint = tf.train.Checkpoint(g_ema=trainer.ema_checkpointable)
-        checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
-    else:
-        trainer.reset_ema()
-
-
 class TensorFlowCheckpoints:
     """ckpt-N.index/.data files through a tf.train.CheckpointManager, the timing history with them."""
 
@@ -67,13 +55,10 @@ class TensorFlowCheckpoints:
     def restore(self, resume_from, move_damaged=True):
         """Restores the newest intact checkpoint in `resume_from` (checkpoints.restore_newest_intact);
         returns (its prefix or None, the timing history saved with it)."""
-        latest = checkpoint_files.restore_newest_intact(
-            tf.train.Checkpoint(gan=self.trainer), resume_from, move_damaged
+        checkpoint = tf.train.Checkpoint(
+            gan=self.trainer, history=self.history, g_ema=self.trainer.ema_checkpointable
         )
-        if latest:
-            # Leniently: checkpoints from before per-session timing hold another layout (then no history).
-            tf.train.Checkpoint(history=self.history).restore(latest).expect_partial()
-            restore_ema(self.trainer, latest)
+        latest = checkpoint_files.restore_newest_intact(checkpoint, resume_from, move_damaged)
         return latest, self.history.sessions()
 
     def save(self, step, sessions):

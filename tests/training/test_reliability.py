@@ -263,6 +263,9 @@ def test_resume_refuses_a_different_model_and_an_empty_folder(tmp_path, set_poli
     before = (tmp_path / "run" / "report.json").read_text()
     with pytest.raises(UserError, match=r"different model config \(--width 0.125 -> 0.25\)"):
         loop.run(dataclasses.replace(config, width=0.25, steps=4))
+    # Its checkpoints hold G's average or not, so the decay is the model's too.
+    with pytest.raises(UserError, match=r"different model config \(--ema_decay 0.0 -> 0.999\)"):
+        loop.run(dataclasses.replace(config, ema_decay=0.999, steps=4))
     with pytest.raises(UserError, match="already reached step 2"):
         loop.run(dataclasses.replace(config, resume=True))
     with pytest.raises(UserError, match="nothing to resume"):
