@@ -29,18 +29,16 @@ from acgan.errors import (
 flags.disclaim_key_flags()
 
 
-def define_setting_flags(record, names=None, helps=None, choices=None, defaults=None):
-    """A flag for each field `names` of the settings record `record` (Config, CompareSettings; default:
-    every field with a help text), with the field's name, default and help (helps, choices, defaults: this
-    command's own) and a kind from its type: bool, int, float, str (an enum where the field has choices)
-    or tuple (a comma-separated list)."""
+def define_setting_flags(record, names=None, choices=None, defaults=None):
+    """A flag for each setting `names` of the settings record `record` (config.setting_fields; default:
+    every one with a help text), with its name, default and help (the record's HELPS where it words a
+    Config field its own way; choices, defaults: this command's own) and a kind from its type: bool, int,
+    float, str (an enum where the field has choices) or tuple (a comma-separated list)."""
     fields = {f.name: f for f in setting_fields(record)}
     for name in names or [n for n, f in fields.items() if "help" in f.metadata]:
         field = fields[name]
         default = (defaults or {}).get(name, field.default)
-        help_text = {**getattr(record, "HELPS", {}), **(helps or {})}.get(name) or field.metadata[
-            "help"
-        ]
+        help_text = getattr(record, "HELPS", {}).get(name) or field.metadata["help"]
         values = (choices or {}).get(name) or field.metadata.get("choices")
         kind = next((t for t in typing.get_args(field.type) if t is not type(None)), field.type)
         if values:

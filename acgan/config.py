@@ -399,14 +399,16 @@ def as_tuple(value):
 def signature(settings_class, rename=None, more=None, **defaults):
     """The Python call's keyword-only parameters, named and defaulted as settings_class's settings (for
     help() and notebooks): `rename` gives a setting its flag's name, `more` adds {name: default}."""
-    names = [(rename or {}).get(f.name, f.name) for f in setting_fields(settings_class)]
-    values = [f.default for f in setting_fields(settings_class)] + list((more or {}).values())
+    parameters = {
+        (rename or {}).get(f.name, f.name): f.default for f in setting_fields(settings_class)
+    }
+    parameters.update(more or {})
     return inspect.Signature(
         [
             inspect.Parameter(
                 name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(name, value)
             )
-            for name, value in zip(names + list(more or {}), values)
+            for name, value in parameters.items()
         ]
     )
 

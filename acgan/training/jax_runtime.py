@@ -149,9 +149,7 @@ class JaxRuntime:
             "strategy": self.strategy,
             "replicas": self.replicas,
             "workers": self.processes,
-            "replica_devices": [f"{d.platform}:{d.id}" for d in self.devices]
-            if self.mesh
-            else [str(self.devices[0])],
+            "replica_devices": self.replica_devices() if self.mesh else [str(self.devices[0])],
             "synchronized_batch_norm": self.replicas
             > 1,  # one global batch: the statistics are its own
             "xla": trainer.compile_mode,
@@ -167,14 +165,16 @@ class JaxRuntime:
     def checkpoints(self, trainer, directory, keep):
         return JaxCheckpoints(trainer, directory, keep)
 
-    def resident(self, batch):
-        """One global batch where the step reads it: on the device, or split over the mesh (the benchmark
-        times the step on it)."""
+    def _place(self, batch):
+        """One global batch (a process's whole batch) where the step reads it: on the device, or split
+        over the mesh."""
         if self.mesh is None:
-            placed = [jax.device_put(t, self.devices[0]) for t in batch]
-        else:
-            placed = list(self.trainer.shard_batch(batch))
-        return jax.block_until_ready(placed)
+            return jax.device_put(batch, self.devices[0])
+        return self.trainer.shard_batch(batch)
+
+    def resident(self, batch):
+        """One global batch placed for the step, once (the benchmark times the step on it)."""
+        return jax.block_until_ready(list(self._place(tuple(batch))))
 
     @property
     def accelerated(self):
@@ -187,12 +187,8 @@ class JaxRuntime:
         """Each step's global batch (data.batches), split over the mesh. With several processes each one
         reads only the rows of its own devices, the same rows of the same global batch as one process."""
         plan = BatchPlan(len(data), config.batch, config.seed, noise_dim, data.num_classes)
-        if self.mesh is None:
-            return prefetched(
-                data, plan, start_step, lambda batch: jax.device_put(batch, self.devices[0])
-            )
         if self.processes == 1:
-            return prefetched(data, plan, start_step, self.trainer.shard_batch)
+            return prefetched(data, plan, start_step, self._place)
         share = config.batch // self.processes
         rows = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
         return prefetched(
