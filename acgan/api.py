@@ -239,14 +239,18 @@ def evaluate(
     inception=None,
     inception_samples=inception_lib.SAMPLES,
     ema=True,
+    ema_statistics=None,
     backend=None,
 ):
     """The sample quality of a run's newest checkpoint, as python -m acgan.evaluate judges it and records
     it in the run (quality.json, report.md); returns that result as a dict. inception: the path of the 2015
     Inception graph, for the standard FID and Inception score of inception_samples samples (on TensorFlow).
     ema: judge the moving average of G's weights where the run kept one; False: G's own (recorded in
-    quality_no_ema.json, beside the average's)."""
+    quality_no_ema.json, beside the average's). ema_statistics: the average's batch-norm statistics
+    (presets.EMA_STATISTICS; None: the run's own choice; another is recorded in quality_ema_CHOICE.json)."""
     _require_run(run)
+    if ema_statistics is not None:
+        config_lib.Config(ema_statistics=ema_statistics).validate()
     config_lib.check_int(
         "num_samples",
         num_samples,
@@ -287,6 +291,7 @@ def evaluate(
             inception=graph,
             inception_samples=inception_samples,
             ema=ema,
+            ema_statistics=ema_statistics,
         )
 
 

@@ -9,7 +9,13 @@ from typing import Optional
 from acgan.errors import UserError
 from acgan.measure.profile import parse_step_range
 from acgan.model.jax_formulations import JAX_BATCH_NORM, JAX_CONV_TRANSPOSE
-from acgan.presets import ADVERSARIAL_LOSSES, check_ema_decay, validate_name
+from acgan.presets import (
+    ADVERSARIAL_LOSSES,
+    EMA_STATISTICS,
+    check_ema_decay,
+    check_ema_statistics,
+    validate_name,
+)
 
 DEFAULT_STEPS = 1000
 BACKENDS = ("tensorflow", "jax")
@@ -89,6 +95,12 @@ class Config:
         None,
         "Decay of the moving average of G's weights that grids and "
         "evaluations sample from (G-EMA; 0: none; default: the preset's).",
+    )
+    # A run saves the resolved value.
+    ema_statistics: Optional[str] = setting(
+        None,
+        f"Where the average's batch-norm statistics come from: {', '.join(EMA_STATISTICS)} "
+        "(G's own, moved with the weights, or recomputed before sampling; default: the preset's).",
     )
     # Length: exactly one of steps / epochs / minutes; none given means DEFAULT_STEPS steps.
     steps: Optional[int] = setting(
@@ -197,11 +209,13 @@ class Config:
                 raise UserError(
                     f"--{name} {getattr(self, name)!r}: choose one of {', '.join(choices)}"
                 )
-        if self.ema_decay is not None:
-            try:
+        try:
+            if self.ema_decay is not None:
                 check_ema_decay(self.ema_decay)
-            except ValueError as e:
-                raise UserError(str(e)) from None
+            if self.ema_statistics is not None:
+                check_ema_statistics(self.ema_statistics)
+        except ValueError as e:
+            raise UserError(str(e)) from None
         positive_int("batch", self.batch)
         positive_number("width", self.width)
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]

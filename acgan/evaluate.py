@@ -9,10 +9,12 @@ from pathlib import Path
 from absl import flags
 
 from acgan import api, cli
+from acgan.presets import EMA_STATISTICS
 from acgan.quality import inception as inception_lib  # numpy only
 from acgan.quality.report_section import (
     RAW_GENERATOR_FILE,
     across_judges_text,
+    ema_statistics_file,
     has_report,
     inception_text,
     summary_line,
@@ -65,6 +67,12 @@ def define_flags():
         "image (50,000: PyTorch-StudioGAN's table).",
     )
     cli.define_ema_flag()
+    flags.DEFINE_string(
+        "ema_statistics",
+        None,
+        f"The average's batch-norm statistics: {', '.join(EMA_STATISTICS)} (default: the run's; "
+        "another choice is recorded in quality_ema_CHOICE.json).",
+    )
     cli.define_backend_flag(of_run=True)
 
 
@@ -83,6 +91,7 @@ def main(argv):
         inception=FLAGS.inception,
         inception_samples=FLAGS.inception_samples,
         ema=FLAGS.ema,
+        ema_statistics=FLAGS.ema_statistics,
         backend=FLAGS.backend,
     )
     run_dir = Path(FLAGS.run)
@@ -97,6 +106,11 @@ def main(argv):
     ):  # not the run's own sampler: beside it
         print(
             f"wrote {run_dir / RAW_GENERATOR_FILE} (G's own weights; quality.json keeps the average's)"
+        )
+    elif result.get("ema_statistics") != result.get("run_ema_statistics"):
+        print(
+            f"wrote {run_dir / ema_statistics_file(result['ema_statistics'])} (the average with "
+            f"{result['ema_statistics']} statistics; quality.json keeps the run's own)"
         )
     elif has_report(run_dir):
         print(

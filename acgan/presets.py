@@ -24,6 +24,20 @@ def check_adversarial_loss(loss):
     return loss
 
 
+# Where the EMA generator's batch-norm statistics come from (docs/training.md#g-ema): "g", G's own moving
+# statistics (which belong to G's weights, not the average's); "averaged", moved with the weights at the same
+# decay (StudioGAN's default EMA); "standing", recomputed for the average's weights before it samples, over
+# G's own noise and labels in training mode (BigGAN's standing statistics).
+EMA_STATISTICS = ("g", "averaged", "standing")
+
+
+def check_ema_statistics(choice):
+    """`choice` if it names one of EMA_STATISTICS."""
+    if choice not in EMA_STATISTICS:
+        raise ValueError(f"--ema_statistics {choice!r}: choose one of {', '.join(EMA_STATISTICS)}")
+    return choice
+
+
 def check_ema_decay(decay):
     """`decay` if it is a G-EMA decay: a number in [0, 1) (0: no average)."""
     if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
@@ -102,10 +116,13 @@ class Preset:
     # The decay of the exponential moving average of G's weights that grids, generate, evaluate and export
     # sample from (G-EMA); 0: none, sample G itself. --ema_decay overrides it (docs/training.md#g-ema).
     ema_decay: float = 0.0
+    # Where the average's batch-norm statistics come from (EMA_STATISTICS); --ema_statistics overrides it.
+    ema_statistics: str = "g"
 
     def __post_init__(self):
         check_adversarial_loss(self.loss)
         check_ema_decay(self.ema_decay)
+        check_ema_statistics(self.ema_statistics)
         if len(self.learning_rates) != 3:
             raise ValueError(
                 f"preset {self.name!r}: learning_rates are (D, G, Q), got {self.learning_rates!r}"
@@ -118,6 +135,10 @@ class Preset:
     def with_ema_decay(self, decay):
         """This preset keeping G's average at `decay` (--ema_decay); None: its own."""
         return self if decay is None else dataclasses.replace(self, ema_decay=float(decay))
+
+    def with_ema_statistics(self, choice):
+        """This preset's average taking its batch-norm statistics as `choice` (--ema_statistics); None: its own."""
+        return self if choice is None else dataclasses.replace(self, ema_statistics=choice)
 
 
 REFERENCE = Preset(
@@ -181,9 +202,10 @@ def named(arch, image_shape):
 
 def resolve(config, image_shape):
     """The Preset a run of `config` trains on images of `image_shape`: its --arch ("auto" from the
-    shape), --loss and --ema_decay applied. A process resolves it once; every reader of the run after
+    shape), --loss, --ema_decay and --ema_statistics applied. A process resolves it once; every reader of the run after
     that reads the resolved names its config.json keeps. UserError as `named`."""
-    return named(config.arch, image_shape).with_loss(config.loss).with_ema_decay(config.ema_decay)
+    preset = named(config.arch, image_shape).with_loss(config.loss)
+    return preset.with_ema_decay(config.ema_decay).with_ema_statistics(config.ema_statistics)
 
 
 def check_image_shape(image_shape, preset):

@@ -62,7 +62,7 @@ def prepare_output_dir(settings):
 
 # What a reused run must share with the comparison's own runs: what a resumed acgan.train run keeps (its
 # model, data and training), and XLA and the budget.
-REUSE_FIXED = RESUME_FIXED + ("jit", "steps", "minutes")
+REUSE_FIXED = RESUME_FIXED + ("ema_statistics", "jit", "steps", "minutes")
 # a report with either status is a run's end (a diverged run is judged too)
 FINISHED = (
     "completed",

@@ -51,6 +51,7 @@ class CompareSettings:
         "arch",
         "loss",
         "ema_decay",
+        "ema_statistics",
         "jit",
         "seed",
         "backend",

@@ -7,6 +7,11 @@ SECTION_TITLE = "## Sample quality"
 RAW_GENERATOR_FILE = "quality_no_ema.json"  # --no-ema's result on a run that keeps G's average
 
 
+def ema_statistics_file(choice):
+    """Where evaluate records the average judged with batch-norm statistics other than the run's own."""
+    return f"quality_ema_{choice}.json"
+
+
 def has_report(run_dir):
     """Whether the run has written its report (report.json), the one an evaluation adds its section to; a
     run killed before the end, or still training, has not."""

@@ -18,6 +18,7 @@ from acgan.quality.evaluation import evaluate_gan, real_reference, sample_inputs
 from acgan.quality.report_section import (
     RAW_GENERATOR_FILE,
     SECTION_TITLE,
+    ema_statistics_file,
     has_report,
     render_markdown,
 )
@@ -42,6 +43,7 @@ def evaluate_run(
     inception=None,
     inception_samples=inception_lib.SAMPLES,
     ema=True,
+    ema_statistics=None,
 ):
     """Evaluates a run folder's latest checkpoint and records the result in the run; returns the dict.
 
@@ -55,10 +57,12 @@ def evaluate_run(
     acgan.quality.inception.InceptionGraph, for the standard FID and IS of inception_samples (standard_scores).
     ema: judge the moving average of G's weights where the run kept one (result["generator"]: "ema");
     False: G's own ("raw"; on a run with an average, recorded in RAW_GENERATOR_FILE instead of quality.json).
+    ema_statistics: the average's batch-norm statistics (None: the run's; another choice is recorded in
+    ema_statistics_file's file instead of quality.json).
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    config, info, trainer = sampling.load_run(run_dir, ema=ema)
+    config, info, trainer = sampling.load_run(run_dir, ema=ema, ema_statistics=ema_statistics)
     data_dir = data_dir or config.data_dir
     test_set, train_set = _splits(config, info, data_dir, run_dir)
 
@@ -153,6 +157,9 @@ def _about(run_dir, command, config, trainer, judge):
         # "ema": G's moving average; "raw": G's own weights
         "generator": sampling.sampled_generator(trainer),
         "ema_decay": config.ema_decay,
+        # the average's batch-norm statistics (with "ema"), and the run's own choice
+        "ema_statistics": trainer.ema_statistics,
+        "run_ema_statistics": config.ema_statistics,
         "judge": {k: judge.info.get(k) for k in JUDGE_FIELDS},
     }
 
@@ -202,6 +209,12 @@ def record(run_dir, result):
     the run's own result stays where the report and compare read it."""
     if result.get("generator") == "raw" and result.get("ema_decay"):
         write_json(run_dir / RAW_GENERATOR_FILE, result)
+        return
+    if (
+        result.get("generator") == "ema"
+        and result["ema_statistics"] != result["run_ema_statistics"]
+    ):
+        write_json(run_dir / ema_statistics_file(result["ema_statistics"]), result)
         return
     write_json(run_dir / "quality.json", result)
     report_path = run_dir / "report.json"

@@ -14,7 +14,8 @@
         training loop's decay, common.learning_rate_scale); step.learning_rate_scale is the factor now
     step.sync_variables()   (JAX: the step's state written back into the Keras variables; TF: nothing)
     step.ema_decay (0: no average of G), step.samples_from_ema (whether generate() uses it),
-    step.ema_values() (the average on the host), step.swap_in_ema() (G's weights become the average)
+    step.ema_values() (the average on the host), step.swap_in_ema() (G's weights become the average),
+    step.ema_statistics (where the average's batch-norm statistics come from: presets.EMA_STATISTICS)
 
 StepBase holds the shared part: the preset's settings, the three optimizers and the variable groups
 they train, the host-side reads (skipped steps, loss scales, the weights fingerprint), and the
@@ -29,6 +30,7 @@ import hashlib
 import numpy as np
 from keras import ops
 
+from acgan.data.batches import sample_noise
 from acgan.model import precision
 from acgan.step.common import MODEL_NAMES, OPTIMIZER_NAMES
 
@@ -69,6 +71,12 @@ class StepBase(abc.ABC):
         # generate() draws from the average (grids, evaluations)
         self.samples_from_ema = self.ema_decay > 0
         self.generator_holds_ema = False  # swap_in_ema() made G's own weights the average
+        # Where the average's batch-norm statistics come from (presets.EMA_STATISTICS). The step moves an
+        # average of G's statistics (its non-trainable variables) beside the weights whatever the choice,
+        # so a run's checkpoints can be sampled with any of them.
+        self.ema_statistics = preset.ema_statistics
+        self.g_statistics = list(models.generator.non_trainable_variables)
+        self._standing = (None, None)  # (the step they were computed at, standing_statistics)
 
     def _make_optimizers(self):
         """Adam for D, G and Q at the preset's rates and beta_1 (loss-scaled under mixed_float16)."""
@@ -131,7 +139,7 @@ class StepBase(abc.ABC):
         every replica and worker of a run, which hold equal weights)."""
         digest = hashlib.sha256()
         for name, model in zip(MODEL_NAMES, self.models):
-            for value in self._host_model_values(name, model):
+            for value in self._host_model_values(name, model.variables):
                 digest.update(np.ascontiguousarray(np.asarray(value)).tobytes())
         return digest.hexdigest()
 
@@ -140,12 +148,49 @@ class StepBase(abc.ABC):
         when the step keeps none."""
         return None if not self.ema_decay else [np.asarray(v) for v in self._host_ema_values()]
 
+    def ema_statistics_values(self):
+        """The average of G's batch-norm statistics (G's non-trainable variables, in their order) on the
+        host; None when the step keeps no average."""
+        return None if not self.ema_decay else [np.asarray(v) for v in self._host_ema_statistics()]
+
+    def sampling_statistics(self):
+        """The batch-norm statistics the EMA generator samples with, per `ema_statistics`, as host arrays."""
+        if self.ema_statistics == "averaged":
+            return self.ema_statistics_values()
+        if self.ema_statistics == "g":
+            return [np.asarray(v) for v in self._host_model_values("generator", self.g_statistics)]
+        step = self._host_step_and_iterations()[0]
+        if self._standing[0] != step:  # the average moved since they were computed
+            self._standing = (step, self.standing_statistics(self.ema_values()))
+        return self._standing[1]
+
+    def standing_statistics(self, weights):
+        """BigGAN's standing statistics: each batch-norm layer's mean and (biased) variance over
+        STANDING_BATCHES batches of G's own noise and labels, G run with `weights` in training mode (each
+        layer's input normalised with its batch's moments, as in training), averaged over the batches.
+        Fixed noise and labels, so the same weights give the same statistics."""
+        generator = self.models.generator
+        # G's stateless call in training mode returns each statistic moved from 0 by one batch: momentum x 0
+        # + (1 - momentum) x the batch's moment.
+        share = [1.0 - _momentum_of(generator, v) for v in self.g_statistics]
+        zeros = [np.zeros(v.shape, np.float32) for v in self.g_statistics]
+        total = [np.zeros(v.shape, np.float64) for v in self.g_statistics]
+        for batch in range(STANDING_BATCHES):
+            z, labels = sample_noise(
+                STANDING_SEED, batch, STANDING_BATCH, self.noise_dim, self.num_classes
+            )
+            _, moved = generator.stateless_call(weights, zeros, [z, labels], training=True)
+            total = [t + np.asarray(m, np.float64) / s for t, m, s in zip(total, moved, share)]
+        return [(t / STANDING_BATCHES).astype(np.float32) for t in total]
+
     def swap_in_ema(self):
-        """G's trainable weights become their average (for a step loaded to sample or export, never to train
-        on): `models.generator` and generate() then give the EMA generator. Returns whether there was one."""
+        """G's trainable weights become their average and its batch-norm statistics the average's
+        (sampling_statistics), for a step loaded to sample or export, never to train on: `models.generator`
+        and generate() then give the EMA generator. Returns whether there was one."""
         if not self.ema_decay:
             return False
-        self._assign_generator_weights(self.ema_values())
+        statistics = self.sampling_statistics()
+        self._assign_generator_weights(self.ema_values(), statistics)
         self.samples_from_ema = False  # the generator's own weights are the average now
         self.generator_holds_ema = True
         return True
@@ -186,8 +231,13 @@ class StepBase(abc.ABC):
         """The average of G's trainable weights, as numbers or host-readable arrays."""
 
     @abc.abstractmethod
-    def _assign_generator_weights(self, values):
-        """Sets G's trainable weights (in generator.trainable_variables' order) to `values`."""
+    def _host_ema_statistics(self):
+        """The average of G's batch-norm statistics, as numbers or host-readable arrays."""
+
+    @abc.abstractmethod
+    def _assign_generator_weights(self, values, statistics):
+        """Sets G's trainable weights (in generator.trainable_variables' order) to `values` and its
+        non-trainable ones (g_statistics) to `statistics`."""
 
     @abc.abstractmethod
     def _set_learning_rates(self, rates):
@@ -202,8 +252,25 @@ class StepBase(abc.ABC):
         """Each optimizer's loss scale (1.0 without loss scaling), as numbers or host-readable scalars."""
 
     @abc.abstractmethod
-    def _host_model_values(self, name, model):
-        """The values of `model` (called `name`)'s `variables`, in that order, as host arrays."""
+    def _host_model_values(self, name, variables):
+        """The values of `variables` (of the model called `name`), in that order, as host arrays."""
+
+
+# Standing statistics (standing_statistics): BigGAN's 16 accumulations, of 128 samples each, from noise of
+# their own seed.
+STANDING_BATCHES = 16
+STANDING_BATCH = 128
+STANDING_SEED = 7919
+
+
+def _momentum_of(model, variable):
+    """The momentum of the batch-norm layer whose moving statistic `variable` is."""
+    for layer in model._flatten_layers():
+        if variable is getattr(layer, "moving_mean", None) or variable is getattr(
+            layer, "moving_variance", None
+        ):
+            return layer.momentum
+    raise ValueError(f"{variable.path} is not a batch-norm layer's moving statistic")
 
 
 def next_skip_streak(streak, iterations_before, iterations):

@@ -131,8 +131,12 @@ class JaxStep(StepBase):
             "step": jnp.zeros((), jnp.int32),
             # Consecutive skipped steps per optimizer; not in state(), as the TF step does not checkpoint it.
             "skip_streak": jnp.zeros(len(OPTIMIZER_NAMES), jnp.int32),
-            # G's average (G-EMA) in float32, starting at G's weights; empty without one.
-            "g_ema": [jnp.array(v.value, jnp.float32, copy=True) for v in self.g_variables]
+            # G's average (G-EMA) in float32, starting at G's weights, then its batch-norm statistics (one
+            # list, g_variables + g_statistics); empty without one.
+            "g_ema": [
+                jnp.array(v.value, jnp.float32, copy=True)
+                for v in self.g_variables + self.g_statistics
+            ]
             if self.ema_decay
             else [],
         }
@@ -150,7 +154,7 @@ class JaxStep(StepBase):
         keys.append(("step", ("step",)))
         keys += [
             (f"ema/generator/{v.path}", ("g_ema", i))
-            for i, v in enumerate(self.g_variables)
+            for i, v in enumerate(self.g_variables + self.g_statistics)
             if self.ema_decay
         ]
         if len({key for key, _ in keys}) != len(keys):
@@ -318,7 +322,9 @@ class JaxStep(StepBase):
             "skip_streak": streak,
             # G's average moves toward G's weights after both of their updates.
             "g_ema": moved_ema(
-                state["g_ema"], g_trainable, ema_decay_at(self.ema_decay, state["step"])
+                state["g_ema"],
+                g_trainable + run.weights["generator"]["non_trainable"],
+                ema_decay_at(self.ema_decay, state["step"]),
             ),
         }
         loss_values = jnp.stack([jnp.asarray(x, jnp.float32) for x in loss_values])
@@ -355,31 +361,41 @@ class JaxStep(StepBase):
     def _host_loss_scales(self):
         return np.asarray(self._scales(self._local(self._state["optimizers"])))
 
-    def _host_model_values(self, name, model):
+    def _host_model_values(self, name, variables):
         values = self._local(self._state["models"][name])
+        model = dict(zip(MODEL_NAMES, self.models))[name]
         by_id = {id(v): x for v, x in zip(model.trainable_variables, values["trainable"])}
         by_id.update(
             {id(v): x for v, x in zip(model.non_trainable_variables, values["non_trainable"])}
         )
-        return [by_id[id(variable)] for variable in model.variables]
+        return [by_id[id(variable)] for variable in variables]
 
     def _host_ema_values(self):
-        return self._local(self._state["g_ema"])
+        return self._local(self._state["g_ema"][: len(self.g_variables)])
 
-    def _assign_generator_weights(self, values):
+    def _host_ema_statistics(self):
+        return self._local(self._state["g_ema"][len(self.g_variables) :])
+
+    def _assign_generator_weights(self, values, statistics):
         """In the state and in the Keras generator's variables."""
         models = dict(self._state["models"])
-        models["generator"] = dict(models["generator"], trainable=[jnp.array(v) for v in values])
+        models["generator"] = {
+            "trainable": [jnp.array(v) for v in values],
+            "non_trainable": [jnp.array(v) for v in statistics],
+        }
         self._state = self._place(dict(self._state, models=models))
-        for variable, value in zip(self.g_variables, values):
+        for variable, value in zip(self.g_variables + self.g_statistics, values + statistics):
             variable.assign(value)
 
     def generate(self, z, labels):
         """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics); from G's average
-        when samples_from_ema (its batch-norm statistics and other non-trainable state: G's own)."""
-        g = self._local(self._state["models"]["generator"])
-        trainable = self._local(self._state["g_ema"]) if self.samples_from_ema else g["trainable"]
-        return self._generate_function(trainable, g["non_trainable"], z, labels)
+        when samples_from_ema, with the batch-norm statistics its `ema_statistics` names."""
+        if self.samples_from_ema:
+            trainable, statistics = self._host_ema_values(), self.sampling_statistics()
+        else:
+            g = self._local(self._state["models"]["generator"])
+            trainable, statistics = g["trainable"], g["non_trainable"]
+        return self._generate_function(trainable, statistics, z, labels)
 
     def _generate(self, trainable, non_trainable, z, labels):
         images, _ = self.models.generator.stateless_call(

@@ -74,17 +74,23 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
             self._scratch.skip_streak = tf.Variable(
                 tf.zeros(len(OPTIMIZER_NAMES), tf.int64), trainable=False, name="skip_streak"
             )
-            # G's average (G-EMA): outside the checkpoint's `gan`, so older checkpoints still restore it whole;
-            # checkpoints hold it as `g_ema` (ema_checkpointable).
+            # G's average (G-EMA) of its weights and of its batch-norm statistics, saved as `g_ema` beside
+            # `gan` (ema_checkpointable).
             self._scratch.ema = tf.Module(name="g_ema")
-            self._scratch.ema.weights = (
-                [
-                    tf.Variable(tf.cast(v.value, tf.float32), trainable=False, name="g_ema")
-                    for v in self.g_variables
-                ]
-                if self.ema_decay
-                else []
-            )
+            for part, variables in (
+                ("weights", self.g_variables),
+                ("statistics", self.g_statistics),
+            ):
+                setattr(
+                    self._scratch.ema,
+                    part,
+                    [
+                        tf.Variable(tf.cast(v.value, tf.float32), trainable=False, name="g_ema")
+                        for v in variables
+                    ]
+                    if self.ema_decay
+                    else [],
+                )
         self.compile_mode, self.compile_reason = distribute.compile_plan(
             self.strategy, jit, self.synchronized_batch_norm
         )
@@ -123,11 +129,10 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         # Each replica returns its share (local mean / replicas), so the sum is the global-batch mean.
         loss_values = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         if self.ema_decay:  # G's weights are equal on every replica: the average is updated as one
-            averages = self._scratch.ema.weights
+            averages = self._scratch.ema.weights + self._scratch.ema.statistics
             decay = ema_decay_at(self.ema_decay, step_before)
-            for average, value in zip(
-                averages, moved_ema(averages, [v.value for v in self.g_variables], decay)
-            ):
+            now = [v.value for v in self.g_variables + self.g_statistics]
+            for average, value in zip(averages, moved_ema(averages, now, decay)):
                 average.assign(value)
         self.step.assign_add(1)
         iterations = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
@@ -262,16 +267,21 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         """What a checkpoint saves of G's average, as `g_ema` beside `gan` (an empty module without one)."""
         return self._scratch.ema
 
-    def assign_ema(self, values):
-        """Sets the average to `values` (in generator.trainable_variables' order)."""
-        for average, value in zip(self._scratch.ema.weights, values):
+    def assign_ema(self, values, statistics):
+        """Sets the average to `values` (in generator.trainable_variables' order) and `statistics` (in
+        g_statistics' order)."""
+        ema = self._scratch.ema
+        for average, value in zip(ema.weights + ema.statistics, list(values) + list(statistics)):
             average.assign(tf.cast(value, tf.float32))
 
     def _host_ema_values(self):
         return [average.numpy() for average in self._scratch.ema.weights]
 
-    def _assign_generator_weights(self, values):
-        for variable, value in zip(self.g_variables, values):
+    def _host_ema_statistics(self):
+        return [average.numpy() for average in self._scratch.ema.statistics]
+
+    def _assign_generator_weights(self, values, statistics):
+        for variable, value in zip(self.g_variables + self.g_statistics, values + statistics):
             variable.assign(value)
 
     def sync_variables(self):
@@ -294,18 +304,18 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
             for o, _ in self._optimizers_and_variables()
         ]
 
-    def _host_model_values(self, name, model):
-        return [variable.numpy() for variable in model.variables]  # this worker's first replica's
+    def _host_model_values(self, name, variables):
+        return [variable.numpy() for variable in variables]  # this worker's first replica's
 
     def generate(self, z, labels):
         """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics); from G's average
-        when samples_from_ema (its batch-norm statistics and other non-trainable state: G's own)."""
+        when samples_from_ema, with the batch-norm statistics its `ema_statistics` names."""
         generator = self.models.generator
         if not self.samples_from_ema:
             return generator([z, labels], training=False)
         images, _ = generator.stateless_call(
             [a.value() for a in self._scratch.ema.weights],
-            [v.value for v in generator.non_trainable_variables],
+            self.sampling_statistics(),
             [z, labels],
             training=False,
         )

@@ -98,8 +98,11 @@ def assign_ema(arrays, trainer):
     caller's one line that the checkpoint does not fit)."""
     if not trainer.ema_decay:
         return
-    keys = [f"ema/generator/{variable.path}" for variable in trainer.g_variables]
-    trainer.assign_ema([arrays[key] for key in keys])
+    weights, statistics = (
+        [arrays[f"ema/generator/{variable.path}"] for variable in variables]
+        for variables in (trainer.g_variables, trainer.g_statistics)
+    )
+    trainer.assign_ema(weights, statistics)
 
 
 class JaxCheckpoints:

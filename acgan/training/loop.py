@@ -68,11 +68,15 @@ def run(config, command=None, make_evaluator=None):
     started = time.perf_counter()
     runtime = make_runtime(config)  # before anything touches a device
     chief = runtime.chief
-    # The preset it trains, resolved once ("auto" from the data's shape; --loss and --ema_decay applied)
-    # and saved as such, so every reader rebuilds that one.
+    # The preset it trains, resolved once ("auto" from the data's shape; --loss and the G-EMA settings
+    # applied) and saved as such, so every reader rebuilds that one.
     data, preset = load_data(config)
     config = dataclasses.replace(
-        config, arch=preset.name, loss=preset.loss, ema_decay=preset.ema_decay
+        config,
+        arch=preset.name,
+        loss=preset.loss,
+        ema_decay=preset.ema_decay,
+        ema_statistics=preset.ema_statistics,
     )
     run_dir, resume = prepare_run_dir(config, chief)
     # one writer per run folder (the chief); the kernel frees it if we die

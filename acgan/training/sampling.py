@@ -19,14 +19,16 @@ from acgan.training.run_dir import read_run
 from acgan.util.files import write_atomically
 
 
-def load_run(run_dir, ema=True):
+def load_run(run_dir, ema=True, ema_statistics=None):
     """(config, dataset info, the step of the backend Keras runs on, with the run's newest intact
     checkpoint's weights) of a run folder. ema: G's weights are its average where the run kept one
-    (step.swap_in_ema; the step's `ema_decay` says whether it did), else G's own.
+    (step.swap_in_ema; the step's `ema_decay` says whether it did), else G's own. ema_statistics: the
+    average's batch-norm statistics (presets.EMA_STATISTICS); None: the run's.
 
     A JAX run's checkpoints (.npz) read on either backend; a TensorFlow run's need TensorFlow.
     """
     config, info, trainer = _load_step(run_dir)
+    trainer.ema_statistics = ema_statistics or trainer.ema_statistics
     if ema:
         trainer.swap_in_ema()
     else:
