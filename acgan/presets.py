@@ -28,7 +28,12 @@ def check_adversarial_loss(loss):
 # statistics (which belong to G's weights, not the average's); "averaged", moved with the weights at the same
 # decay (StudioGAN's default EMA); "standing", recomputed for the average's weights before it samples, over
 # G's own noise and labels in training mode (BigGAN's standing statistics).
-EMA_STATISTICS = ("g", "averaged", "standing")
+# {choice: how a report names it}.
+EMA_STATISTICS = {
+    "g": "with G's own batch-norm statistics",
+    "averaged": "with averaged batch-norm statistics",
+    "standing": "with standing batch-norm statistics",
+}
 
 
 def check_ema_statistics(choice):

@@ -37,9 +37,10 @@ def test_train_returns_the_run_with_its_report_config_and_grid(run):
     assert report["command"].startswith("acgan.train(policy='mixed_float16', jit=True, output_dir=")
     assert run.config["policy"] == "mixed_float16" and run.config["arch"] == "reference"
     assert run.config["ema_decay"] == report["ema_decay"] == 0.9  # api_runs.TINY's
+    assert run.config["ema_statistics"] == report["ema_statistics"] == "g"  # the preset's
     assert (
-        "grids and evaluations from a moving average of G's weights (decay 0.9)"
-        in (run.folder / "report.md").read_text()
+        "grids and evaluations from a moving average of G's weights (decay 0.9, with G's own "
+        "batch-norm statistics)" in (run.folder / "report.md").read_text()
     )
     grid = run.grid()  # what a notebook shows: ten rows of 28-pixel doodles at 2x
     assert grid.height == 2 * (10 * 30 + 2) and grid.width > grid.height
@@ -98,6 +99,10 @@ def test_evaluate_returns_the_quality_and_records_it_in_the_run(run):
     own = acgan.evaluate(run, num_samples=20, ema=False)
     assert own["generator"] == "raw" and run.quality["generator"] == "ema"
     assert json.loads((run.folder / "quality_no_ema.json").read_text())["generator"] == "raw"
+    # the average with other batch-norm statistics: beside the run's result too
+    standing = acgan.evaluate(run, num_samples=20, ema_statistics="standing")
+    assert standing["ema_statistics"] == "standing" and run.quality["ema_statistics"] == "g"
+    assert (run.folder / "quality_ema_standing.json").is_file()
 
 
 # Each call's settings as its command's flags: the same one-line message, as UserError instead of exit 2.
@@ -131,6 +136,12 @@ BAD = {
         dict(run="r", num_samples=1),
         ["--run", "r", "--num_samples", "1"],
         "--num_samples must be at least 2 (a covariance needs two), got 1",
+    ),
+    "evaluate: statistics that do not exist": (
+        "evaluate",
+        dict(run="r", ema_statistics="moving"),
+        ["--run", "r", "--ema_statistics", "moving"],
+        "--ema_statistics 'moving': choose one of g, averaged, standing",
     ),
     "compare: no budget": (
         "compare",

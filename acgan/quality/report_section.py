@@ -1,6 +1,7 @@
 """The "Sample quality" section an evaluation adds to a run's report.md, the short texts acgan.evaluate
 prints and acgan.compare's page shows of an evaluation, and where a run keeps its evaluations."""
 
+from acgan.presets import EMA_STATISTICS
 from acgan.util import markdown
 
 SECTION_TITLE = "## Sample quality"
@@ -125,13 +126,21 @@ def cas_text(score):
     return f"{score['accuracy']:.1%} (real train images instead: {score['real_reference']['accuracy']:.1%})"
 
 
+def generator_text(result):
+    """Which generator an evaluation judged: G's moving average (its decay and batch-norm statistics) or
+    G's own weights."""
+    if result.get("generator") != "ema":
+        return "G's own weights"
+    return f"G's moving average (decay {result['ema_decay']:g}, {EMA_STATISTICS[result['ema_statistics']]})"
+
+
 def render_markdown(result):
     """The report.md section for one evaluation."""
     judge = result.get("judge") or {}
     judge_line = (
         f"Judged by a float32 reference CNN (seed {judge.get('seed') or 0}) trained on the real train split "
         f"({_pct(judge.get('test_accuracy'))} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
-        f"checkpoint at step {result['step']:,}, {result['num_generated']:,} generated samples "
+        f"{generator_text(result)} at step {result['step']:,}, {result['num_generated']:,} generated samples "
         f"(classes balanced, seed {result['seed']})."
     )
     lines = [SECTION_TITLE, "", judge_line, ""] + markdown.table(["", ""], summary_rows(result))

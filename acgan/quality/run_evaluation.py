@@ -55,10 +55,7 @@ def evaluate_run(
     cas: also the classification accuracy score of the same samples (acgan.quality.cas; its classifiers
     train from seed `judge_seed`), in result["classification_accuracy_score"]. inception: an
     acgan.quality.inception.InceptionGraph, for the standard FID and IS of inception_samples (standard_scores).
-    ema: judge the moving average of G's weights where the run kept one (result["generator"]: "ema");
-    False: G's own ("raw"; on a run with an average, recorded in RAW_GENERATOR_FILE instead of quality.json).
-    ema_statistics: the average's batch-norm statistics (None: the run's; another choice is recorded in
-    ema_statistics_file's file instead of quality.json).
+    ema, ema_statistics: which generator (sampling.load_run); not the run's own: beside quality.json.
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)

@@ -2,6 +2,7 @@
 describe the distribution and price the run."""
 
 from acgan.measure import flops, prices, timing
+from acgan.presets import EMA_STATISTICS
 from acgan.step import distribute
 from acgan.training import tf_strategy
 from acgan.util import markdown
@@ -286,7 +287,10 @@ def _model(report):
             f"of the run (x{report.get('final_learning_rate_scale', 1.0):g} at its end)"
         )
     if report.get("ema_decay"):
-        text += f", grids and evaluations from a moving average of G's weights (decay {report['ema_decay']:g})"
+        text += (
+            f", grids and evaluations from a moving average of G's weights (decay {report['ema_decay']:g}, "
+            f"{EMA_STATISTICS[report['ema_statistics']]})"
+        )
     return text
 
 

@@ -40,6 +40,7 @@ def assemble_report(setup, outcome, config, command, started):
         if s.trainer.augment
         else None,  # what D's inputs are augmented with
         "ema_decay": s.trainer.ema_decay,  # G's moving average that grids and evaluations sample from (0: none)
+        "ema_statistics": s.trainer.ema_statistics,  # the batch-norm statistics it samples with
         "distribution": s.layout,
         "steps": outcome.step,
         "session_steps": outcome.step - s.start_step,

@@ -4,6 +4,7 @@ layers' count; the step's moving average of G follows the ramped recurrence. (Ea
 the TensorFlow session before; the numbers and bounds are the same.)"""
 
 import dataclasses
+import unittest.mock
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from acgan import backend, presets
 from acgan.data.batches import sample_noise
 from acgan.measure import flops
 from acgan.model import batch_norm, jax_formulations, networks
-from acgan.step import jax_step
+from acgan.step import base, jax_step
 from acgan.step.factory import build_step
 from conftest import POLICIES
 
@@ -106,8 +107,10 @@ def test_the_layers_count_agrees_with_xla_on_small_models(set_policy):
 
 @pytest.mark.slow
 def test_the_jax_step_keeps_the_same_average():
-    """G's moving average on JAX: the ramped recurrence min(decay, (1 + t) / (10 + t)) to float32 rounding;
-    a state without it does not fit a step that keeps one; the state round-trips it."""
+    """G's moving average on JAX, of its weights and batch-norm statistics: the ramped recurrence
+    min(decay, (1 + t) / (10 + t)) to float32 rounding; a state without it does not fit a step that keeps
+    one; the state round-trips it; standing statistics over one batch make inference on it the
+    training-mode pass (tests/step/test_ema.py checks the rest on TensorFlow)."""
     backend.set_random_seed(3)  # keras.utils.set_random_seed would import TensorFlow
     preset = dataclasses.replace(presets.REFERENCE, ema_decay=0.9)
     trainer = jax_step.JaxStep(
@@ -117,21 +120,30 @@ def test_the_jax_step_keeps_the_same_average():
     images = rng.integers(0, 256, (16, 28, 28, 1), dtype=np.uint8)
     labels = rng.integers(0, 10, 16).astype(np.int32)
     z = rng.uniform(-1, 1, (16, 62)).astype(np.float32)
-    average = [v.numpy().astype(np.float64) for v in trainer.g_variables]
+    variables = trainer.g_variables + trainer.g_statistics
+    average = [v.numpy().astype(np.float64) for v in variables]
     for t in range(4):
         trainer.train_step(images, labels, z, labels).read()
         trainer.sync_variables()
         d = min(0.9, (1 + t) / (10 + t))
-        average = [a * d + v.numpy() * (1 - d) for a, v in zip(average, trainer.g_variables)]
-    got = trainer.ema_values()
+        average = [a * d + v.numpy() * (1 - d) for a, v in zip(average, variables)]
+    got = trainer.ema_values() + trainer.ema_statistics_values()
     state = trainer.state()
     with pytest.raises(ValueError, match=r"state keys differ: missing \['ema/generator/"):
         trainer.load_state({k: v for k, v in state.items() if not k.startswith("ema/")})
     trainer.load_state(state)
     assert max(float(np.abs(g - a).max()) for g, a in zip(got, average)) < 1e-6
     assert sorted({str(v.dtype) for v in got}) == ["float32"]
-    assert sum(k.startswith("ema/generator/") for k in state) == len(trainer.g_variables) > 0
+    assert sum(k.startswith("ema/generator/") for k in state) == len(variables) > 6
     assert max(float(np.abs(a - b).max()) for a, b in zip(trainer.ema_values(), got)) == 0
+
+    trainer.ema_statistics = "standing"
+    with unittest.mock.patch.object(base, "STANDING_BATCHES", 1):
+        z, labels = base.sample_noise(base.STANDING_SEED, 0, base.STANDING_BATCH, 62, 10)
+        training_mode, _ = trainer.models.generator.stateless_call(
+            trainer.ema_values(), trainer.ema_statistics_values(), [z, labels], training=True
+        )
+        np.testing.assert_allclose(trainer.generate(z, labels), training_mode, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -156,6 +156,12 @@ def test_each_choice_of_statistics_is_what_the_average_samples_with(set_policy, 
         _max_difference([v.numpy() for v in trainer.g_statistics], trainer.ema_statistics_values())
         == 0
     )
+    first_input = keras.Model(
+        generator.inputs, generator.get_layer("g_bn1").input
+    )  # G: the average now
+    moments = [first_input(list(batch)).numpy().reshape(-1, own[0].shape[0]) for batch in inputs]
+    np.testing.assert_allclose(standing[0], np.mean([m.mean(0) for m in moments], 0), atol=1e-6)
+    np.testing.assert_allclose(standing[1], np.mean([m.var(0) for m in moments], 0), rtol=1e-5)
 
 
 def test_the_setting_is_checked():
