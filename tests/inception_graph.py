@@ -4,7 +4,8 @@ the standard FID and Inception score: the same node names on the same path, and 
 Like the real graph: a decoded image [H, W, 3] (uint8) is cast to float and given a batch dimension of 1
 by `ExpandDims` (so every static shape after it says batch 1), resized by `ResizeBilinear` (to 8x8 here,
 299x299 there), scaled by `Sub` and `Mul`, goes through a convolution with the legacy
-BatchNormWithGlobalNormalization op and a legacy `Concat`, then `pool_3` (average pool to [N, 1, 1, F]),
+BatchNormWithGlobalNormalization op (then `CheckNumerics`, and an `Identity` that waits on it by a control
+input), a legacy `Concat`, then `pool_3` (average pool to [N, 1, 1, F]),
 `pool_3/_reshape` (to [1, F]), `softmax/logits/MatMul` (weight `softmax/weights` [F, K]), `softmax/logits`
 (plus `softmax/biases`, which the Inception score leaves out) and `softmax`. The GraphDef says producer
 version 3 (the legacy ops were removed at version 9), as an old frozen graph does.
@@ -36,6 +37,10 @@ def graph_def(features=FEATURES, classes=CLASSES, weight_scale=1.0, seed=0):
         )
         x = tf.nn.conv2d(x, kernel, [1, 1, 1, 1], "SAME", name="conv/Conv2D")
         x = tf.identity(x, name="conv/batchnorm")  # becomes BatchNormWithGlobalNormalization below
+        # As after each layer there: a numerics check, waited on by a control input.
+        check = tf.debugging.check_numerics(x, "conv", name="conv/CheckNumerics")
+        with tf.control_dependencies([check]):
+            x = tf.identity(x, name="conv/control_dependency")
         a, b = tf.split(x, 2, axis=3, name="mixed/split")
         x = tf.nn.relu(
             tf.raw_ops.Concat(
@@ -89,6 +94,31 @@ def write_graph(path, rename=(), **kwargs):
             node.name += "_renamed"
     path.write_bytes(graph.SerializeToString())
     return path
+
+
+def with_op(op=None, wire=None, target="/nonexistent/acgan-test", name="leak"):
+    """The GraphDef with a node `name` running `op` on the constant path `target` (ReadFile, WriteFile or
+    PyFunc), wired in by a "data" input (Sub's second input) or a "control" input (of conv/Conv2D), or
+    not at all (None): what acgan must refuse to run, or leave out."""
+    import tensorflow as tf
+
+    graph = graph_def()
+    extra = tf.Graph()
+    with extra.as_default():
+        path = tf.constant(str(target), name=f"{name}/path")
+        if op == "ReadFile":
+            tf.io.read_file(path, name=name)
+        elif op == "WriteFile":
+            tf.io.write_file(path, path, name=name)
+        elif op == "PyFunc":
+            tf.compat.v1.py_func(lambda x: x, [path], tf.string, name=name)
+    graph.node.extend(extra.as_graph_def().node)
+    nodes = {node.name: node for node in graph.node}
+    if wire == "data":
+        nodes["Sub"].input[1] = name
+    elif wire == "control":
+        nodes["conv/Conv2D"].input.append(f"^{name}")
+    return graph
 
 
 def constant(graph, name):

@@ -23,6 +23,7 @@ import numpy as np
 
 from acgan import backend as backend_lib
 from acgan.errors import UserError
+from acgan.quality import inception_ops
 from acgan.quality.metrics import Moments, frechet_distance, inception_score
 from acgan.training.run_dir import read_run
 from acgan.util.files import write_atomically
@@ -61,7 +62,8 @@ def graph_path(path):
 
 def read_graph(path):
     """The InceptionGraph of the file `path` names, checked; UserError (one line) for a file that is not a
-    TensorFlow GraphDef, or a GraphDef without the nodes the recipe reads. Loads TensorFlow."""
+    TensorFlow GraphDef, a GraphDef without the nodes the recipe reads, or one whose path to them runs
+    an op outside inception_ops.ALLOWED_OPS (only that path is imported). Loads TensorFlow."""
     path = graph_path(path)
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
@@ -89,6 +91,7 @@ def read_graph(path):
             f"--inception {path} is a GraphDef without {', '.join(missing)}: not the 2015-12-05 "
             f"Inception graph ({GRAPH_FILE} from {ARCHIVE_URL})"
         )
+    graph_def = inception_ops.runnable(graph_def, (FEATURES, LOGITS_MATMUL), INPUT, path)
     return InceptionGraph(path, graph_def, hashlib.sha256(data).hexdigest())
 
 

@@ -22,6 +22,7 @@ from inception_graph import (
     constant,
     features_one_at_a_time,
     graph_def,
+    with_op,
     write_graph,
 )
 
@@ -198,6 +199,7 @@ def test_evaluate_refuses_a_wrong_inception_setting_in_one_line_before_anything_
     rgb = _fake_run(tmp_path / "rgb", "swatches", [32, 32, 3])
     grey = _fake_run(tmp_path / "grey", "doodles", [28, 28, 1])
     (tmp_path / "text.pb").write_text("not a graph\n")
+    (tmp_path / "hostile.pb").write_bytes(with_op("WriteFile", "control").SerializeToString())
     cases = [
         (
             ["--run", rgb, "--inception", tmp_path / "missing.pb"],
@@ -220,6 +222,10 @@ def test_evaluate_refuses_a_wrong_inception_setting_in_one_line_before_anything_
         (
             ["--run", rgb, "--inception", graph_file, "--inception_samples", "9"],
             "--inception_samples must be at least 10 (the Inception score's splits), got 9",
+        ),
+        (
+            ["--run", rgb, "--inception", tmp_path / "hostile.pb"],
+            f"--inception {tmp_path / 'hostile.pb'} is refused: its node leak runs the op WriteFile",
         ),
     ]
     procs = [
