@@ -241,10 +241,13 @@ def evaluate(
     ema=True,
     ema_statistics=None,
     backend=None,
+    inception_stats=None,
 ):
     """The sample quality of a run's newest checkpoint, as python -m acgan.evaluate judges it and records
     it in the run (quality.json, report.md); returns that result as a dict. inception: the path of the 2015
-    Inception graph, for the standard FID and Inception score of inception_samples samples (on TensorFlow).
+    Inception graph, for the standard FID and Inception score of inception_samples samples (on TensorFlow);
+    inception_stats: an .npz of the real side's statistics in TTUR's format, read when it exists, else
+    written.
     ema: judge the moving average of G's weights where the run kept one; False: G's own (recorded in
     quality_no_ema.json, beside the average's). ema_statistics: the average's batch-norm statistics
     (presets.EMA_STATISTICS; None: the run's own choice; another is recorded in quality_ema_CHOICE.json)."""
@@ -272,12 +275,14 @@ def evaluate(
     if not Path(run).is_dir():
         raise UserError(f"--run {os.fspath(run)} is not a folder")
     settings = config_lib.changed(evaluate, dict(locals()))
+    if inception_stats is not None and inception is None:
+        raise UserError("--inception_stats needs --inception: they are statistics of its features")
     if inception is not None:
         inception_lib.graph_path(inception)  # a missing file: refused before anything loads
         backend = inception_lib.backend_for(backend, run)
     run_evaluation = _use_for_run(backend, run).run_evaluation
     # Loads TensorFlow:
-    graph = inception_lib.read_graph(inception) if inception is not None else None
+    graph = inception_lib.read_graph(inception, inception_stats) if inception is not None else None
     with backend_lib.policy_restored():
         return run_evaluation.evaluate_run(
             Path(run),

@@ -1,5 +1,5 @@
 """CLI: python -m acgan.evaluate --run DIR [--num_samples 10000] [--seed 0] [--judge_seed 0] [--judges 1] [--cas]
-[--inception PATH [--inception_samples 50000]]: the sample quality of a run.
+[--inception PATH [--inception_samples 50000] [--inception_stats FILE.npz]]: the sample quality of a run.
 
 From Python: acgan.evaluate(run, num_samples=10_000, ...) returns the result as a dict (quality.json's)."""
 
@@ -66,6 +66,12 @@ def define_flags():
         "Generated samples for --inception, against every real train "
         "image (50,000: PyTorch-StudioGAN's table).",
     )
+    flags.DEFINE_string(
+        "inception_stats",
+        None,
+        "With --inception: the real train images' statistics in TTUR's format (an .npz of mu and "
+        "sigma), read as the FID's real side when FILE exists, else written there.",
+    )
     cli.define_ema_flag()
     flags.DEFINE_string(
         "ema_statistics",
@@ -93,6 +99,7 @@ def main(argv):
         ema=FLAGS.ema,
         ema_statistics=FLAGS.ema_statistics,
         backend=FLAGS.backend,
+        inception_stats=FLAGS.inception_stats,
     )
     run_dir = Path(FLAGS.run)
     print(summary_line(result))

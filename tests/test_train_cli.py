@@ -318,6 +318,8 @@ def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path)
         str(graph),
         "--inception_samples",
         "100",
+        "--inception_stats",
+        str(tmp_path / "stats" / "swatches.npz"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "D's class margin " in result.stdout and "(lowest: " in result.stdout, result.stdout
@@ -329,7 +331,7 @@ def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path)
         np.mean(list(quality["d_class_margin_per_class"].values()))
     )
     assert "| D's class margin (mean over classes) |" in (run_dir / "report.md").read_text()
-    _check_inception(quality["inception"], run_dir, graph, result.stdout, tmp_path / "data")
+    _check_inception(quality["inception"], run_dir, graph, result.stdout, tmp_path)
     result = _run("acgan.train", "--resume", "--steps", "12", *common)
     assert result.returncode == 0, result.stderr[-3000:]
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
@@ -346,15 +348,17 @@ def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path)
     ]
 
 
-def _check_inception(entry, run_dir, graph, stdout, data_dir):
+def _check_inception(entry, run_dir, graph, stdout, tmp_path):
     """acgan.evaluate --inception's entry: 100 generated against every train image (20 a class), the graph's
-    path and sha256, printed, in the report (its rows as report_section renders them) and TensorBoard."""
+    path and sha256, KID and the per-class FID, the statistics file written, printed, in the report (its
+    rows as report_section renders them) and TensorBoard."""
     import hashlib
 
     from acgan.data import load_dataset
     from acgan.quality import evaluation
     from acgan.quality.report_section import inception_rows, inception_text
 
+    data_dir, stats = tmp_path / "data", tmp_path / "stats" / "swatches.npz"
     train = load_dataset("swatches", split="train", data_dir=str(data_dir), max_per_class=20)
     assert (
         entry["num_generated"] == 100
@@ -368,9 +372,17 @@ def _check_inception(entry, run_dir, graph, stdout, data_dir):
     )
     assert inception_text(entry) in stdout
     assert (
-        f"standard FID {entry['fid']:.2f} (100 generated vs 200 real train images), Inception score "
-        in stdout
+        f"standard FID {entry['fid']:.2f} (100 generated vs 200 real train images), KID " in stdout
     )
+    assert entry["kernel_distance"]["subset_size"] == 100 and len(entry["fid_per_class"]) == 10
+    assert (
+        entry["num_generated_per_class"] == [10] * 10 and entry["num_real_per_class"] == [20] * 10
+    )
+    assert entry["real_statistics"] == {
+        "file": str(stats),
+        "sha256": hashlib.sha256(stats.read_bytes()).hexdigest(),
+        "read": False,
+    }
     report = (run_dir / "report.md").read_text()
     for name, value in inception_rows(entry):
         assert f"| {name} | {value} |" in report
@@ -388,6 +400,8 @@ def _check_inception(entry, run_dir, graph, stdout, data_dir):
     scalars = evaluation.scalars(json.loads((run_dir / "quality.json").read_text()))
     assert scalars["quality/inception_fid"] == entry["fid"]
     assert scalars["quality/inception_score"] == entry["inception_score"]
+    assert scalars["quality/inception_fid_class_mean"] == entry["fid_class_mean"]
+    assert "| iFID, standard |" in report
 
 
 def test_settings_are_read_from_the_flags_named_as_their_fields():

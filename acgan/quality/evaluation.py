@@ -328,7 +328,15 @@ def scalars(result):
         )
     if result.get("kernel_distance"):
         out["quality/kernel_distance"] = result["kernel_distance"]["mean"]
-    if (result.get("inception") or {}).get("fid") is not None:
-        out["quality/inception_fid"] = result["inception"]["fid"]
-        out["quality/inception_score"] = result["inception"]["inception_score"]
+    inception = result.get("inception") or {}
+    if inception.get("fid") is not None:
+        out["quality/inception_fid"] = inception["fid"]
+        out["quality/inception_score"] = inception["inception_score"]
+    if inception.get("kernel_distance"):
+        out["quality/inception_kernel_distance"] = inception["kernel_distance"]["mean"]
+    if inception.get("fid_class_mean") is not None:
+        out["quality/inception_fid_class_mean"] = inception["fid_class_mean"]
+    for name, value in (inception.get("fid_per_class") or {}).items():
+        if value is not None:
+            out[f"quality/inception_fid_class/{name}"] = value
     return out

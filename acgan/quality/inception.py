@@ -8,7 +8,11 @@ The recipe: uint8 RGB images go in as float 0-255 at their own size, in place of
 features are `pool_3`, 2048-d. FID: the Fréchet distance between the generated images' features and
 every real train image's. Inception score: exp(E KL(p(y|x) || p(y))) with p(y|x) = softmax(pool_3 @ W),
 W the weight of `softmax/logits/MatMul` (1008 classes, without the bias, as improved-GAN computes it),
-its mean and standard deviation over 10 consecutive splits of the images.
+its mean and standard deviation over 10 consecutive splits of the images. In the same features: KID
+(metrics.kernel_distance) and the per-class FID (StudioGAN's iFID: each class's generated images
+against its train images, the mean over classes). The train images' features are cached; inception_stats
+reads or writes their mean and covariance in TTUR's format, and inception_ops keeps a graph from running
+anything but math and network ops on the way to the features.
 """
 
 import hashlib
@@ -17,14 +21,22 @@ import io
 import json
 import os
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from acgan import backend as backend_lib
 from acgan.errors import UserError
-from acgan.quality import inception_ops
-from acgan.quality.metrics import Moments, frechet_distance, inception_score
+from acgan.quality import inception_ops, inception_stats
+from acgan.quality.metrics import (
+    Moments,
+    class_counts,
+    frechet_distance,
+    inception_score,
+    kernel_distance,
+    per_class_frechet,
+)
 from acgan.training.run_dir import read_run
 from acgan.util.files import write_atomically
 
@@ -39,7 +51,7 @@ INPUT, FEATURES, LOGITS_MATMUL = (
 SAMPLES = 50_000  # generated images by default, against every real train image (PyTorch-StudioGAN's table)
 SPLITS = 10
 BATCH = 100
-CACHE_FORMAT = "acgan-inception-real/1"
+CACHE_FORMAT = "acgan-inception-real/2"  # /2: the features themselves
 PROTOCOL = (
     "2015-12-05 Inception graph (TTUR's FID, improved-GAN's Inception score): images as float 0-255 at "
     "their own size into ExpandDims, resized to 299x299 inside the graph, 2048-d pool_3 features; the "
@@ -60,10 +72,11 @@ def graph_path(path):
     return path
 
 
-def read_graph(path):
+def read_graph(path, stats=None):
     """The InceptionGraph of the file `path` names, checked; UserError (one line) for a file that is not a
     TensorFlow GraphDef, a GraphDef without the nodes the recipe reads, or one whose path to them runs
-    an op outside inception_ops.ALLOWED_OPS (only that path is imported). Loads TensorFlow."""
+    an op outside inception_ops.ALLOWED_OPS (only that path is imported). stats: the --inception_stats
+    file, read and checked against the graph (graph.stats: inception_stats.read_stats'). Loads TensorFlow."""
     path = graph_path(path)
     data = path.read_bytes()
     if data[:2] == b"\x1f\x8b":
@@ -92,7 +105,10 @@ def read_graph(path):
             f"Inception graph ({GRAPH_FILE} from {ARCHIVE_URL})"
         )
     graph_def = inception_ops.runnable(graph_def, (FEATURES, LOGITS_MATMUL), INPUT, path)
-    return InceptionGraph(path, graph_def, hashlib.sha256(data).hexdigest())
+    graph = InceptionGraph(path, graph_def, hashlib.sha256(data).hexdigest())
+    if stats is not None:
+        graph.stats = inception_stats.read_stats(stats, graph.weight.shape[0])
+    return graph
 
 
 class InceptionGraph:
@@ -101,12 +117,13 @@ class InceptionGraph:
     It was frozen for one image at a time: `ExpandDims` adds a batch dimension of 1 to a decoded JPEG,
     so every shape after it says batch 1, and TensorFlow refuses to feed it more. TTUR rewrites those
     shapes after the import; here the import maps `ExpandDims:0` to a placeholder of shape
-    [None, None, None, 3], and the graph's shapes are inferred from it."""
+    [None, None, None, 3], and the graph's shapes are inferred from it. `stats`: where its real side's
+    statistics come from or go to (read_graph's), None for the train images' alone."""
 
     def __init__(self, path, graph_def, sha256):
         import tensorflow as tf  # here: as in read_graph
 
-        self.path, self.sha256 = path, sha256
+        self.path, self.sha256, self.stats = path, sha256, None
         for (
             node
         ) in graph_def.node:  # devices and shapes written in 2015 would pin ops or say batch 1
@@ -142,24 +159,38 @@ class InceptionGraph:
             )
 
     def features_of(self, images):
-        """pool_3 features [N, F] (float64) of images [N, H, W, 3] in 0..255."""
+        """pool_3 features [N, F] (float32, as the graph computes them) of images [N, H, W, 3] in 0..255."""
         out = self.session.run(self.features, {self.images: np.asarray(images, np.float32)})
-        return np.asarray(out, np.float64).reshape(len(images), -1)
+        return np.asarray(out, np.float32).reshape(len(images), -1)
 
     def run(self, images, echo=None, what="images"):
-        """(Moments of the features, softmax probabilities [N, K] as float32) of images [N, H, W, 3] in
-        0..255, BATCH at a time; echo: a progress line every 30 s."""
-        moments, probs, started, shown = Moments(), [], time.perf_counter(), time.perf_counter()
+        """features_of images [N, H, W, 3] in 0..255, BATCH at a time; echo: a progress line every 30 s."""
+        features, started, shown = [], time.perf_counter(), time.perf_counter()
         for i in range(0, len(images), BATCH):
-            features = self.features_of(images[i : i + BATCH])
-            moments.add(features)
-            probs.append(softmax(features @ self.weight).astype(np.float32))
+            features.append(self.features_of(images[i : i + BATCH]))
             if echo is not None and time.perf_counter() - shown > 30:
                 shown = time.perf_counter()
-                echo(f"  {i + len(features):,} of {len(images):,} {what} ({shown - started:.0f} s)")
-        return moments, np.concatenate(probs) if probs else np.zeros(
-            (0, self.weight.shape[1]), np.float32
+                echo(
+                    f"  {i + len(features[-1]):,} of {len(images):,} {what} ({shown - started:.0f} s)"
+                )
+        return (
+            np.concatenate(features)
+            if features
+            else np.zeros((0, self.weight.shape[0]), np.float32)
         )
+
+    def inception_score(self, features):
+        """(mean, standard deviation) over SPLITS splits of the Inception score of softmax(features @ W);
+        NaN for fewer images than splits."""
+        if len(features) < SPLITS:
+            return np.nan, np.nan
+        probs = [
+            softmax(np.asarray(features[i : i + BATCH], np.float64) @ self.weight).astype(
+                np.float32
+            )
+            for i in range(0, len(features), BATCH)
+        ]
+        return inception_score(np.concatenate(probs), SPLITS)
 
 
 def softmax(logits):
@@ -167,33 +198,90 @@ def softmax(logits):
     return z / z.sum(axis=-1, keepdims=True)
 
 
-def scores(graph, fake, train_images, dataset, cache_dir=None, echo=print):
-    """The result's "inception" entry: the standard FID of `fake` (uint8 [N, H, W, 3]) against every
-    image of `train_images`, the Inception score of `fake` and of the train images, the sample counts and
-    the graph file. The train images' statistics are cached in `cache_dir` (once per graph and images)."""
-    real = real_statistics(graph, train_images, cache_dir, echo)
+def moments(features, chunk=10 * BATCH):
+    """(mean [F], covariance [F, F]) of features [N, F] in float64, a chunk at a time (no [N, F] copy)."""
+    total = Moments()
+    for i in range(0, len(features), chunk):
+        total.add(features[i : i + chunk])
+    return total.mean, total.covariance()
+
+
+def scores(graph, fake, labels, train_set, dataset, cache_dir=None, stats=None, echo=print, seed=0):
+    """The result's "inception" entry: the standard FID, KID and per-class FID (StudioGAN's iFID) of
+    `fake` (uint8 [N, H, W, 3], generated for `labels`) against every image of `train_set` (an ImageSet),
+    the Inception score of `fake` and of the train images, the sample counts and the graph file. The train
+    images' features are cached in `cache_dir` (once per graph and images). stats (read_stats'): real
+    statistics to take the FID's real side from (no KID, iFID nor real Inception score then: they need
+    the real features), or the file to write the train images' statistics to. KID's subsets: `seed`."""
+    from_file = stats is not None and "mu" in stats
+    real = None if from_file else real_features(graph, train_set.images, cache_dir, echo)
     echo(
         f"standard FID and Inception score: {len(fake):,} generated images through the Inception graph"
     )
-    moments, probs = graph.run(fake, echo, "generated images")
-    mean, std = inception_score(probs, SPLITS)
-    return {
-        "fid": frechet_distance(
-            moments.mean, moments.covariance(), real["mean"], real["covariance"]
-        ),
+    features = graph.run(fake, echo, "generated images")
+    mean, std = graph.inception_score(features)
+    entry = {
         "inception_score": mean,
         "inception_score_std": std,
         "splits": SPLITS,
-        "real_inception_score": _number(real["inception_score"]),
-        "real_inception_score_std": _number(real["inception_score_std"]),
         "num_generated": int(len(fake)),
-        "num_real": int(real["count"]),
-        "real": "every image of the train split",
         "graph": str(graph.path),
         "sha256": graph.sha256,
         "feature_dim": int(graph.weight.shape[0]),
         "protocol": PROTOCOL,
-        "note": comparability(dataset, len(fake), int(real["count"])),
+    }
+    if from_file:
+        entry.update(
+            dict.fromkeys(REAL_FEATURE_KEYS),
+            num_real=None,
+            real=f"the statistics in {stats['path']}",
+        )
+        real_moments = stats["mu"], stats["sigma"]
+    else:
+        real_moments = moments(real)
+        entry.update(_against_features(graph, real, train_set, features, labels, seed))
+        if stats is not None:
+            stats = dict(stats, sha256=inception_stats.write_stats(stats["path"], *real_moments))
+    entry["fid"] = frechet_distance(*moments(features), *real_moments)
+    entry["real_statistics"] = stats and {
+        "file": str(stats["path"]),
+        "sha256": stats["sha256"],
+        "read": from_file,
+    }
+    entry["note"] = comparability(
+        dataset, len(fake), entry["num_real"], stats["path"] if from_file else None
+    )
+    return entry
+
+
+# What an entry computes from the real images' features, which a statistics file does not hold.
+REAL_FEATURE_KEYS = (
+    "kernel_distance",
+    "fid_per_class",
+    "fid_class_mean",
+    "real_inception_score",
+    "real_inception_score_std",
+    "num_real_per_class",
+    "num_generated_per_class",
+)
+
+
+def _against_features(graph, real, train_set, features, labels, seed):
+    """The entries measured against the real train images' features `real` (REAL_FEATURE_KEYS, num_real)."""
+    per_class, class_mean = per_class_frechet(
+        real, train_set.labels, features, labels, train_set.num_classes
+    )
+    real_score, real_std = graph.inception_score(real)
+    return {
+        "kernel_distance": kernel_distance(real, features, seed=seed),
+        "fid_per_class": dict(zip(train_set.class_names, per_class)),
+        "fid_class_mean": class_mean,
+        "real_inception_score": _number(real_score),
+        "real_inception_score_std": _number(real_std),
+        "num_real": int(len(real)),
+        "real": "every image of the train split",
+        "num_real_per_class": class_counts(train_set.labels, train_set.num_classes).tolist(),
+        "num_generated_per_class": class_counts(labels, train_set.num_classes).tolist(),
     }
 
 
@@ -201,22 +289,34 @@ def scores(graph, fake, train_images, dataset, cache_dir=None, echo=print):
 PAPERS_GENERATED = PAPERS_REAL = 50_000
 
 
-def comparability(dataset, num_generated, num_real):
-    """What the numbers compare with: papers' only at their protocol's counts on CIFAR-10's whole train set."""
-    if dataset == "cifar10" and (num_generated, num_real) == (PAPERS_GENERATED, PAPERS_REAL):
+def comparability(dataset, num_generated, num_real, stats_file=None):
+    """What the numbers compare with: papers' only at their protocol's counts on CIFAR-10's whole train
+    set; otherwise what differs. num_real None: the real side is `stats_file`, which cannot say."""
+    if dataset != "cifar10":
         return (
-            "comparable with papers' CIFAR-10 FID and Inception score (50,000 generated against the 50,000 "
-            "train images)"
+            f"on {dataset}, comparable only with other runs on it at the same sample counts: papers "
+            "print these numbers for CIFAR-10 and other photograph sets"
         )
-    if dataset == "cifar10":
+    differs = [] if num_generated == PAPERS_GENERATED else [f"{num_generated:,} generated"]
+    if num_real is not None and num_real != PAPERS_REAL:
+        differs.append(
+            f"{num_real:,} real train images (a train set cut by --max_per_class or --classes)"
+        )
+    if differs:
         return (
-            f"not the papers' protocol: {num_generated:,} generated against {num_real:,} train images (papers: "
-            "50,000 against all 50,000; FID falls as the counts grow), so comparable only with runs at "
-            "these counts"
+            f"not the papers' protocol: {' and '.join(differs)}, where papers take 50,000 generated "
+            "against all 50,000 train images (FID falls as the counts grow), so comparable only with "
+            "runs at these counts"
+        )
+    if num_real is None:
+        return (
+            "comparable with papers' CIFAR-10 Inception score (50,000 generated), and their FID if "
+            f"{stats_file} holds the statistics of the 50,000 train images (TTUR's "
+            "fid_stats_cifar10_train.npz does)"
         )
     return (
-        f"on {dataset}, comparable only with other runs on it at the same sample counts: papers print "
-        "these numbers for CIFAR-10 and other photograph sets"
+        "comparable with papers' CIFAR-10 FID and Inception score (50,000 generated against the 50,000 "
+        "train images)"
     )
 
 
@@ -225,10 +325,9 @@ def _number(value):
     return None if np.isnan(value) else value
 
 
-def real_statistics(graph, images, cache_dir=None, echo=print):
-    """{count, mean, covariance, inception_score, inception_score_std} of real images (NaN scores where
-    there are fewer than SPLITS), from the cache in `cache_dir` when it holds them for this graph (its
-    sha256) and these very images, else computed and cached there."""
+def real_features(graph, images, cache_dir=None, echo=print):
+    """pool_3 features [N, F] (float32) of real images, from the cache in `cache_dir` when it holds them
+    for this graph (its sha256) and these very images, else computed and cached there."""
     key = {
         "format": CACHE_FORMAT,
         "graph_sha256": graph.sha256,
@@ -240,27 +339,19 @@ def real_statistics(graph, images, cache_dir=None, echo=print):
     if path is not None and path.is_file():
         try:
             with np.load(path) as cached:
-                return {name: cached[name] for name in cached.files}
-        except (OSError, ValueError, KeyError):
+                return cached["features"]
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
             pass  # unreadable: computed again, and rewritten
     echo(
         f"standard FID: {len(images):,} real train images through the Inception graph"
         + (f" (once: cached in {path})" if path is not None else "")
     )
-    moments, probs = graph.run(images, echo, "real train images")
-    mean, std = inception_score(probs, SPLITS) if len(images) >= SPLITS else (np.nan, np.nan)
-    stats = {
-        "count": np.int64(moments.count),
-        "mean": moments.mean,
-        "covariance": moments.covariance(),
-        "inception_score": np.float64(mean),
-        "inception_score_std": np.float64(std),
-    }
+    features = graph.run(images, echo, "real train images")
     if path is not None:
         buffer = io.BytesIO()
-        np.savez(buffer, **stats)
+        np.savez(buffer, features=features)
         write_atomically(path, buffer.getvalue())
-    return stats
+    return features
 
 
 def unavailable(dataset, image_shape):

@@ -258,26 +258,76 @@ def _score_text(mean, std):
     return "n/a" if mean is None else f"{mean:.2f} ± {std:.2f}"
 
 
-def inception_text(entry):
-    """The printed line of a computed "inception" entry: the standard FID and Inception score, their sizes."""
+def _real_text(entry):
+    """'50,000 real train images', or the statistics file the FID's real side was read from."""
     return (
-        f"standard FID {entry['fid']:.2f} ({entry['num_generated']:,} generated vs {entry['num_real']:,} real "
-        f"train images), Inception score {_score_text(entry['inception_score'], entry['inception_score_std'])} "
-        f"(real train images {_score_text(entry['real_inception_score'], entry['real_inception_score_std'])}; "
-        f"the 2015 Inception graph {entry['graph']}, sha256 {entry['sha256']})"
+        f"{entry['num_real']:,} real train images"
+        if entry["num_real"] is not None
+        else entry["real"]
+    )
+
+
+def _kid_ifid_text(entry):
+    """'KID 0.0123 ± 0.0004, mean per-class FID (iFID) 45.67, ' where the entry has them, else ''."""
+    if not entry.get("kernel_distance"):
+        return ""
+    kid = entry["kernel_distance"]
+    return (
+        f"KID {kid['mean']:.4f} ± {kid['std']:.4f}, mean per-class FID (iFID) "
+        f"{_fd(entry['fid_class_mean'])}, "
+    )
+
+
+def inception_text(entry):
+    """The printed line of a computed "inception" entry: the standard FID, KID, iFID and Inception score,
+    their sizes and the graph file."""
+    return (
+        f"standard FID {entry['fid']:.2f} ({entry['num_generated']:,} generated vs {_real_text(entry)}), "
+        f"{_kid_ifid_text(entry)}Inception score "
+        f"{_score_text(entry['inception_score'], entry['inception_score_std'])} (real train images "
+        f"{_score_text(entry['real_inception_score'], entry['real_inception_score_std'])}); the 2015 "
+        f"Inception graph {entry['graph']}, sha256 {entry['sha256']}"
+    )
+
+
+def _stats_text(stats):
+    """What the report says of an --inception_stats file."""
+    if not stats["read"]:
+        return (
+            f"written to `{stats['file']}` (sha256 {stats['sha256']}): TTUR's format, mu and sigma"
+        )
+    return (
+        f"read from `{stats['file']}` (sha256 {stats['sha256']}) as the FID's real side; KID, the "
+        "per-class FID and the train images' Inception score need the real images' features, which "
+        "it does not hold: not computed"
     )
 
 
 def inception_rows(entry):
-    """The section's rows of the standard FID and Inception score, or one row saying why there are none."""
+    """The section's rows of the standard FID, KID, per-class FID and Inception score, or one row saying
+    why there are none."""
     if entry.get("fid") is None:
         return [("FID and Inception score, standard", entry.get("note", "n/a"))]
-    return [
+    rows = [
         (
             f"FID, standard (2015 Inception graph, {entry['feature_dim']}-d pool_3)",
-            f"{entry['fid']:.2f} ({entry['num_generated']:,} generated vs {entry['num_real']:,} real train "
-            f"images; {entry['note']})",
-        ),
+            f"{entry['fid']:.2f} ({entry['num_generated']:,} generated vs {_real_text(entry)}; "
+            f"{entry['note']})",
+        )
+    ]
+    if entry.get("kernel_distance"):
+        rows.append(("kernel distance (KID), standard (pool_3)", _kid_text(entry)))
+    if entry.get("fid_class_mean") is not None:
+        real, generated = entry["num_real_per_class"], entry["num_generated_per_class"]
+        rows.append(
+            (
+                "mean per-class FID (iFID), standard",
+                f"{entry['fid_class_mean']:.2f} (each class's generated images against its train images, "
+                f"per class below; {min(generated):,}-{max(generated):,} generated vs "
+                f"{min(real):,}-{max(real):,} real a class)",
+            )
+        )
+    rows += [
         (
             "Inception score, standard",
             f"{_score_text(entry['inception_score'], entry['inception_score_std'])} (mean ± standard deviation over "
@@ -286,6 +336,9 @@ def inception_rows(entry):
         ),
         ("Inception graph", f"`{entry['graph']}` (sha256 {entry['sha256']})"),
     ]
+    if entry.get("real_statistics"):
+        rows.append(("real statistics (--inception_stats)", _stats_text(entry["real_statistics"])))
+    return rows
 
 
 def _class_prdc_text(result, name):
@@ -302,8 +355,8 @@ def _class_prdc_text(result, name):
 
 
 def per_class_table(result):
-    """One row per class: the judge's accuracy and distances, with Q's accuracies, CAS and D's class margin
-    where the result has them."""
+    """One row per class: the judge's accuracy and distances, with Q's accuracies, CAS, D's class margin and
+    the standard per-class FID where the result has them."""
     score = result.get("classification_accuracy_score") or {}
     class_fd = result.get("frechet_distance_per_class") or {}
     reference_fd = (result.get("real_reference") or {}).get("frechet_distance_per_class") or {}
@@ -314,6 +367,7 @@ def per_class_table(result):
         result.get("d_class_margin_per_class") or {},
         result.get("d_class_nearest") or {},
     )
+    ifid = (result.get("inception") or {}).get("fid_per_class") or {}
     q_columns = bool(q_real and q_generated)
     prdc = result.get("precision_per_class")
     header = (
@@ -322,6 +376,7 @@ def per_class_table(result):
         + (["Q on real", "Q on generated"] if q_columns else [])
         + (["CAS", "CAS, real"] if score else [])
         + (["D's class margin (closest class)"] if margins else [])
+        + (["iFID, standard"] if ifid else [])
     )
     rows = [
         [name, _pct(acc), _fd(class_fd.get(name)), _fd(reference_fd.get(name))]
@@ -329,6 +384,7 @@ def per_class_table(result):
         + ([_pct(q_real.get(name)), _pct(q_generated.get(name))] if q_columns else [])
         + ([_pct(score["per_class"].get(name)), _pct(cas_real.get(name))] if score else [])
         + ([f"{_margin(margins.get(name))} ({nearest.get(name)})"] if margins else [])
+        + ([_fd(ifid.get(name))] if ifid else [])
         for name, acc in result["conditional_accuracy_per_class"].items()
     ]
     return markdown.table(header, rows)

@@ -164,19 +164,23 @@ def _about(run_dir, command, config, trainer, judge):
 def standard_scores(
     graph, trainer, dataset, train_set, num_samples, seed=0, data_dir="data", echo=print
 ):
-    """A result's "inception" entry: with `graph` (an acgan.quality.inception.InceptionGraph), the standard FID
-    and Inception score of num_samples class-balanced samples (sample_inputs' noise and labels for `seed`)
-    against every train image, the real side cached beside the judges; without it, why there are none."""
+    """A result's "inception" entry: with `graph` (an acgan.quality.inception.InceptionGraph), the standard FID,
+    KID, per-class FID and Inception score of num_samples class-balanced samples (sample_inputs' noise and
+    labels for `seed`) against every train image, the real side cached beside the judges (or read from, or
+    written to, graph.stats' file); without it, why there are none."""
     if graph is None or train_set.image_shape[-1] != 3:
         return inception_lib.unavailable(dataset, train_set.image_shape)
     z, labels = sample_inputs(train_set.num_classes, trainer.noise_dim, num_samples, seed)
     return inception_lib.scores(
         graph,
         sampling.generate_images(trainer, z, labels),
-        train_set.images,
+        labels,
+        train_set,
         dataset,
         cache_dir=Path(data_dir) / "judges",
+        stats=graph.stats,
         echo=echo,
+        seed=seed,
     )
 
 
