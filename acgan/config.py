@@ -158,11 +158,15 @@ class Config:
         True, "Label each row of a sample grid with its class name (--no-labels: the bare grid)."
     )
     eval_every: Optional[int] = setting(
-        None, "Judge sample quality every N steps (conditional accuracy, FID)."
+        None,
+        "Judge sample quality every N steps (conditional accuracy, FID), and keep the checkpoint "
+        "judged best (the lowest FID) apart from the newest ones.",
     )
     eval_samples: int = setting(1000, "Generated samples per evaluation during training.")
     checkpoint_every: int = setting(500, "Save a checkpoint every N steps.")
-    keep_checkpoints: int = setting(3, "How many checkpoints to keep.")
+    keep_checkpoints: int = setting(
+        3, "How many of the newest checkpoints to keep (besides --eval_every's best one)."
+    )
     # The bare-step window runs on batches fetched beforehand (training/observers.py).
     warmup_steps: int = setting(
         5,
@@ -439,3 +443,4 @@ def check_int(name, value, lowest, message):
         raise UserError(f"--{name} must be an integer, got {value!r}")
     if lowest is not None and value < lowest:
         raise UserError(message)
+

@@ -129,11 +129,8 @@ class JaxCheckpoints:
     def save(self, step, sessions):
         """Writes ckpt-<step>.npz (the step's state and the timing history), then removes all but the
         newest `keep`. A full disk raises DiskFull; the previous checkpoint stays whole."""
-        path = self.directory / f"ckpt-{step}.npz"
-        buffer = io.BytesIO()
-        np.savez(buffer, **self.trainer.state(), **{HISTORY_KEY: np.array(json.dumps(sessions))})
         try:
-            write_atomically(path, buffer.getvalue())
+            path = self.save_apart(self.directory / f"ckpt-{step}", sessions)
         except DiskFull as e:
             kept = (
                 f"; {Path(self.latest_checkpoint).name} is intact, resume from it"
@@ -145,3 +142,12 @@ class JaxCheckpoints:
         for old in candidates(self.directory)[self.keep :]:
             disk.remove_quietly(old)
         return self.latest_checkpoint
+
+    def save_apart(self, prefix, sessions):
+        """The same checkpoint as `prefix`.npz, outside the rotation (the best one, best.py), written
+        atomically; returns its path."""
+        path = Path(f"{prefix}.npz")
+        buffer = io.BytesIO()
+        np.savez(buffer, **self.trainer.state(), **{HISTORY_KEY: np.array(json.dumps(sessions))})
+        write_atomically(path, buffer.getvalue())
+        return path

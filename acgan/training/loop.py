@@ -266,6 +266,8 @@ class Session:
         if evaluate:
             with self.observers.maintenance("evaluation"):
                 self.setup.evaluator.evaluate(self.trainer, step, self.writer)
+            with self.observers.maintenance("checkpoints"):
+                self.setup.best.offer(self.setup.evaluator.last, step, self._sessions())
         if checkpoint:
             with self.observers.maintenance("checkpoints"):
                 self.save_checkpoint()
@@ -337,7 +339,8 @@ class Session:
             if decay:
                 self.writer.scalars({"learning_rate_scale": scale}, self.step)
 
-    def save_checkpoint(self):
+    def _sessions(self):
+        """The timing history a checkpoint holds: the earlier sessions' records and this one's so far."""
         s = self.setup
         record = session_record(
             self.observers.timing.clock,
@@ -348,8 +351,11 @@ class Session:
             s.machine,
             s.layout,
         )
+        return s.earlier_sessions + [record]
+
+    def save_checkpoint(self):
         # a full disk: DiskFull, the previous one intact
-        s.checkpoints.save(self.step, s.earlier_sessions + [record])
+        self.setup.checkpoints.save(self.step, self._sessions())
 
 
 def _due(every, step):

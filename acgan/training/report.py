@@ -166,6 +166,8 @@ def render_markdown(report):
         )
     if report.get("quality_during_training"):
         lines += ["", _quality_during_training(report["quality_during_training"])]
+    if report.get("best_checkpoint"):
+        lines += ["", _best_checkpoint(report["best_checkpoint"])]
     if report.get("advice"):
         lines += ["", "Hardware advice:", ""] + [f"- {line}" for line in report["advice"]]
     if report.get("final_metrics"):
@@ -252,6 +254,16 @@ def _quality_during_training(during):
         if reference.get("precision") is not None:
             text += f" (real vs real {_prdc(reference)})"
     return text + "."
+
+
+def _best_checkpoint(best):
+    """The best checkpoint's step and numbers, as one sentence."""
+    return (
+        f"Best checkpoint: step {best['step']} (conditional accuracy "
+        f"{best['conditional_accuracy']:.1%}, Fréchet distance {best['frechet_distance']:.1f}, "
+        f"{best['num_generated']} samples; {best['rule']}), kept in `{best['checkpoint']}`: "
+        "`--checkpoint best` reads it."
+    )
 
 
 def _prdc(values):

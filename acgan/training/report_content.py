@@ -62,6 +62,7 @@ def assemble_report(setup, outcome, config, command, started):
         "wall_seconds": time.perf_counter() - started,
         "final_metrics": outcome.final_metrics,
         "quality_during_training": s.evaluator.last if s.evaluator else None,
+        "best_checkpoint": s.best.record,  # best.json: its step, the rule and its numbers
         "last_checkpoint": s.checkpoints.latest_checkpoint,
         "weights_fingerprint": outcome.weights_fingerprint,
     }

@@ -14,6 +14,7 @@ from acgan.config import DEFAULT_STEPS
 from acgan.errors import UserError
 from acgan.measure import advice, device
 from acgan.model.networks import build_models
+from acgan.training import best as best_lib
 from acgan.training.run_dir import write_run_files
 
 
@@ -78,6 +79,7 @@ class Setup:
     notes: list  # hardware advice, printed and reported
     earlier_sessions: list  # session_record dicts of the sessions before this one
     checkpoints: object  # the runtime's: restore(), save(step, sessions), latest_checkpoint
+    best: best_lib.BestCheckpoint  # --eval_every's best checkpoint, its record (the run's)
     resumed_from: Optional[dict]  # step, checkpoint and loss scales of a resumed run
     start_step: int
     steps: Optional[int]  # the step to stop at; None under --minutes
@@ -134,6 +136,7 @@ def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evalu
                 "checkpoint": latest,
                 "loss_scales": trainer.loss_scales(),
             }
+    best = best_lib.BestCheckpoint(checkpoints, files_dir, run_dir if resume else None)
     start_step = int(trainer.step.numpy())
     steps = total_steps(config, len(data.images))
     if steps is not None and start_step >= steps:
@@ -156,6 +159,7 @@ def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evalu
         notes=notes,
         earlier_sessions=earlier,
         checkpoints=checkpoints,
+        best=best,
         resumed_from=resumed_from,
         start_step=start_step,
         steps=steps,

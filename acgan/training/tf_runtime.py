@@ -34,17 +34,17 @@ class TensorFlowCheckpoints:
     def __init__(self, trainer, directory, keep):
         self.trainer, self.directory, self.keep = trainer, directory, keep
         self.history = TimingHistory()
+        self.checkpoint = tf.train.Checkpoint(
+            gan=trainer, history=self.history, g_ema=trainer.ema_checkpointable
+        )
         self._manager = None
 
     @property
     def manager(self):
         # Made after restore(): it reads the state file, which a restore may rewrite (damaged ones moved).
         if self._manager is None:
-            checkpoint = tf.train.Checkpoint(
-                gan=self.trainer, history=self.history, g_ema=self.trainer.ema_checkpointable
-            )
             self._manager = tf.train.CheckpointManager(
-                checkpoint, self.directory, max_to_keep=self.keep
+                self.checkpoint, self.directory, max_to_keep=self.keep
             )
         return self._manager
 
@@ -55,16 +55,19 @@ class TensorFlowCheckpoints:
     def restore(self, resume_from, move_damaged=True):
         """Restores the newest intact checkpoint in `resume_from` (checkpoints.restore_newest_intact);
         returns (its prefix or None, the timing history saved with it)."""
-        checkpoint = tf.train.Checkpoint(
-            gan=self.trainer, history=self.history, g_ema=self.trainer.ema_checkpointable
-        )
-        latest = checkpoint_files.restore_newest_intact(checkpoint, resume_from, move_damaged)
+        latest = checkpoint_files.restore_newest_intact(self.checkpoint, resume_from, move_damaged)
         return latest, self.history.sessions()
 
     def save(self, step, sessions):
         self.history.store(sessions)
         # a full disk: DiskFull, the previous checkpoint intact
         checkpoint_files.save(self.manager, step)
+
+    def save_apart(self, prefix, sessions):
+        """The same checkpoint at `prefix`, outside the state file and the rotation (the best one,
+        best.py); returns its prefix."""
+        self.history.store(sessions)
+        return self.checkpoint.write(str(prefix))
 
 
 class TensorFlowRuntime:
