@@ -39,7 +39,7 @@ from acgan.config import Config, start_from_file
 from acgan.errors import UserError
 from acgan.quality import inception as inception_lib
 from acgan.quality.comparison import CompareSettings, train_runs
-from acgan.training import export_request, grids
+from acgan.training import best, export_request, grids
 from acgan.training.run_dir import config_to_resume, read_run
 from acgan.util import disk
 from acgan.util.files import read_json
@@ -201,21 +201,31 @@ def train_with(config, command=None):
     )
 
 
-def generate(run=None, per_class=10, out=None, seed=0, labels=True, ema=True, backend=None):
-    """Samples from a run's newest checkpoint, as python -m acgan.generate does: per_class images of every
-    class from noise drawn with `seed`. out: also write them, a .png grid (row names unless labels=False)
-    or an .npz (uint8 images, labels, class names). ema: from the moving average of G's weights where the
-    run kept one (False: G's own). Returns Samples."""
+def generate(
+    run=None,
+    per_class=10,
+    out=None,
+    seed=0,
+    labels=True,
+    ema=True,
+    checkpoint="latest",
+    backend=None,
+):
+    """Samples from a run's newest checkpoint (checkpoint="best": the one --eval_every judged best), as
+    python -m acgan.generate does: per_class images of every class from noise drawn with `seed`. out:
+    also write them, a .png grid (row names unless labels=False) or an .npz (uint8 images, labels,
+    class names). ema: from G's moving average where the run kept one (False: G's own). Returns Samples."""
     _require_run(run)
+    config_lib.check_checkpoint(checkpoint)
     if out is not None and Path(out).suffix.lower() not in (".png", ".npz"):
         raise UserError("--out must name a .png or .npz file")
     config_lib.check_int(
         "per_class", per_class, 1, f"--per_class must be a positive integer, got {per_class}"
     )
     config_lib.check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
-    sampling = _use_for_run(backend, run).sampling
+    sampling = _use_for_run(backend, run, checkpoint).sampling
     with backend_lib.policy_restored():
-        _, info, trainer = sampling.load_run(Path(run), ema=ema)
+        _, info, trainer = sampling.load_run(Path(run), ema=ema, checkpoint=checkpoint)
         class_names = tuple(info["class_names"])
         z, labels_of = sampling.generator_inputs(
             len(class_names), trainer.noise_dim, per_class, seed
@@ -240,6 +250,7 @@ def evaluate(
     inception_samples=inception_lib.SAMPLES,
     ema=True,
     ema_statistics=None,
+    checkpoint="latest",
     backend=None,
     inception_stats=None,
 ):
@@ -250,8 +261,10 @@ def evaluate(
     written.
     ema: judge the moving average of G's weights where the run kept one; False: G's own (recorded in
     quality_no_ema.json, beside the average's). ema_statistics: the average's batch-norm statistics
-    (presets.EMA_STATISTICS; None: the run's own choice; another is recorded in quality_ema_CHOICE.json)."""
+    (presets.EMA_STATISTICS; None: the run's own choice; another is recorded in quality_ema_CHOICE.json).
+    checkpoint="best": the checkpoint --eval_every judged best (recorded in quality_best.json)."""
     _require_run(run)
+    config_lib.check_checkpoint(checkpoint)
     if ema_statistics is not None:
         config_lib.Config(ema_statistics=ema_statistics).validate()
     config_lib.check_int(
@@ -280,7 +293,7 @@ def evaluate(
     if inception is not None:
         inception_lib.graph_path(inception)  # a missing file: refused before anything loads
         backend = inception_lib.backend_for(backend, run)
-    run_evaluation = _use_for_run(backend, run).run_evaluation
+    run_evaluation = _use_for_run(backend, run, checkpoint).run_evaluation
     # Loads TensorFlow:
     graph = inception_lib.read_graph(inception, inception_stats) if inception is not None else None
     with backend_lib.policy_restored():
@@ -297,6 +310,7 @@ def evaluate(
             inception_samples=inception_samples,
             ema=ema,
             ema_statistics=ema_statistics,
+            checkpoint=checkpoint,
         )
 
 
@@ -364,23 +378,34 @@ def benchmark_with(settings, output_dir=None, command=None):
     return Report(folder, read_json(folder / "benchmark.json"))
 
 
-def export(run=None, out=None, keep_policy=False, format="keras", ema=True, backend=None):
-    """The generator of a run's newest checkpoint as one file that loads without acgan, as python -m
-    acgan.export writes it: keras.saving.load_model(out) on TensorFlow or JAX gives a model from (noise,
-    labels) to images in [0, 1], with acgan.json inside (noise size, image shape, class names).
-    keep_policy: the layers keep the run's policy (default: float32). format="savedmodel": a SavedModel
-    folder for TF Serving (needs TensorFlow); format="onnx": a .onnx file for onnxruntime (the onnx
-    extra; float32 only). ema: the moving average of G's weights where the run kept one (False: G's own).
-    Returns Exported."""
+def export(
+    run=None,
+    out=None,
+    keep_policy=False,
+    format="keras",
+    ema=True,
+    checkpoint="latest",
+    backend=None,
+):
+    """The generator of a run's newest checkpoint (checkpoint="best": the one --eval_every judged best) as
+    one file that loads without acgan, as python -m acgan.export writes it: keras.saving.load_model(out)
+    on TensorFlow or JAX gives a model from (noise, labels) to images in [0, 1], with acgan.json inside
+    (noise size, image shape, class names, the checkpoint and step). keep_policy: the layers keep the
+    run's policy (default: float32). format="savedmodel": a SavedModel folder for TF Serving (needs
+    TensorFlow); format="onnx": a .onnx file for onnxruntime (the onnx extra; float32 only). ema: the
+    moving average of G's weights where the run kept one (False: G's own). Returns Exported."""
     _require_run(run)
+    config_lib.check_checkpoint(checkpoint)
     out = export_request.check_output(out, format, keep_policy)
     if not Path(run).is_dir():
         raise UserError(f"--run {os.fspath(run)} is not a folder")
-    name = _backend_for_run(backend, run)
+    name = _backend_for_run(backend, run, checkpoint)
     export_request.check_installed(format, name)
     exporting = _keras_side(name).export
     with backend_lib.policy_restored():
-        meta = exporting.export_run(Path(run), out, keep_policy=keep_policy, format=format, ema=ema)
+        meta = exporting.export_run(
+            Path(run), out, keep_policy=keep_policy, format=format, ema=ema, checkpoint=checkpoint
+        )
     return Exported(out, meta)
 
 
@@ -399,16 +424,19 @@ def _require_run(run):
         raise UserError("--run is required: the folder of a training run")
 
 
-def _backend_for_run(name, run):
+def _backend_for_run(name, run, checkpoint="latest"):
     """The backend the run commands choose: the named one, else the one Keras runs on, else KERAS_BACKEND,
-    else the run's own. A folder that holds no run is refused (UserError), before Keras loads (seconds)."""
+    else the run's own. A folder that holds no run, or --checkpoint best on a run that keeps none, is
+    refused (UserError), before Keras loads (seconds)."""
     config, _ = read_run(Path(run))
+    if checkpoint == "best":
+        best.record_of(run)
     return name or backend_lib.running() or os.environ.get("KERAS_BACKEND") or config.backend
 
 
-def _use_for_run(name, run):
+def _use_for_run(name, run, checkpoint="latest"):
     """_keras_side on the backend the run commands choose (_backend_for_run)."""
-    return _keras_side(_backend_for_run(name, run))
+    return _keras_side(_backend_for_run(name, run, checkpoint))
 
 
 def _keras_side(name):

@@ -66,6 +66,16 @@ def define_ema_flag():
     )
 
 
+def define_checkpoint_flag():
+    """--checkpoint latest|best, for the commands that read a run (checked by the acgan.api call)."""
+    flags.DEFINE_string(
+        "checkpoint",
+        "latest",
+        "latest: the run's newest checkpoint; best: the one its --eval_every evaluations "
+        "judged best (the lowest Fréchet distance).",
+    )
+
+
 def define_backend_flag(of_run=False):
     """--backend tensorflow|jax; the acgan.api call chooses it before Keras loads. Default: KERAS_BACKEND,
     else tensorflow, or (of_run: commands that read a run) None, meaning the run's own backend."""

@@ -12,11 +12,10 @@ from acgan import api, cli
 from acgan.presets import EMA_STATISTICS
 from acgan.quality import inception as inception_lib  # numpy only
 from acgan.quality.report_section import (
-    RAW_GENERATOR_FILE,
     across_judges_text,
-    ema_statistics_file,
     has_report,
     inception_text,
+    result_file,
     summary_line,
 )
 
@@ -79,6 +78,7 @@ def define_flags():
         f"The average's batch-norm statistics: {', '.join(EMA_STATISTICS)} (default: the run's; "
         "another choice is recorded in quality_ema_CHOICE.json).",
     )
+    cli.define_checkpoint_flag()
     cli.define_backend_flag(of_run=True)
 
 
@@ -98,6 +98,7 @@ def main(argv):
         inception_samples=FLAGS.inception_samples,
         ema=FLAGS.ema,
         ema_statistics=FLAGS.ema_statistics,
+        checkpoint=FLAGS.checkpoint,
         backend=FLAGS.backend,
         inception_stats=FLAGS.inception_stats,
     )
@@ -108,16 +109,9 @@ def main(argv):
     if result.get("across_judges"):
         across = result["across_judges"]
         print(f"across {len(across['judges'])} judges: {across_judges_text(across)}")
-    if result["generator"] == "raw" and result.get(
-        "ema_decay"
-    ):  # not the run's own sampler: beside it
+    if result_file(result) != "quality.json":  # not the run's own sampler at its newest checkpoint
         print(
-            f"wrote {run_dir / RAW_GENERATOR_FILE} (G's own weights; quality.json keeps the average's)"
-        )
-    elif result.get("ema_statistics") != result.get("run_ema_statistics"):
-        print(
-            f"wrote {run_dir / ema_statistics_file(result['ema_statistics'])} (the average with "
-            f"{result['ema_statistics']} statistics; quality.json keeps the run's own)"
+            f"wrote {run_dir / result_file(result)} (beside quality.json, which the report shows)"
         )
     elif has_report(run_dir):
         print(

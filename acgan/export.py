@@ -35,6 +35,7 @@ def define_flags():
         "onnxruntime (float32; needs the onnx extra).",
     )
     cli.define_ema_flag()
+    cli.define_checkpoint_flag()
     cli.define_backend_flag(of_run=True)
 
 
@@ -48,13 +49,15 @@ def main(argv):
         keep_policy=FLAGS.keep_policy,
         format=FLAGS.format,
         ema=FLAGS.ema,
+        checkpoint=FLAGS.checkpoint,
         backend=FLAGS.backend,
     )
     meta = exported.metadata
     shape = "x".join(str(n) for n in meta["image_shape"])
     which = "G's moving average" if meta["generator"] == "ema" else "the generator"
+    best = " (the best checkpoint)" if meta["checkpoint"] == "best" else ""
     print(
-        f"wrote {exported.path}: {which} at step {meta['step']}, {meta['policy']}; noise {meta['noise_dim']} "
+        f"wrote {exported.path}: {which} at step {meta['step']}{best}, {meta['policy']}; noise {meta['noise_dim']} "
         f"(uniform in [-1, 1]), {meta['num_classes']} classes, images {shape} in [0, 1] (acgan.json inside)"
     )
 

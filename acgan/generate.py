@@ -22,6 +22,7 @@ def define_flags():
     flags.DEFINE_integer("seed", 0, "Seed for the noise.")
     cli.define_setting_flags(Config, ["labels"])
     cli.define_ema_flag()
+    cli.define_checkpoint_flag()
     cli.define_backend_flag(of_run=True)
 
 
@@ -37,6 +38,7 @@ def main(argv):
         seed=FLAGS.seed,
         labels=FLAGS.labels,
         ema=FLAGS.ema,
+        checkpoint=FLAGS.checkpoint,
         backend=FLAGS.backend,
     )
     print(f"wrote {samples.path}")

@@ -5,12 +5,22 @@ from acgan.presets import EMA_STATISTICS
 from acgan.util import markdown
 
 SECTION_TITLE = "## Sample quality"
-RAW_GENERATOR_FILE = "quality_no_ema.json"  # --no-ema's result on a run that keeps G's average
 
 
-def ema_statistics_file(choice):
-    """Where evaluate records the average judged with batch-norm statistics other than the run's own."""
-    return f"quality_ema_{choice}.json"
+def result_file(result):
+    """The file acgan.evaluate records `result` in: quality.json (which the report shows) for the run's
+    own sampler at its newest checkpoint; beside it, --checkpoint best's in quality_best.json and G's own
+    weights on a run that keeps their average (--no-ema) in quality_no_ema.json (both:
+    quality_best_no_ema.json), and the average with other batch-norm statistics than the run's in
+    quality_ema_CHOICE.json (e.g. quality_best_ema_standing.json)."""
+    raw = result.get("generator") == "raw" and result.get("ema_decay")
+    best = result.get("checkpoint") == "best"
+    other = (
+        result.get("generator") == "ema"
+        and result["ema_statistics"] != result["run_ema_statistics"]
+    )
+    statistics = f"_ema_{result.get('ema_statistics')}" * other
+    return f"quality{'_best' * best}{'_no_ema' * bool(raw)}{statistics}.json"
 
 
 def has_report(run_dir):

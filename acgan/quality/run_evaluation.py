@@ -16,11 +16,10 @@ from acgan.quality import inception as inception_lib
 from acgan.quality import judge as judge_lib
 from acgan.quality.evaluation import evaluate_gan, real_reference, sample_inputs, scalars
 from acgan.quality.report_section import (
-    RAW_GENERATOR_FILE,
     SECTION_TITLE,
-    ema_statistics_file,
     has_report,
     render_markdown,
+    result_file,
 )
 from acgan.quality.verdict import ACROSS_JUDGES, spread
 from acgan.training import report as run_report
@@ -44,6 +43,7 @@ def evaluate_run(
     inception_samples=inception_lib.SAMPLES,
     ema=True,
     ema_statistics=None,
+    checkpoint="latest",
 ):
     """Evaluates a run folder's latest checkpoint and records the result in the run; returns the dict.
 
@@ -55,11 +55,14 @@ def evaluate_run(
     cas: also the classification accuracy score of the same samples (acgan.quality.cas; its classifiers
     train from seed `judge_seed`), in result["classification_accuracy_score"]. inception: an
     acgan.quality.inception.InceptionGraph, for the standard FID and IS of inception_samples (standard_scores).
-    ema, ema_statistics: which generator (sampling.load_run); not the run's own: beside quality.json.
+    ema, ema_statistics: which generator (sampling.load_run); checkpoint="best": the run's best one.
+    Where it is recorded: result_file.
     """
     started = time.perf_counter()
     run_dir = Path(run_dir)
-    config, info, trainer = sampling.load_run(run_dir, ema=ema, ema_statistics=ema_statistics)
+    config, info, trainer = sampling.load_run(
+        run_dir, ema=ema, ema_statistics=ema_statistics, checkpoint=checkpoint
+    )
     data_dir = data_dir or config.data_dir
     test_set, train_set = _splits(config, info, data_dir, run_dir)
 
@@ -90,7 +93,7 @@ def evaluate_run(
     result["inception"] = standard_scores(
         inception, trainer, config.dataset, train_set, inception_samples, seed, data_dir, echo
     )
-    result.update(_about(run_dir, command, config, trainer, judge))
+    result.update(_about(run_dir, command, config, trainer, judge), checkpoint=checkpoint)
     if cas:
         echo(
             f"classification accuracy score: training the judge's CNN on the {len(fake):,} samples, and on as "
@@ -206,16 +209,11 @@ def across_judges(results):
 
 def record(run_dir, result):
     """Writes quality.json, merges "quality" into report.json and a section into report.md, logs scalars.
-    G's own weights judged on a run that samples from their average (--no-ema): RAW_GENERATOR_FILE only, so
-    the run's own result stays where the report and compare read it."""
-    if result.get("generator") == "raw" and result.get("ema_decay"):
-        write_json(run_dir / RAW_GENERATOR_FILE, result)
-        return
-    if (
-        result.get("generator") == "ema"
-        and result["ema_statistics"] != result["run_ema_statistics"]
-    ):
-        write_json(run_dir / ema_statistics_file(result["ema_statistics"]), result)
+    The best checkpoint's result, or G's own weights judged on a run that samples from their average
+    (--no-ema): their own file only (result_file), so the run's own result stays where the report and
+    compare read it."""
+    if result_file(result) != "quality.json":
+        write_json(run_dir / result_file(result), result)
         return
     write_json(run_dir / "quality.json", result)
     report_path = run_dir / "report.json"

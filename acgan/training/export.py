@@ -133,12 +133,13 @@ def read_metadata(path):
         return json.loads(archive.read(METADATA_NAME))
 
 
-def export_run(run_dir, out, keep_policy=False, format="keras", ema=True):
-    """Writes the generator of `run_dir`'s newest intact checkpoint to `out` (a .keras file; with
+def export_run(run_dir, out, keep_policy=False, format="keras", ema=True, checkpoint="latest"):
+    """Writes the generator of `run_dir`'s newest intact checkpoint (checkpoint="best": its best one) to
+    `out` (a .keras file; with
     format="savedmodel" a new SavedModel folder; with format="onnx" a .onnx file); returns its metadata.
     Sets the run's dtype policy (as acgan.generate does). ema: G's moving average where the run kept one. Nothing is left half-written:
     the file or folder appears whole or not at all."""
-    config, info, trainer = load_run(Path(run_dir), ema=ema)
+    config, info, trainer = load_run(Path(run_dir), ema=ema, checkpoint=checkpoint)
     with (
         backend.tensorflow_hidden()
     ):  # on JAX, each layer's get_config probes TensorFlow (a 10-second import)
@@ -152,6 +153,7 @@ def export_run(run_dir, out, keep_policy=False, format="keras", ema=True):
         run_dir,
         sampled_generator(trainer),
     )
+    meta["checkpoint"] = checkpoint  # "latest" or "best" (best.py)
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """Samples from a generator: the grids saved during training (fixed noise, one row per class), and
-samples from a run folder's latest checkpoint (acgan.generate: a PNG grid or an npz)."""
+samples from a run folder's latest or best checkpoint (acgan.generate: a PNG grid or an npz)."""
 
 import contextlib
 import io
@@ -13,21 +13,22 @@ from acgan.errors import UserError
 from acgan.model import jax_formulations, precision
 from acgan.model.networks import build_models
 from acgan.step.factory import build_step
-from acgan.training import checkpoints, grids, jax_checkpoints
+from acgan.training import best, checkpoints, grids, jax_checkpoints
 from acgan.training.checkpoints import first_line
 from acgan.training.run_dir import read_run
 from acgan.util.files import write_atomically
 
 
-def load_run(run_dir, ema=True, ema_statistics=None):
-    """(config, dataset info, the step of the backend Keras runs on, with the run's newest intact
-    checkpoint's weights) of a run folder. ema: G's weights are its average where the run kept one
-    (step.swap_in_ema; the step's `ema_decay` says whether it did), else G's own. ema_statistics: the
-    average's batch-norm statistics (presets.EMA_STATISTICS); None: the run's.
+def load_run(run_dir, ema=True, ema_statistics=None, checkpoint="latest"):
+    """(config, dataset info, the step of the backend Keras runs on, with the weights of the run's newest
+    intact checkpoint, or with checkpoint="best" its best one: best.py) of a run folder. ema: G's weights
+    are its average where the run kept one (step.swap_in_ema; the step's `ema_decay` says whether it
+    did), else G's own. ema_statistics: the average's batch-norm statistics (presets.EMA_STATISTICS);
+    None: the run's.
 
     A JAX run's checkpoints (.npz) read on either backend; a TensorFlow run's need TensorFlow.
     """
-    config, info, trainer = _load_step(run_dir)
+    config, info, trainer = _load_step(run_dir, checkpoint)
     trainer.ema_statistics = ema_statistics or trainer.ema_statistics
     if ema:
         trainer.swap_in_ema()
@@ -41,7 +42,7 @@ def sampled_generator(trainer):
     return "ema" if trainer.samples_from_ema or trainer.generator_holds_ema else "raw"
 
 
-def _load_step(run_dir):
+def _load_step(run_dir, which):
     config, info = read_run(run_dir)
     running = keras.backend.backend()
     if config.backend == "tensorflow" and running != "tensorflow":
@@ -50,8 +51,12 @@ def _load_step(run_dir):
             "read it with --backend tensorflow"
         )
     saved = jax_checkpoints if config.backend == "jax" else checkpoints
-    latest = saved.newest_intact(run_dir / "checkpoints")  # before building anything
-    if latest is None:
+    found = (  # before building anything
+        best.stored(run_dir, saved.damage)
+        if which == "best"
+        else saved.newest_intact(run_dir / "checkpoints")
+    )
+    if found is None:
         raise UserError(f"{run_dir} has no checkpoint yet")
     precision.set_policy(config.policy)
     jax_formulations.use(config)
@@ -64,8 +69,8 @@ def _load_step(run_dir):
     if running == "jax":  # then a JAX run: the step takes its whole saved state
         # jit: generate() compiles once
         trainer = build_step(preset, running, models, num_classes, jit=True)
-        with _mismatch_as_user_error(run_dir, latest, config):
-            trainer.load_state(saved.read_state(latest))
+        with _mismatch_as_user_error(run_dir, found, config):
+            trainer.load_state(saved.read_state(found))
         trainer.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
         return config, info, trainer
     # TensorFlow and its runtime (the TensorFlow backend's own module), here: a JAX process reads its runs
@@ -73,17 +78,17 @@ def _load_step(run_dir):
     import tensorflow as tf
 
     trainer = build_step(preset, running, models, num_classes, jit=False)
-    with _mismatch_as_user_error(run_dir, latest, config):
+    with _mismatch_as_user_error(run_dir, found, config):
         if (
             config.backend == "jax"
         ):  # a JAX run on TensorFlow: its model weights by variable path, and its step
-            arrays = saved.read_state(latest)
+            arrays = saved.read_state(found)
             saved.assign_models(arrays, models, models._fields)  # common.MODEL_NAMES
             trainer.step.assign(int(arrays["step"]))
             saved.assign_ema(arrays, trainer)
         else:
             checkpoint = tf.train.Checkpoint(gan=trainer, g_ema=trainer.ema_checkpointable)
-            checkpoint.restore(latest).assert_existing_objects_matched().expect_partial()
+            checkpoint.restore(found).assert_existing_objects_matched().expect_partial()
     return config, info, trainer
 
 
