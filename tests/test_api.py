@@ -161,6 +161,12 @@ BAD = {
         ["--run", "r", "--out", "g.h5"],
         "--out must name a .keras file, not 'g.h5' (--format savedmodel writes a folder)",
     ),
+    "export: a bad checkpoint": (
+        "export",
+        dict(run="r", out="g.keras", checkpoint="newest"),
+        ["--run", "r", "--out", "g.keras", "--checkpoint", "newest"],
+        "--checkpoint must be latest or best, got 'newest'",
+    ),
     "export: no such run": (
         "export",
         dict(run="nowhere", out="g.keras"),
@@ -191,6 +197,7 @@ def test_the_commands_print_the_same_messages(tmp_path):
         "compare: no budget",
         "benchmark: a bad batch",
         "export: not a .keras file",
+        "export: a bad checkpoint",
     ]
     procs = {
         case: acgan_command(BAD[case][0], *BAD[case][2], cwd=tmp_path, wait=False) for case in cases

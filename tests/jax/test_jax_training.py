@@ -89,6 +89,11 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy,
         f"{during['real_reference']['precision']:.2f} / "
     ) in (run_dir / "report.md").read_text()
     assert _steps_saved(run_dir) == [4, 8]
+    # The one evaluation's checkpoint is the best one, apart from the rotation, with its numbers.
+    best = first["best_checkpoint"]
+    assert best["step"] == 8 and best["checkpoint"] == "checkpoints/best/ckpt-8.npz"
+    assert best["frechet_distance"] == during["frechet_distance"] and best["num_generated"] == 50
+    assert sorted(p.name for p in (run_dir / "checkpoints" / "best").iterdir()) == ["ckpt-8.npz"]
     assert sorted(p.name for p in (run_dir / "samples").glob("*.png")) == [
         "final.png",
         "step_0000004.png",
@@ -111,6 +116,7 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy,
         n: first["final_metrics"][f"{n}_loss_scale"] for n in "dgq"
     }
     assert _steps_saved(run_dir) == [4, 8, 12]
+    assert report["best_checkpoint"] == best  # kept: the resumed session judged nothing better
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -135,6 +141,8 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy,
     _, info, trainer = sampling.load_run(run_dir)
     images, labels = sampling.generate(trainer, len(info["class_names"]), 2, seed=0)
     assert images.shape == (20, 28, 28, 1) and images.dtype == np.uint8 and images.std() > 0
+    _, _, best_step = sampling.load_run(run_dir, checkpoint="best")
+    assert int(trainer.step.numpy()) == 12 and int(best_step.step.numpy()) == 8
 
 
 @pytest.mark.slow
