@@ -155,6 +155,7 @@ def test_the_loop_runs_compile_warm_up_timed_steps_then_times_the_bare_step(tmp_
         notes=[],
         earlier_sessions=[],
         checkpoints=_Checkpoints(events),
+        best=None,  # no evaluator: nothing is judged best
         resumed_from=None,
         start_step=0,
         steps=12,
