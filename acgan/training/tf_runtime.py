@@ -67,6 +67,9 @@ class TensorFlowCheckpoints:
         """The same checkpoint at `prefix`, outside the state file and the rotation (the best one,
         best.py); returns its prefix."""
         self.history.store(sessions)
+        # Readers restore a save counter, which save() makes and write() does not: asking for it makes it
+        # (the best checkpoint can come before the first save).
+        _ = self.checkpoint.save_counter
         return self.checkpoint.write(str(prefix))
 
 

@@ -92,14 +92,16 @@ def test_the_record_names_a_whole_checkpoint_whenever_the_writes_stop(tmp_path, 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """The tiny run (api_runs.TINY, with G's average) for 8 steps, then resumed to 12: an evaluation every
-    2 steps, a checkpoint every 2, only the newest kept. Returns the run and its first report."""
+    2 steps, a checkpoint every 4 (so the first best ones come before the first checkpoint), only the
+    newest kept. Returns the run and its first report."""
     folder = tmp_path_factory.mktemp("best-run")
     settings = dict(
         TINY,
         steps=8,
         eval_every=2,
+        checkpoint_every=4,
         keep_checkpoints=1,
-        sample_every=8,
+        sample_every=100,
         output_dir=str(folder / "run"),
         data_dir=str(folder / "data"),
     )
