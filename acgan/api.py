@@ -216,7 +216,7 @@ def generate(
     also write them, a .png grid (row names unless labels=False) or an .npz (uint8 images, labels,
     class names). ema: from G's moving average where the run kept one (False: G's own). Returns Samples."""
     _require_run(run)
-    config_lib.check_checkpoint(checkpoint)
+    best.check_checkpoint(checkpoint)
     if out is not None and Path(out).suffix.lower() not in (".png", ".npz"):
         raise UserError("--out must name a .png or .npz file")
     config_lib.check_int(
@@ -264,27 +264,18 @@ def evaluate(
     (presets.EMA_STATISTICS; None: the run's own choice; another is recorded in quality_ema_CHOICE.json).
     checkpoint="best": the checkpoint --eval_every judged best (recorded in quality_best.json)."""
     _require_run(run)
-    config_lib.check_checkpoint(checkpoint)
+    best.check_checkpoint(checkpoint)
     if ema_statistics is not None:
         config_lib.Config(ema_statistics=ema_statistics).validate()
-    config_lib.check_int(
-        "num_samples",
-        num_samples,
-        2,
-        f"--num_samples must be at least 2 (a covariance needs two), got {num_samples}",
-    )
-    config_lib.check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
-    config_lib.check_int(
-        "judge_seed", judge_seed, 0, f"--judge_seed must be non-negative, got {judge_seed}"
-    )
-    config_lib.check_int("judges", judges, 1, f"--judges must be at least 1, got {judges}")
-    config_lib.check_int(
-        "inception_samples",
-        inception_samples,
-        inception_lib.SPLITS,
-        "--inception_samples must be at least "
-        f"{inception_lib.SPLITS} (the Inception score's splits), got {inception_samples}",
-    )
+    for name, lowest, why in (
+        ("num_samples", 2, " (a covariance needs two)"),
+        ("seed", 0, ""),
+        ("judge_seed", 0, ""),
+        ("judges", 1, ""),
+        ("inception_samples", inception_lib.SPLITS, " (the Inception score's splits)"),
+    ):
+        value, bound = locals()[name], "non-negative" if lowest == 0 else f"at least {lowest}"
+        config_lib.check_int(name, value, lowest, f"--{name} must be {bound}{why}, got {value}")
     if not Path(run).is_dir():
         raise UserError(f"--run {os.fspath(run)} is not a folder")
     settings = config_lib.changed(evaluate, dict(locals()))
@@ -395,7 +386,7 @@ def export(
     TensorFlow); format="onnx": a .onnx file for onnxruntime (the onnx extra; float32 only). ema: the
     moving average of G's weights where the run kept one (False: G's own). Returns Exported."""
     _require_run(run)
-    config_lib.check_checkpoint(checkpoint)
+    best.check_checkpoint(checkpoint)
     out = export_request.check_output(out, format, keep_policy)
     if not Path(run).is_dir():
         raise UserError(f"--run {os.fspath(run)} is not a folder")

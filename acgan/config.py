@@ -443,12 +443,3 @@ def check_int(name, value, lowest, message):
         raise UserError(f"--{name} must be an integer, got {value!r}")
     if lowest is not None and value < lowest:
         raise UserError(message)
-
-
-# --checkpoint of the commands that read a run: its newest checkpoint, or the best one --eval_every kept.
-CHECKPOINTS = ("latest", "best")
-
-
-def check_checkpoint(value):
-    if value not in CHECKPOINTS:
-        raise UserError(f"--checkpoint must be latest or best, got {value!r}")

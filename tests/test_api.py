@@ -93,7 +93,12 @@ def test_evaluate_returns_the_quality_and_records_it_in_the_run(run):
     assert 0 <= result["conditional_accuracy"] <= 1 and result["frechet_distance"] >= 0
     assert run.quality["conditional_accuracy"] == result["conditional_accuracy"]
     assert run.quality["command"].startswith("acgan.evaluate(run=")
-    assert "## Sample quality" in (run.folder / "report.md").read_text()
+    section = (run.folder / "report.md").read_text()
+    assert "## Sample quality" in section
+    assert (
+        "G's moving average (decay 0.9, with G's own batch-norm statistics), its newest checkpoint "
+        "(step 2)" in section
+    )
     assert result["generator"] == "ema" and result["ema_decay"] == 0.9
     # G's own weights: beside the run's result, not over it
     own = acgan.evaluate(run, num_samples=20, ema=False)

@@ -67,3 +67,16 @@ def write_stats(path, mean, covariance):
     np.savez(buffer, mu=mean, sigma=covariance)
     write_atomically(path, buffer.getvalue())
     return hashlib.sha256(buffer.getvalue()).hexdigest()
+
+
+def report_text(stats):
+    """What the report says of an --inception_stats file."""
+    if not stats["read"]:
+        return (
+            f"written to `{stats['file']}` (sha256 {stats['sha256']}): TTUR's format, mu and sigma"
+        )
+    return (
+        f"read from `{stats['file']}` (sha256 {stats['sha256']}) as the FID's real side; KID, the "
+        "per-class FID and the train images' Inception score need the real images' features, which "
+        "it does not hold: not computed"
+    )

@@ -2,6 +2,7 @@
 prints and acgan.compare's page shows of an evaluation, and where a run keeps its evaluations."""
 
 from acgan.presets import EMA_STATISTICS
+from acgan.quality import inception_stats
 from acgan.util import markdown
 
 SECTION_TITLE = "## Sample quality"
@@ -136,6 +137,9 @@ def cas_text(score):
     return f"{score['accuracy']:.1%} (real train images instead: {score['real_reference']['accuracy']:.1%})"
 
 
+WHICH_CHECKPOINT = {"latest": "newest", "best": "best"}  # --checkpoint's, as the report says it
+
+
 def generator_text(result):
     """Which generator an evaluation judged: G's moving average (its decay and batch-norm statistics) or
     G's own weights."""
@@ -150,7 +154,8 @@ def render_markdown(result):
     judge_line = (
         f"Judged by a float32 reference CNN (seed {judge.get('seed') or 0}) trained on the real train split "
         f"({_pct(judge.get('test_accuracy'))} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
-        f"{generator_text(result)} at step {result['step']:,}, {result['num_generated']:,} generated samples "
+        f"{generator_text(result)}, its {WHICH_CHECKPOINT[result['checkpoint']]} checkpoint "
+        f"(step {result['step']:,}), {result['num_generated']:,} generated samples "
         f"(classes balanced, seed {result['seed']})."
     )
     lines = [SECTION_TITLE, "", judge_line, ""] + markdown.table(["", ""], summary_rows(result))
@@ -300,19 +305,6 @@ def inception_text(entry):
     )
 
 
-def _stats_text(stats):
-    """What the report says of an --inception_stats file."""
-    if not stats["read"]:
-        return (
-            f"written to `{stats['file']}` (sha256 {stats['sha256']}): TTUR's format, mu and sigma"
-        )
-    return (
-        f"read from `{stats['file']}` (sha256 {stats['sha256']}) as the FID's real side; KID, the "
-        "per-class FID and the train images' Inception score need the real images' features, which "
-        "it does not hold: not computed"
-    )
-
-
 def inception_rows(entry):
     """The section's rows of the standard FID, KID, per-class FID and Inception score, or one row saying
     why there are none."""
@@ -347,7 +339,12 @@ def inception_rows(entry):
         ("Inception graph", f"`{entry['graph']}` (sha256 {entry['sha256']})"),
     ]
     if entry.get("real_statistics"):
-        rows.append(("real statistics (--inception_stats)", _stats_text(entry["real_statistics"])))
+        rows.append(
+            (
+                "real statistics (--inception_stats)",
+                inception_stats.report_text(entry["real_statistics"]),
+            )
+        )
     return rows
 
 

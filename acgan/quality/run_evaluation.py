@@ -5,6 +5,7 @@ records the result in the run: quality.json, report.json, report.md and TensorBo
 Importing it loads Keras (the judge, the models, sampling): its callers choose the backend first.
 """
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -55,9 +56,8 @@ def evaluate_run(
     cas: also the classification accuracy score of the same samples (acgan.quality.cas; its classifiers
     train from seed `judge_seed`), in result["classification_accuracy_score"]. inception: an
     acgan.quality.inception.InceptionGraph, for the standard FID and IS of inception_samples (standard_scores).
-    ema, ema_statistics: which generator (sampling.load_run); checkpoint="best": the run's best one.
-    Where it is recorded: result_file.
-    """
+    ema, ema_statistics, checkpoint: which generator from which checkpoint (sampling.load_run), recorded
+    where result_file says."""
     started = time.perf_counter()
     run_dir = Path(run_dir)
     config, info, trainer = sampling.load_run(
@@ -66,18 +66,16 @@ def evaluate_run(
     data_dir = data_dir or config.data_dir
     test_set, train_set = _splits(config, info, data_dir, run_dir)
 
-    def cached_judge(judge_seed):
-        return judge_lib.load_or_train(
-            config.dataset,
-            data_dir,
-            config.classes,
-            config.max_per_class,
-            test_set,
-            seed=judge_seed,
-            echo=echo,
-        )
-
-    judge = judge or cached_judge(judge_seed)
+    # the judge of a seed, loaded or trained once and cached
+    cached_judge = functools.partial(
+        judge_lib.load_or_train,
+        config.dataset,
+        data_dir,
+        config.classes,
+        config.max_per_class,
+        test_set,
+    )
+    judge = judge or cached_judge(seed=judge_seed, echo=echo)
     if judge.info.get("class_names") != list(test_set.class_names):
         raise ValueError("the judge passed in was trained on other classes than this run's")
     # The samples, once: every judge (and Inception) scores these same images.
@@ -95,17 +93,14 @@ def evaluate_run(
     )
     result.update(_about(run_dir, command, config, trainer, judge), checkpoint=checkpoint)
     if cas:
-        echo(
-            f"classification accuracy score: training the judge's CNN on the {len(fake):,} samples, and on as "
-            "many real train images for its reference (cached after the first time)"
-        )
+        echo(f"classification accuracy score: the judge's CNN trained on the {len(fake):,} samples")
         result["classification_accuracy_score"] = cas_lib.classification_accuracy_score(
             fake, labels, test_set, train_set, seed=judge_seed, cache_dir=Path(data_dir) / "judges"
         )
     if judges > 1:  # the same samples, judged again by the judges of the next seeds
         others = []
         for other_seed in range(judge_seed + 1, judge_seed + judges):
-            other = judged_by(cached_judge(other_seed), with_q=False)
+            other = judged_by(cached_judge(seed=other_seed, echo=echo), with_q=False)
             other["judge"] = {"seed": other_seed, "test_accuracy": other["judge_test_accuracy"]}
             others.append(other)
         result["across_judges"] = across_judges([result] + others)

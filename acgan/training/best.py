@@ -28,6 +28,15 @@ NUMBERS = (
 )
 
 
+# --checkpoint of the commands that read a run: its newest checkpoint, or the best one --eval_every kept.
+CHECKPOINTS = ("latest", "best")
+
+
+def check_checkpoint(value):
+    if value not in CHECKPOINTS:
+        raise UserError(f"--checkpoint must be latest or best, got {value!r}")
+
+
 def is_better(result, best):
     """Whether an evaluation `result` beats the `best` record (None: none yet) by RULE: a finite overall
     Fréchet distance below the best's. A tie keeps the earlier step."""
