@@ -1,7 +1,8 @@
 """Shared fixtures, and the two test sessions: `make test` runs pytest once per Keras backend, as Keras's own
 suite does (Keras takes its backend once per process). KERAS_BACKEND=tensorflow (the default) collects every
 test outside tests/jax/; KERAS_BACKEND=jax collects tests/jax/ only, in processes where importing TensorFlow
-fails (`import_blocker`), so every JAX test also shows that the JAX path never needs it. A test starts a
+fails (`import_blocker`), so every JAX test also shows that the JAX path never needs it; the files of
+BOTH_SESSIONS are collected by both, each running on its session's backend. A test starts a
 child process only where the process boundary is what it tests (a signal, a crash, an import that must not
 happen, several processes or devices of one run, the other backend).
 
@@ -108,12 +109,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+# Test files both sessions collect, each testing the backend of its session (keras.backend.backend()):
+# they import TensorFlow only on TensorFlow.
+BOTH_SESSIONS = (TESTS / "step" / "test_algorithm.py",)
+
+
 def pytest_ignore_collect(collection_path, config):
-    """The JAX session collects tests/jax/ only; the TensorFlow session everything else."""
+    """The JAX session collects tests/jax/ and BOTH_SESSIONS only; the TensorFlow session everything
+    else."""
     path = Path(collection_path)
     in_jax = path == TESTS / "jax" or TESTS / "jax" in path.parents
     if BACKEND == "jax":
-        return None if in_jax or path in (TESTS, *TESTS.parents) else True
+        on_the_way = path in (TESTS, *TESTS.parents) or any(
+            path == f or path in f.parents for f in BOTH_SESSIONS
+        )
+        return None if in_jax or on_the_way else True
     return True if in_jax else None
 
 
