@@ -168,6 +168,9 @@ ACGAN_CIFAR = Preset(
     loss="nonsaturating",
     q_learns_from_fakes=False,
     g_learns_from_q=False,
+    # sampled from an average of G's weights with standing batch-norm statistics (docs/training.md#g-ema)
+    ema_decay=0.999,
+    ema_statistics="standing",
 )
 
 # Every preset by name: the --arch values (besides auto), in the order the help text lists them.
