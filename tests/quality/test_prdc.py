@@ -163,6 +163,8 @@ def _result():
     )
     return dict(
         step=10,
+        checkpoint="latest",
+        generator="raw",
         num_generated=60,
         num_real=60,
         seed=0,

@@ -136,7 +136,13 @@ def _config(tmp_path, **overrides):
 
 def _weights(run_dir):
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(run_dir / "checkpoints")))
-    keys = sorted(k for k in reader.get_variable_to_shape_map() if k.startswith("gan/models"))
+    # The models' variables, under whichever of the step's attributes tracked each first (gan/models,
+    # gan/d_variables, gan/g_statistics, ...): all of gan/ but the optimizers and the step counter.
+    keys = sorted(
+        k
+        for k in reader.get_variable_to_shape_map()
+        if k.startswith("gan/") and "optimizer" not in k and not k.startswith("gan/step")
+    )
     return {k: reader.get_tensor(k) for k in keys}
 
 
