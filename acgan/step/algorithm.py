@@ -19,6 +19,9 @@ and moves its scale. The preset's switches: q_learns_from_fakes (False: ce(c', Q
 of the trunk or Q head), g_learns_from_q (False: it reaches no weight of G, and Q's optimizer trains
 the trunk and Q head only), augment (DiffAugment of every image D's trunk sees, x and fake alike).
 
+After the iteration, `after_iteration` keeps the books the same way on every backend: the step
+counter, each optimizer's skip streak, G's moving average (G-EMA) and the step's metric vector.
+
 The fusions, kept because they pay on a GPU, each in one place:
 - G runs once per iteration (`Backend.generator_forward`): D trains on its output with the gradient
   stopped, and G's and Q's losses reach G's weights as cotangents w.r.t. the fake images, pulled back
@@ -152,3 +155,44 @@ def iteration(backend, real, labels, z, fake_labels, step):
     backend.apply("g", g_grads)
     backend.apply("q", list(gq.q_grads) + list(q_g_grads))
     return d, gq.g_loss, gq.q_loss, gq.q_accuracy_real, gq.q_accuracy_fake
+
+
+class Bookkeeping(NamedTuple):
+    """What a step keeps after its iteration (after_iteration): the step counter, each optimizer's skip
+    streak, G's average (its weights, then its batch-norm statistics) and the metric vector."""
+
+    step: Any
+    skip_streak: Any
+    g_ema: list
+    metrics: Any
+
+
+def after_iteration(
+    losses, scales, step, iterations_before, iterations, skip_streak, ema, g_ema, g
+):
+    """The bookkeeping after `iteration`, in Keras ops, the same on every backend: the step counter moves;
+    an optimizer whose iterations did not move (a loss-scale optimizer skips a non-finite step) lengthens
+    its skip streak, any other's restarts; G's average `g_ema` moves toward G's weights and statistics `g`
+    at the decay `ema` (0: none kept) ramped by ema_decay_at; and the metrics are one float32 vector in
+    METRIC_NAMES order: `losses` (the iteration's, stacked), each optimizer's loss scale, its skipped steps
+    so far (the step counter minus its iterations) and its skip streak."""
+    streak = ops.where(
+        ops.equal(iterations, iterations_before), skip_streak + 1, ops.zeros_like(skip_streak)
+    )
+    if ema:  # one elementwise update per weight, in float32 whatever the policy; XLA fuses them
+        decay = ema_decay_at(ema, step)
+        g_ema = [a * decay + ops.cast(w, "float32") * (1.0 - decay) for a, w in zip(g_ema, g)]
+    step = step + 1
+    skipped = ops.cast(step - iterations, "float32")
+    metrics = ops.concatenate([losses, scales, skipped, ops.cast(streak, "float32")])
+    return Bookkeeping(step, streak, g_ema, metrics)
+
+
+# G-EMA's warm-up, TensorFlow's ExponentialMovingAverage's `num_updates` ramp: the decay at update t is
+# min(decay, (1 + t) / (10 + t)), so the first steps' weights do not linger in a short run's average (a
+# plain 0.999 leaves 37% of the initial weights in it after 1,000 steps). The ramp reaches 0.999 at about
+# step 9,000; before that the average spans roughly the last tenth of the run.
+def ema_decay_at(decay, step):
+    """The average's decay for the update after `step` earlier ones (a scalar tensor)."""
+    step = ops.cast(step, "float32")
+    return ops.minimum(ops.cast(decay, "float32"), (1.0 + step) / (10.0 + step))

@@ -19,7 +19,7 @@
 
 StepBase holds the shared part: the preset's settings, the three optimizers and the variable groups
 they train, the host-side reads (skipped steps, loss scales, the weights fingerprint), and the
-learning-rate scale; next_skip_streak and metric_vector are the step's shared bookkeeping in Keras ops.
+learning-rate scale (the bookkeeping after each iteration is algorithm.after_iteration's).
 A backend's step adds its state, runs algorithm.iteration (the update itself) in its train_step, and
 supplies the hooks named below (`_host_*`, `_set_learning_rates`).
 """
@@ -28,7 +28,6 @@ import abc
 import hashlib
 
 import numpy as np
-from keras import ops
 
 from acgan.data.batches import sample_noise
 from acgan.model import precision
@@ -271,37 +270,3 @@ def _momentum_of(model, variable):
         ):
             return layer.momentum
     raise ValueError(f"{variable.path} is not a batch-norm layer's moving statistic")
-
-
-def next_skip_streak(streak, iterations_before, iterations):
-    """Each optimizer's consecutive skipped steps after this step: a loss-scale optimizer skips a
-    non-finite step without advancing its (inner optimizer's) iterations."""
-    return ops.where(ops.equal(iterations, iterations_before), streak + 1, ops.zeros_like(streak))
-
-
-# G-EMA's warm-up, TensorFlow's ExponentialMovingAverage's `num_updates` ramp: the decay at update t is
-# min(decay, (1 + t) / (10 + t)), so the first steps' weights do not linger in a short run's average (a
-# plain 0.999 leaves 37% of the initial weights in it after 1,000 steps). The ramp reaches 0.999 at about
-# step 9,000; before that the average spans roughly the last tenth of the run.
-def ema_decay_at(decay, step):
-    """The average's decay for the update after `step` earlier ones (a scalar tensor)."""
-    step = ops.cast(step, "float32")
-    return ops.minimum(ops.cast(decay, "float32"), (1.0 + step) / (10.0 + step))
-
-
-def moved_ema(averages, weights, decay):
-    """The new average of each of `weights` (float32 whatever the policy): decay * average + (1 - decay) *
-    weight. One elementwise update per weight; compiled, XLA fuses them into a few kernels."""
-    return [
-        average * decay + ops.cast(weight, "float32") * (1.0 - decay)
-        for average, weight in zip(averages, weights)
-    ]
-
-
-def metric_vector(losses, scales, step, iterations, streak):
-    """The step's metrics as one float32 vector in METRIC_NAMES order: the losses and accuracies, each
-    optimizer's loss scale, its skipped steps so far (the step counter minus its iterations) and its
-    skip streak."""
-    return ops.concatenate(
-        [losses, scales, ops.cast(step - iterations, "float32"), ops.cast(streak, "float32")]
-    )

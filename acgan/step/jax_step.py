@@ -34,7 +34,7 @@ import numpy as np
 from acgan import presets
 from acgan.model import precision
 from acgan.step import algorithm
-from acgan.step.base import StepBase, ema_decay_at, metric_vector, moved_ema, next_skip_streak
+from acgan.step.base import StepBase
 from acgan.step.common import MODEL_NAMES, OPTIMIZER_NAMES, StepMetrics
 from acgan.step.jax_iteration import JaxIteration
 
@@ -308,29 +308,29 @@ class JaxStep(StepBase):
         run = JaxIteration(self, state)
         loss_values = algorithm.iteration(run, real, labels, z, fake_labels, state["step"])
 
-        step = state["step"] + 1
-        iterations = self._iterations(run.optimizers)
-        streak = next_skip_streak(state["skip_streak"], iterations_before, iterations)
-        g_trainable = run.weights["generator"]["trainable"]
+        g = run.weights["generator"]
+        after = algorithm.after_iteration(
+            jnp.stack([jnp.asarray(x, jnp.float32) for x in loss_values]),
+            self._scales(run.optimizers),
+            state["step"],
+            iterations_before,
+            self._iterations(run.optimizers),
+            state["skip_streak"],
+            self.ema_decay,
+            state["g_ema"],
+            g["trainable"] + g["non_trainable"],
+        )
         new_state = {
             "models": {
                 name: {kind: list(values) for kind, values in run.weights[name].items()}
                 for name in MODEL_NAMES
             },
             "optimizers": {name: list(values) for name, values in run.optimizers.items()},
-            "step": step,
-            "skip_streak": streak,
-            # G's average moves toward G's weights after both of their updates.
-            "g_ema": moved_ema(
-                state["g_ema"],
-                g_trainable + run.weights["generator"]["non_trainable"],
-                ema_decay_at(self.ema_decay, state["step"]),
-            ),
+            "step": after.step,
+            "skip_streak": after.skip_streak,
+            "g_ema": after.g_ema,  # moved toward G after both of its updates
         }
-        loss_values = jnp.stack([jnp.asarray(x, jnp.float32) for x in loss_values])
-        return new_state, metric_vector(
-            loss_values, self._scales(run.optimizers), step, iterations, streak
-        )
+        return new_state, after.metrics
 
     def _iterations(self, optimizer_values):
         return jnp.stack(

@@ -18,7 +18,7 @@ from acgan.model import precision
 from acgan.model.networks import d_head_inputs
 from acgan.step import algorithm, distribute
 from acgan.step import augment as augment_lib
-from acgan.step.base import StepBase, ema_decay_at, metric_vector, moved_ema, next_skip_streak
+from acgan.step.base import StepBase
 
 # The backend-neutral names live in common.py; re-exported so `from acgan.step.tf_step import ...` keeps working.
 from acgan.step.common import LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, StepMetrics  # noqa: F401
@@ -128,20 +128,28 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         )
         # Each replica returns its share (local mean / replicas), so the sum is the global-batch mean.
         loss_values = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-        if self.ema_decay:  # G's weights are equal on every replica: the average is updated as one
-            averages = self._scratch.ema.weights + self._scratch.ema.statistics
-            decay = ema_decay_at(self.ema_decay, step_before)
-            now = [v.value for v in self.g_variables + self.g_statistics]
-            for average, value in zip(averages, moved_ema(averages, now, decay)):
-                average.assign(value)
-        self.step.assign_add(1)
         iterations = tf.stack([tf.cast(o.iterations, tf.int64) for o in optimizers])
-        streak = next_skip_streak(self._scratch.skip_streak, iterations_before, iterations)
-        self._scratch.skip_streak.assign(streak)
         scales = tf.stack(
             [tf.cast(precision.current_loss_scale(o), tf.float32) for o in optimizers]
         )
-        return metric_vector(loss_values, scales, self.step, iterations, streak)
+        # G's weights are equal on every replica: the average is updated once, here.
+        averages = self._scratch.ema.weights + self._scratch.ema.statistics
+        after = algorithm.after_iteration(
+            loss_values,
+            scales,
+            step_before,
+            iterations_before,
+            iterations,
+            self._scratch.skip_streak,
+            self.ema_decay,
+            averages,
+            [v.value for v in self.g_variables + self.g_statistics],
+        )
+        for average, value in zip(averages, after.g_ema):
+            average.assign(value)
+        self.step.assign(after.step)
+        self._scratch.skip_streak.assign(after.skip_streak)
+        return after.metrics
 
     def _replica_step(self, images, labels, z, fake_labels, step):
         """One replica's share of the iteration (algorithm.iteration), its losses stacked."""
