@@ -145,7 +145,7 @@ def count_step_flops(trainer, inputs, batch):
     """(FLOPs of one step at global batch `batch`, "xla" or "layers"; see the module docstring). On JAX
     with the step compiled this compiles it (jit's cache keeps the executable: the first step reuses it)."""
     layers = step_flops_from_layers(
-        trainer.models, batch, trainer.q_learns_from_fakes, trainer.g_learns_from_q
+        trainer.models, batch, trainer.preset.q_learns_from_fakes, trainer.g_learns_from_q
     )
     lowered = trainer.lowered_step(*inputs)
     if lowered is not None:

@@ -107,9 +107,11 @@ class GQGradients(NamedTuple):
 
 
 class Backend(abc.ABC):
-    """What a backend supplies to `iteration`. `augment` and `g_learns_from_q` are the preset's (StepBase
-    sets them); the losses come from this module, each backend calling them on its own Networks."""
+    """What a backend supplies to `iteration`. `preset` is the Preset it trains, `augment` and
+    `g_learns_from_q` are the preset's (StepBase sets them); the losses come from this module, each
+    backend calling them on its own Networks."""
 
+    preset: Any
     augment: Optional[tuple]
     g_learns_from_q: bool
 
@@ -127,8 +129,9 @@ class Backend(abc.ABC):
         """(L_D, its loss-scaled gradients for the trunk and the D head); the trunk's statistics move here."""
 
     @abc.abstractmethod
-    def g_and_q_gradients(self, real, labels, fake, fake_labels):
-        """Step 2's GQGradients through D as it is now; the trunk's statistics do not move again."""
+    def g_and_q_gradients(self, real, labels, fake, fake_labels, q_from_fakes):
+        """Step 2's GQGradients through D as it is now; the trunk's statistics do not move again. Q's
+        weight gradients are L_Q's, or (q_from_fakes False) those of its real-batch term alone."""
 
     @abc.abstractmethod
     def apply(self, name, grads):
@@ -149,7 +152,10 @@ def iteration(backend, real, labels, z, fake_labels, step):
 
     # 2. G and Q through the freshly updated D, from the same fake batch; G's gradients pulled back
     #    through its one forward.
-    gq = backend.g_and_q_gradients(real, labels, fake, fake_labels)
+    # What Q's weights learn from is the preset's: L_Q, or its real-batch term alone.
+    gq = backend.g_and_q_gradients(
+        real, labels, fake, fake_labels, q_from_fakes=backend.preset.q_learns_from_fakes
+    )
     g_grads = g_backward(gq.g_cotangent)
     q_g_grads = g_backward(gq.q_cotangent) if backend.g_learns_from_q else []
     backend.apply("g", g_grads)

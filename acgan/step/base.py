@@ -8,7 +8,7 @@
     step.generate(z, labels) -> images in [0, 1], inference mode
     step.preset (the acgan.presets.Preset it trains: its loss resolved), step.noise_dim, step.step (the
     step counter), step.compile_mode, step.compile_reason, step.learning_rates (D, G, Q), step.beta_1,
-    step.q_learns_from_fakes, step.g_learns_from_q, step.augment, step.loss
+    step.g_learns_from_q, step.augment, step.loss
     step.skipped_steps(), step.loss_scales(), step.weights_fingerprint()
     step.set_learning_rate_scale(f): every optimizer's rate becomes its preset rate times f (the
         training loop's decay, common.learning_rate_scale); step.learning_rate_scale is the factor now
@@ -56,8 +56,6 @@ class StepBase(abc.ABC):
         self.learning_rate_scale = (
             1.0  # the factor on them now (set_learning_rate_scale: the preset's decay)
         )
-        # False: the fake batch's class loss moves G only; the trunk and Q head learn from real images.
-        self.q_learns_from_fakes = bool(preset.q_learns_from_fakes)
         # False: the fake batch's class loss moves nothing (it is only measured); the class reaches G
         # through D alone (acgan_cifar's projection D head).
         self.g_learns_from_q = bool(preset.g_learns_from_q)

@@ -55,10 +55,7 @@ class JaxIteration(algorithm.Backend):
         self._step = step
         self.models = step.models
         self.loss, self.augment = step.loss, step.augment
-        self.q_learns_from_fakes, self.g_learns_from_q = (
-            step.q_learns_from_fakes,
-            step.g_learns_from_q,
-        )
+        self.preset, self.g_learns_from_q = step.preset, step.g_learns_from_q
         self.weights = {name: dict(state["models"][name]) for name in MODEL_NAMES}
         self.optimizers = dict(state["optimizers"])
 
@@ -114,7 +111,7 @@ class JaxIteration(algorithm.Backend):
         )(trunk["trainable"] + head["trainable"])
         return d_loss, grads
 
-    def g_and_q_gradients(self, real, labels, fake, fake_labels):
+    def g_and_q_gradients(self, real, labels, fake, fake_labels, q_from_fakes):
         """Two functions differentiated, as the TensorFlow step's two tape.gradient calls: pulled back
         through one vjp of both losses, an overflow in one (inf * a zero cotangent = NaN) would reach the
         other's gradients. The trunk's forward on the fake batch is then traced twice; under jit XLA
@@ -141,8 +138,8 @@ class JaxIteration(algorithm.Backend):
 
         g_cotangent, g_loss = jax.grad(g_loss_fn, has_aux=True)(fake)
         # One backward pass gives Q's gradients and its cotangent when both learn from the fake batch.
-        fused = self.q_learns_from_fakes and self.g_learns_from_q
-        learned = functools.partial(q_loss_fn, learned_from_fakes=self.q_learns_from_fakes)
+        fused = q_from_fakes and self.g_learns_from_q
+        learned = functools.partial(q_loss_fn, learned_from_fakes=q_from_fakes)
         q_grads, (q_loss, accuracy_real, accuracy_fake, q_head["non_trainable"]) = jax.grad(
             learned, argnums=(0, 1, 2) if fused else (0, 1), has_aux=True
         )(trunk["trainable"], q_head["trainable"], fake)

@@ -184,8 +184,8 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
     def d_loss_and_gradients(self, real, labels, fake, fake_labels):
         return self._d_pass(real, labels, fake, fake_labels)
 
-    def g_and_q_gradients(self, real, labels, fake, fake_labels):
-        return self._gq_pass(real, labels, fake, fake_labels)
+    def g_and_q_gradients(self, real, labels, fake, fake_labels, q_from_fakes):
+        return self._gq_pass(real, labels, fake, fake_labels, q_from_fakes)
 
     def apply(self, name, grads):
         optimizer, variables = self._optimizers_and_variables()[OPTIMIZER_NAMES.index(name)]
@@ -216,9 +216,9 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
             scaled = precision.scale_loss(self.d_optimizer, d_loss)
         return tf.cast(d_loss, tf.float32), tape.gradient(scaled, self.d_variables)
 
-    def _gq_forward_backward(self, real, labels, fake, fake_labels):
+    def _gq_forward_backward(self, real, labels, fake, fake_labels, q_from_fakes):
         """Step 2's algorithm.GQGradients from one persistent tape: one trunk forward on each batch feeds
-        L_G and L_Q, and with q_learns_from_fakes and g_learns_from_q one backward pass gives Q's weight
+        L_G and L_Q, and with q_from_fakes and g_learns_from_q one backward pass gives Q's weight
         gradients and its cotangent.
 
         The trunk already saw these real and fake batches in D's pass, so here its batch-norm layers use
@@ -243,20 +243,16 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
             q_loss = q_real_loss + q.fake / self.replicas
             g_scaled = precision.scale_loss(self.g_optimizer, g_loss)
             q_scaled = precision.scale_loss(self.q_optimizer, q_loss)
-            if (
-                not self.q_learns_from_fakes
-            ):  # the trunk and Q head then learn from the real batch alone
+            if not q_from_fakes:  # the trunk and Q head then learn from the real batch alone
                 q_real_scaled = precision.scale_loss(self.q_optimizer, q_real_loss)
         g_cotangent = tape.gradient(g_scaled, fake)
         q_cotangent = None
         if (
-            self.q_learns_from_fakes and self.g_learns_from_q
+            q_from_fakes and self.g_learns_from_q
         ):  # one backward pass: Q's gradients and G's cotangent
             *q_grads, q_cotangent = tape.gradient(q_scaled, q_trunk_and_head + [fake])
         else:
-            q_grads = tape.gradient(
-                q_scaled if self.q_learns_from_fakes else q_real_scaled, q_trunk_and_head
-            )
+            q_grads = tape.gradient(q_scaled if q_from_fakes else q_real_scaled, q_trunk_and_head)
             if self.g_learns_from_q:
                 q_cotangent = tape.gradient(q_scaled, fake)
         del tape

@@ -35,7 +35,7 @@ def run_arithmetic(trainer, config, times, machine, layout):
     """The step's FLOPs per batch (counted from the layers), the TFLOP/s of the wall time per batch and of
     the bare step, and their shares of the peak of every replica's device."""
     count = flops.step_flops_from_layers(
-        trainer.models, config.batch, trainer.q_learns_from_fakes, trainer.g_learns_from_q
+        trainer.models, config.batch, trainer.preset.q_learns_from_fakes, trainer.g_learns_from_q
     )
     replicas = layout["replicas"] if layout else 1
     wall = flops.arithmetic_summary(

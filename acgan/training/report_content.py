@@ -31,7 +31,7 @@ def assemble_report(setup, outcome, config, command, started):
         "batch": config.batch,
         # what the step's optimizers use
         "learning_rates": dict(zip(OPTIMIZER_NAMES, s.trainer.learning_rates)),
-        "q_learns_from_fakes": s.trainer.q_learns_from_fakes,
+        "q_learns_from_fakes": s.trainer.preset.q_learns_from_fakes,
         "g_learns_from_q": s.trainer.g_learns_from_q,
         "learning_rate_decay": s.learning_rate_decay,  # the last fraction of the run they fall over
         "final_learning_rate_scale": s.trainer.learning_rate_scale,

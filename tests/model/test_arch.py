@@ -209,7 +209,7 @@ def test_each_preset_trains_with_its_own_learning_rates(set_policy):
     set_policy("mixed_float16")
     m = networks.build_models(SHAPE, 10, width=0.25, arch="acgan_cifar")
     trainer = build_step(cifar, "tensorflow", m, 10, jit=False)  # as training builds it
-    assert not trainer.q_learns_from_fakes and not trainer.g_learns_from_q
+    assert not trainer.preset.q_learns_from_fakes and not trainer.g_learns_from_q
     assert len(trainer.q_variables) == len(m.trunk.trainable_variables) + len(
         m.q_head.trainable_variables
     )

@@ -98,14 +98,13 @@ def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_clas
     results = {}
     for from_fakes in (True, False):
         trainer = _trainer(jit=False)
-        trainer.q_learns_from_fakes = from_fakes
         if (
             policy == "mixed_float16"
         ):  # the first scale (2^15) overflows float16 here: the step would skip it
             trainer.q_optimizer.dynamic_scale.assign(64.0)
         fake = trainer.models.generator([z, fake_labels], training=False)
         results[from_fakes] = trainer._gq_forward_backward(
-            real, tf.constant(labels), fake, tf.constant(fake_labels)
+            real, tf.constant(labels), fake, tf.constant(fake_labels), from_fakes
         )
     m = trainer.models  # the same seeded weights as both runs
     scale = (
