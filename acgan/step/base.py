@@ -261,8 +261,9 @@ STANDING_SEED = 7919
 
 
 def _momentum_of(model, variable):
-    """The momentum of the batch-norm layer whose moving statistic `variable` is."""
-    for layer in model._flatten_layers():
+    """The momentum of the batch-norm layer whose moving statistic `variable` is (G's batch norms are
+    among its own layers, as distribute.synchronize_batch_norm walks them)."""
+    for layer in model.layers:
         if variable is getattr(layer, "moving_mean", None) or variable is getattr(
             layer, "moving_variance", None
         ):
