@@ -26,10 +26,10 @@ The fusions, kept because they pay on a GPU, each in one place:
 - G runs once per iteration (`Backend.generator_forward`): D trains on its output with the gradient
   stopped, and G's and Q's losses reach G's weights as cotangents w.r.t. the fake images, pulled back
   through that forward. It saves a second G forward pass per step.
-- G's and Q's gradients come from one pass through the trunk on each batch (`Backend.g_and_q_gradients`):
-  with q_learns_from_fakes and g_learns_from_q, Q's weight gradients and its cotangent come from one
-  backward pass. On TensorFlow that is one persistent tape; on JAX, under jit, XLA merges the two
-  traced trunk forwards on the fake batch into one.
+- G's and Q's gradients come from one pass through the trunk on each batch (`g_and_q_gradients`, over
+  `Backend.gradients`): with q_learns_from_fakes and g_learns_from_q, Q's weight gradients and its
+  cotangent come from one backward pass. On TensorFlow that is one persistent tape; on JAX, under jit,
+  XLA merges the traced forwards of each target into one.
 """
 
 import abc
@@ -106,12 +106,19 @@ class GQGradients(NamedTuple):
     q_cotangent: Optional[Any]  # None when G does not learn from Q
 
 
+D_MODELS = (
+    "trunk",
+    "d_head",
+)  # what D's optimizer trains (and G's, beside Q's, when G learns from Q)
+Q_MODELS = ("trunk", "q_head")
+
+
 class Backend(abc.ABC):
-    """What a backend supplies to `iteration`. `preset` is the Preset it trains, `augment` and
-    `g_learns_from_q` are the preset's (StepBase sets them); the losses come from this module, each
-    backend calling them on its own Networks."""
+    """The primitives a backend supplies to `iteration`. `preset` is the Preset it trains, `loss`,
+    `augment` and `g_learns_from_q` are the preset's (StepBase sets them)."""
 
     preset: Any
+    loss: str
     augment: Optional[tuple]
     g_learns_from_q: bool
 
@@ -125,17 +132,79 @@ class Backend(abc.ABC):
         cotangent w.r.t. those images to the gradients of G's trainable weights."""
 
     @abc.abstractmethod
-    def d_loss_and_gradients(self, real, labels, fake, fake_labels):
-        """(L_D, its loss-scaled gradients for the trunk and the D head); the trunk's statistics move here."""
+    def share(self, value):
+        """This replica's share of a batch mean (its mean / replicas), so the replicas' gradients sum to
+        the global batch's; the value itself where one program sees the global batch."""
 
     @abc.abstractmethod
-    def g_and_q_gradients(self, real, labels, fake, fake_labels, q_from_fakes):
-        """Step 2's GQGradients through D as it is now; the trunk's statistics do not move again. Q's
-        weight gradients are L_Q's, or (q_from_fakes False) those of its real-batch term alone."""
+    def scaled(self, name, loss):
+        """`loss` times optimizer `name`'s loss scale as it stands (mixed_float16; else the loss)."""
+
+    @abc.abstractmethod
+    def gradients(self, losses_fn, x, targets, moving):
+        """`losses_fn(nets, x)` -> ({key: loss}, aux) run forward once, at the weights as they stand, and
+        differentiated for each target (key, models, by_x): the gradients of losses[key] w.r.t. the
+        trainable weights of `models` in order, and w.r.t. `x` when by_x (else None). The calls of the
+        models named in `moving` move their batch-norm statistics; the others' updates are dropped.
+        Returns ([(weight gradients, x's gradient) per target], aux)."""
 
     @abc.abstractmethod
     def apply(self, name, grads):
         """Optimizer `name` ("d", "g" or "q") applies `grads` to the variables it trains."""
+
+
+def d_loss_and_gradients(backend, real, labels, fake, fake_labels):
+    """Step 1: (L_D, its loss-scaled gradients for the trunk and the D head); the trunk's and the D
+    head's statistics move here."""
+
+    def losses_fn(nets, _):
+        d = backend.share(d_loss(nets, backend.loss, real, labels, fake, fake_labels))
+        return {"d": backend.scaled("d", d)}, d
+
+    [(grads, _)], d = backend.gradients(losses_fn, None, [("d", D_MODELS, False)], D_MODELS)
+    return ops.cast(d, "float32"), grads
+
+
+def g_and_q_gradients(backend, real, labels, fake, fake_labels, q_from_fakes):
+    """Step 2's GQGradients through D as it is now, from one trunk forward on each batch; only the Q
+    head's statistics move (the trunk's moved in step 1). Q's weight gradients are L_Q's, or (q_from_fakes
+    False) those of its real-batch term alone. With q_from_fakes and g_learns_from_q one backward pass
+    gives Q's weight gradients and its cotangent."""
+
+    def losses_fn(nets, fake):
+        fake_features = nets.trunk(fake)
+        real_features = nets.trunk(real)
+        g = backend.share(g_loss(nets, backend.loss, fake_features, fake_labels))
+        q = q_losses(nets, labels, real_features, fake_labels, fake_features)
+        q_real = backend.share(q.real)
+        q_loss = q_real + backend.share(q.fake)
+        scaled = {"g": backend.scaled("g", g), "q": backend.scaled("q", q_loss)}
+        if not q_from_fakes:  # the trunk and Q head then learn from the real batch alone
+            scaled["q_real"] = backend.scaled("q", q_real)
+        accuracies = backend.share(q.accuracy_real), backend.share(q.accuracy_fake)
+        return scaled, (g, q_loss, *accuracies)
+
+    fused = q_from_fakes and backend.g_learns_from_q
+    targets = [("g", (), True), ("q" if q_from_fakes else "q_real", Q_MODELS, fused)]
+    if (
+        backend.g_learns_from_q and not fused
+    ):  # L_Q reaches G; Q's weights learn from real images only
+        targets.append(("q", (), True))
+    results, (g, q_loss, accuracy_real, accuracy_fake) = backend.gradients(
+        losses_fn, fake, targets, moving=("q_head",)
+    )
+    q_grads, q_cotangent = results[1]
+    if len(results) > 2:
+        q_cotangent = results[2][1]
+    return GQGradients(
+        g_loss=ops.cast(g, "float32"),
+        q_loss=ops.cast(q_loss, "float32"),
+        q_accuracy_real=accuracy_real,
+        q_accuracy_fake=accuracy_fake,
+        q_grads=list(q_grads),
+        g_cotangent=results[0][1],
+        q_cotangent=q_cotangent,
+    )
 
 
 def iteration(backend, real, labels, z, fake_labels, step):
@@ -147,14 +216,14 @@ def iteration(backend, real, labels, z, fake_labels, step):
         real = backend.augmented(real, step, augment_lib.REAL)
 
     # 1. D on the real and the fake batch, G's output a constant.
-    d, d_grads = backend.d_loss_and_gradients(real, labels, fake, fake_labels)
+    d, d_grads = d_loss_and_gradients(backend, real, labels, fake, fake_labels)
     backend.apply("d", d_grads)
 
     # 2. G and Q through the freshly updated D, from the same fake batch; G's gradients pulled back
     #    through its one forward.
     # What Q's weights learn from is the preset's: L_Q, or its real-batch term alone.
-    gq = backend.g_and_q_gradients(
-        real, labels, fake, fake_labels, q_from_fakes=backend.preset.q_learns_from_fakes
+    gq = g_and_q_gradients(
+        backend, real, labels, fake, fake_labels, q_from_fakes=backend.preset.q_learns_from_fakes
     )
     g_grads = g_backward(gq.g_cotangent)
     q_g_grads = g_backward(gq.q_cotangent) if backend.g_learns_from_q else []

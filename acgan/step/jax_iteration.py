@@ -59,15 +59,10 @@ class JaxIteration(algorithm.Backend):
         self.weights = {name: dict(state["models"][name]) for name in MODEL_NAMES}
         self.optimizers = dict(state["optimizers"])
 
-    def _networks(self, moving=(), **trainable):
-        """The networks at the weights as they stand, `trainable` ({model name: values}) replacing some."""
-        values = {
-            name: trainable.get(name, self.weights[name]["trainable"]) for name in MODEL_NAMES
-        }
-        state = {name: self.weights[name]["non_trainable"] for name in MODEL_NAMES}
-        return _StatelessNetworks(self.models, values, state, moving)
+    def share(self, value):
+        return value  # the step's one program sees the global batch (sharded or not)
 
-    def _scaled(self, name, loss):
+    def scaled(self, name, loss):
         return self._step.scaled(name, self.optimizers[name], loss)
 
     def augmented(self, images, step, salt):
@@ -95,70 +90,32 @@ class JaxIteration(algorithm.Backend):
             images = self.augmented(images, step, augment_lib.FAKE)
         return images, non_trainable
 
-    def d_loss_and_gradients(self, real, labels, fake, fake_labels):
-        n_trunk = len(self.weights["trunk"]["trainable"])
+    def gradients(self, losses_fn, x, targets, moving):
+        """One jax.grad per target, each of a function of the trainable weights of its models (and of `x`
+        when by_x): pulled back through one vjp of several losses, an overflow in one (inf * a zero
+        cotangent = NaN) would reach the others' gradients. Each target traces the forward again; under
+        jit XLA computes it once. The statistics of the `moving` models come from the last target's
+        forward (every target's forward moves them alike)."""
+        results = []
+        for key, models, by_x in targets:
 
-        def loss_fn(d_trainable):
-            nets = self._networks(
-                ("trunk", "d_head"), trunk=d_trainable[:n_trunk], d_head=d_trainable[n_trunk:]
+            def loss_fn(trainable, x, key=key):
+                values = {name: self.weights[name]["trainable"] for name in MODEL_NAMES}
+                values.update(trainable)
+                state = {name: self.weights[name]["non_trainable"] for name in MODEL_NAMES}
+                nets = _StatelessNetworks(self.models, values, state, moving)
+                losses, aux = losses_fn(nets, x)
+                return losses[key], (aux, nets.state)
+
+            trainable = {name: self.weights[name]["trainable"] for name in models}
+            grads, (aux, state) = jax.grad(loss_fn, argnums=(0, 1) if by_x else 0, has_aux=True)(
+                trainable, x
             )
-            d_loss = algorithm.d_loss(nets, self.loss, real, labels, fake, fake_labels)
-            return self._scaled("d", d_loss), (d_loss, nets.state["trunk"], nets.state["d_head"])
-
-        trunk, head = self.weights["trunk"], self.weights["d_head"]
-        grads, (d_loss, trunk["non_trainable"], head["non_trainable"]) = jax.grad(
-            loss_fn, has_aux=True
-        )(trunk["trainable"] + head["trainable"])
-        return d_loss, grads
-
-    def g_and_q_gradients(self, real, labels, fake, fake_labels, q_from_fakes):
-        """Two functions differentiated, as the TensorFlow step's two tape.gradient calls: pulled back
-        through one vjp of both losses, an overflow in one (inf * a zero cotangent = NaN) would reach the
-        other's gradients. The trunk's forward on the fake batch is then traced twice; under jit XLA
-        computes it once."""
-        trunk, q_head = self.weights["trunk"], self.weights["q_head"]
-
-        def g_loss_fn(fake_images):
-            nets = self._networks()
-            g_loss = algorithm.g_loss(nets, self.loss, nets.trunk(fake_images), fake_labels)
-            return self._scaled("g", g_loss), g_loss
-
-        def q_loss_fn(trunk_trainable, q_head_trainable, fake_images, learned_from_fakes):
-            nets = self._networks(("q_head",), trunk=trunk_trainable, q_head=q_head_trainable)
-            fake_features = nets.trunk(fake_images)
-            q = algorithm.q_losses(nets, labels, nets.trunk(real), fake_labels, fake_features)
-            q_loss = q.real + q.fake
-            learned = q_loss if learned_from_fakes else q.real
-            return self._scaled("q", learned), (
-                q_loss,
-                q.accuracy_real,
-                q.accuracy_fake,
-                nets.state["q_head"],
-            )
-
-        g_cotangent, g_loss = jax.grad(g_loss_fn, has_aux=True)(fake)
-        # One backward pass gives Q's gradients and its cotangent when both learn from the fake batch.
-        fused = q_from_fakes and self.g_learns_from_q
-        learned = functools.partial(q_loss_fn, learned_from_fakes=q_from_fakes)
-        q_grads, (q_loss, accuracy_real, accuracy_fake, q_head["non_trainable"]) = jax.grad(
-            learned, argnums=(0, 1, 2) if fused else (0, 1), has_aux=True
-        )(trunk["trainable"], q_head["trainable"], fake)
-        q_cotangent = q_grads[2] if fused else None
-        if (
-            self.g_learns_from_q and not fused
-        ):  # L_Q reaches G, but Q's weights learn from real images only
-            q_cotangent, _ = jax.grad(
-                functools.partial(q_loss_fn, learned_from_fakes=True), argnums=2, has_aux=True
-            )(trunk["trainable"], q_head["trainable"], fake)
-        return algorithm.GQGradients(
-            g_loss=g_loss,
-            q_loss=q_loss,
-            q_accuracy_real=accuracy_real,
-            q_accuracy_fake=accuracy_fake,
-            q_grads=list(q_grads[0]) + list(q_grads[1]),
-            g_cotangent=g_cotangent,
-            q_cotangent=q_cotangent,
-        )
+            weight_grads, x_grad = grads if by_x else (grads, None)
+            results.append(([g for name in models for g in weight_grads[name]], x_grad))
+        for name in moving:
+            self.weights[name]["non_trainable"] = state[name]
+        return results, aux
 
     def apply(self, name, grads):
         """Optimizer `name`'s stateless_apply on the weights of the models it trains, as they stand."""

@@ -29,21 +29,30 @@ class _Untracked:
 
 
 class _KerasNetworks:
-    """algorithm.Networks on the Keras models' own variables; a call moves batch-norm statistics unless it
-    runs in a keras.StatelessScope."""
+    """algorithm.Networks on the Keras models' own variables: a call of a model named in `moving` moves
+    its batch-norm statistics, any other runs in its own keras.StatelessScope, which drops the updates
+    (one scope per call: inside a scope a state update is visible to the next read, so with one scope the
+    real batch would see the spectral norms' u as the fake batch's call left it, where the JAX step gives
+    both calls the state as it stands)."""
 
-    def __init__(self, models):
-        self.models = models
+    def __init__(self, models, moving):
+        self.models, self.moving = models, moving
+
+    def _call(self, name, inputs):
+        model = getattr(self.models, name)
+        if name in self.moving:
+            return model(inputs, training=True)
+        with keras.StatelessScope():
+            return model(inputs, training=True)
 
     def trunk(self, images):
-        return self.models.trunk(images, training=True)
+        return self._call("trunk", images)
 
     def d_head(self, features, labels):
-        d_head = self.models.d_head
-        return d_head(d_head_inputs(d_head, features, labels), training=True)
+        return self._call("d_head", d_head_inputs(self.models.d_head, features, labels))
 
     def q_head(self, features):
-        return self.models.q_head(features, training=True)
+        return self._call("q_head", features)
 
 
 class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
@@ -103,9 +112,8 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         def compiled(fn):
             return tf.function(fn, jit_compile=True, autograph=False) if per_replica_xla else fn
 
+        self._compiled = compiled
         self._g_pass = compiled(self._g_forward)
-        self._d_pass = compiled(self._d_forward_backward)
-        self._gq_pass = compiled(self._gq_forward_backward)
         # autograph=False: the step has no Python control flow on tensors to convert (Keras branches with
         # ops.cond), and converting every call it makes cost about a quarter of the CPU time of tracing it.
         self._step_function = tf.function(
@@ -181,11 +189,30 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
 
         return tf.stop_gradient(fake), backward
 
-    def d_loss_and_gradients(self, real, labels, fake, fake_labels):
-        return self._d_pass(real, labels, fake, fake_labels)
+    def share(self, value):
+        return value / self.replicas
 
-    def g_and_q_gradients(self, real, labels, fake, fake_labels, q_from_fakes):
-        return self._gq_pass(real, labels, fake, fake_labels, q_from_fakes)
+    def scaled(self, name, loss):
+        return precision.scale_loss(self.optimizer(name), loss)
+
+    def gradients(self, losses_fn, x, targets, moving):
+        """One forward on a persistent tape, each target's gradients read from it (compiled on its own
+        per replica when XLA compiles each pass)."""
+
+        def differentiate(x):
+            nets = _KerasNetworks(self.models, moving)
+            with tf.GradientTape(persistent=True) as tape:
+                if x is not None:
+                    tape.watch(x)
+                losses, aux = losses_fn(nets, x)
+            results = []
+            for key, models, by_x in targets:
+                variables = [v for m in models for v in getattr(self.models, m).trainable_variables]
+                grads = tape.gradient(losses[key], variables + ([x] if by_x else []))
+                results.append((grads[: len(variables)], grads[-1] if by_x else None))
+            return results, aux
+
+        return self._compiled(differentiate)(x)
 
     def apply(self, name, grads):
         optimizer, variables = self._optimizers_and_variables()[OPTIMIZER_NAMES.index(name)]
@@ -203,68 +230,6 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
 
     def _g_forward(self, z, fake_labels):
         return self.models.generator([z, fake_labels], training=True)
-
-    def _d_forward_backward(self, real, labels, fake, fake_labels):
-        """L_D (this replica's share) and its still-scaled gradients; `fake` is a constant here."""
-        with tf.GradientTape() as tape:
-            d_loss = (
-                algorithm.d_loss(
-                    _KerasNetworks(self.models), self.loss, real, labels, fake, fake_labels
-                )
-                / self.replicas
-            )
-            scaled = precision.scale_loss(self.d_optimizer, d_loss)
-        return tf.cast(d_loss, tf.float32), tape.gradient(scaled, self.d_variables)
-
-    def _gq_forward_backward(self, real, labels, fake, fake_labels, q_from_fakes):
-        """Step 2's algorithm.GQGradients from one persistent tape: one trunk forward on each batch feeds
-        L_G and L_Q, and with q_from_fakes and g_learns_from_q one backward pass gives Q's weight
-        gradients and its cotangent.
-
-        The trunk already saw these real and fake batches in D's pass, so here its batch-norm layers use
-        the batch statistics without moving their averages again (a StatelessScope drops the updates).
-        """
-        nets = _KerasNetworks(self.models)
-        q_trunk_and_head = (
-            self.models.trunk.trainable_variables + self.models.q_head.trainable_variables
-        )
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch(fake)
-            # One scope per call: inside a scope a state update is visible to the next read, so with one
-            # scope the real batch would see the spectral norms' u as the fake batch's call left it (a
-            # further power-iteration step), where the JAX step gives both calls D's state.
-            with keras.StatelessScope():
-                fake_features = nets.trunk(fake)
-            with keras.StatelessScope():
-                real_features = nets.trunk(real)
-            g_loss = algorithm.g_loss(nets, self.loss, fake_features, fake_labels) / self.replicas
-            q = algorithm.q_losses(nets, labels, real_features, fake_labels, fake_features)
-            q_real_loss = q.real / self.replicas
-            q_loss = q_real_loss + q.fake / self.replicas
-            g_scaled = precision.scale_loss(self.g_optimizer, g_loss)
-            q_scaled = precision.scale_loss(self.q_optimizer, q_loss)
-            if not q_from_fakes:  # the trunk and Q head then learn from the real batch alone
-                q_real_scaled = precision.scale_loss(self.q_optimizer, q_real_loss)
-        g_cotangent = tape.gradient(g_scaled, fake)
-        q_cotangent = None
-        if (
-            q_from_fakes and self.g_learns_from_q
-        ):  # one backward pass: Q's gradients and G's cotangent
-            *q_grads, q_cotangent = tape.gradient(q_scaled, q_trunk_and_head + [fake])
-        else:
-            q_grads = tape.gradient(q_scaled if q_from_fakes else q_real_scaled, q_trunk_and_head)
-            if self.g_learns_from_q:
-                q_cotangent = tape.gradient(q_scaled, fake)
-        del tape
-        return algorithm.GQGradients(
-            g_loss=tf.cast(g_loss, tf.float32),
-            q_loss=tf.cast(q_loss, tf.float32),
-            q_accuracy_real=q.accuracy_real / self.replicas,
-            q_accuracy_fake=q.accuracy_fake / self.replicas,
-            q_grads=q_grads,
-            g_cotangent=g_cotangent,
-            q_cotangent=q_cotangent,
-        )
 
     @property
     def ema_checkpointable(self):

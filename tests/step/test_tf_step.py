@@ -90,7 +90,7 @@ def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_clas
     batch's class loss alone; the cotangent that moves G (the fake batch's class loss) is unchanged."""
     import tensorflow as tf
 
-    from acgan.step import losses
+    from acgan.step import algorithm, losses
 
     set_policy(policy)
     images, labels, z, fake_labels = _batch()
@@ -103,8 +103,8 @@ def test_q_learns_from_real_images_only_when_told_and_g_still_gets_the_fake_clas
         ):  # the first scale (2^15) overflows float16 here: the step would skip it
             trainer.q_optimizer.dynamic_scale.assign(64.0)
         fake = trainer.models.generator([z, fake_labels], training=False)
-        results[from_fakes] = trainer._gq_forward_backward(
-            real, tf.constant(labels), fake, tf.constant(fake_labels), from_fakes
+        results[from_fakes] = algorithm.g_and_q_gradients(
+            trainer, real, tf.constant(labels), fake, tf.constant(fake_labels), from_fakes
         )
     m = trainer.models  # the same seeded weights as both runs
     scale = (
