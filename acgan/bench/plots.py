@@ -5,6 +5,7 @@ Drawn on matplotlib Figure objects with the Agg canvas: no pyplot, so no global 
 """
 
 import io
+from operator import itemgetter
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -48,28 +49,49 @@ def series_label(key, many_devices, many_jits, many_backends=False):
 
 
 def _styles(rows):
-    """The distinct devices, XLA settings and backend labels of `rows`; a marker (hatch) per
-    (device, backend label) pair."""
-    devices = list(dict.fromkeys(r["device"] for r in rows))
-    jits = list(dict.fromkeys(r["jit"] for r in rows))
-    backends = list(dict.fromkeys(backend_label(r) for r in rows))
+    """Two functions of a series key: its label, naming the device, backend label and XLA setting only where
+    `rows` hold more than one, and the index of its (device, backend label) pair, which picks its marker
+    (hatch)."""
+    many = [
+        len({value(r) for r in rows}) > 1
+        for value in (itemgetter("device"), itemgetter("jit"), backend_label)
+    ]
     pairs = list(dict.fromkeys((r["device"], backend_label(r)) for r in rows))
-    return devices, jits, backends, pairs
+    return (lambda key: series_label(key, *many)), (lambda key: pairs.index(key[:2]))
 
 
-def _new_figure(width=8.0, height=5.0):
-    fig = Figure(figsize=(width, height), dpi=120)
+def _line_style(key, pair):
+    """A line's colour (its policy), marker (its device and backend) and dashes (XLA off)."""
+    return {
+        "color": POLICY_COLORS.get(key[2], "gray"),
+        "marker": DEVICE_MARKERS[pair % len(DEVICE_MARKERS)],
+        "linestyle": "-" if key[3] else "--",
+    }
+
+
+def _axes(width=8.0):
+    fig = Figure(figsize=(width, 5.0), dpi=120)
     FigureCanvasAgg(fig)
-    return fig
+    return fig.add_subplot()
 
 
-def _save(fig, path):
+def _finish(ax, path, labels, empty, ylabel, title):
+    """The legend (with nothing drawn, `empty` in the middle), the y label and the title; saves the PNG and
+    returns `labels`."""
+    if labels:
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize="medium")
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", bbox_inches="tight")
+    ax.figure.savefig(buffer, format="png", bbox_inches="tight")
     write_atomically(path, buffer.getvalue())
+    return labels
 
 
-def _batch_axis(ax, batches):
+def _batch_axis(ax, series_points):
+    batches = sorted({r["batch"] for points in series_points for r in points})
     ax.set_xscale("log", base=2)
     ax.set_xticks(batches)
     ax.set_xticklabels([str(b) for b in batches])
@@ -91,15 +113,10 @@ def _title(doc, what):
 
 def plot_lines(doc, path, field, ylabel, what, log_y=False):
     """One line per (device, backend, policy, XLA setting) against the batch size; returns the labels drawn."""
-    rows = doc["results"]
-    devices, jits, backends, pairs = _styles(rows)
-    fig = _new_figure()
-    ax = fig.add_subplot()
-    labels, all_batches = [], set()
-    drawn = series(rows)
+    label_of, pair_of = _styles(doc["results"])
+    ax = _axes()
+    drawn = series(doc["results"])
     for i, (key, points) in enumerate(drawn.items()):
-        device, backend, policy, jit = key
-        batches = [r["batch"] for r in points]
         # side by side, so error bars do not hide each other
         dodge = 2 ** ((i - (len(drawn) - 1) / 2) * DODGE)
         values = [r[field] for r in points]
@@ -107,80 +124,63 @@ def plot_lines(doc, path, field, ylabel, what, log_y=False):
         scale = [v / r["time_per_batch_ms"] for v, r in zip(values, points)]
         low = [v - s * r["time_per_batch_min_ms"] for v, s, r in zip(values, scale, points)]
         high = [s * r["time_per_batch_max_ms"] - v for v, s, r in zip(values, scale, points)]
-        label = series_label(key, len(devices) > 1, len(jits) > 1, len(backends) > 1)
         ax.errorbar(
-            [b * dodge for b in batches],
+            [r["batch"] * dodge for r in points],
             values,
             yerr=[low, high],
-            label=label,
+            label=label_of(key),
             capsize=3,
-            color=POLICY_COLORS.get(policy, "gray"),
-            marker=DEVICE_MARKERS[pairs.index((device, backend)) % len(DEVICE_MARKERS)],
-            linestyle="-" if jit else "--",
+            **_line_style(key, pair_of(key)),
         )
-        labels.append(label)
-        all_batches.update(batches)
-    if labels:
-        _batch_axis(ax, sorted(all_batches))
-        values = [r[field] for points in series(rows).values() for r in points]
+    if drawn:
+        _batch_axis(ax, drawn.values())
+        values = [r[field] for points in drawn.values() for r in points]
         if log_y and max(values) > 10 * min(values):  # a log axis only where a linear one squashes
             ax.set_yscale("log")
             ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.legend(fontsize="small")
-    else:
-        ax.text(
-            0.5,
-            0.5,
-            "no configuration ran successfully",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
-    ax.set_ylabel(ylabel)
-    ax.set_title(
-        _title(doc, what) + "\n(median of repeated timings; bars: min to max)", fontsize="medium"
+    return _finish(
+        ax,
+        path,
+        [label_of(key) for key in drawn],
+        "no configuration ran successfully",
+        ylabel,
+        _title(doc, what) + "\n(median of repeated timings; bars: min to max)",
     )
-    _save(fig, path)
-    return labels
 
 
 def plot_cost(doc, path):
     """Grouped bars: per batch size, one bar per priced (device, policy, XLA setting); returns the labels."""
-    rows = doc["results"]
-    devices, jits, backends, pairs = _styles(rows)
+    label_of, pair_of = _styles(doc["results"])
     priced = {
-        k: v for k, v in series(rows).items() if v and v[0]["cost_per_million_batches"] is not None
+        k: v
+        for k, v in series(doc["results"]).items()
+        if v and v[0]["cost_per_million_batches"] is not None
     }
-    fig = _new_figure(9.0, 5.0)
-    ax = fig.add_subplot()
+    ax = _axes(9.0)
     batches = sorted({r["batch"] for points in priced.values() for r in points})
-    labels = []
     width = 0.8 / max(1, len(priced))
     for i, (key, points) in enumerate(priced.items()):
-        device, backend, policy, jit = key
         by_batch = {r["batch"]: r["cost_per_million_batches"] for r in points}
         xs = [
             j + (i - (len(priced) - 1) / 2) * width for j, b in enumerate(batches) if b in by_batch
         ]
         ys = [by_batch[b] for b in batches if b in by_batch]
-        label = series_label(key, len(devices) > 1, len(jits) > 1, len(backends) > 1)
         bars = ax.bar(
             xs,
             ys,
             width,
-            label=label,
-            color=POLICY_COLORS.get(policy, "gray"),
-            hatch=DEVICE_HATCHES[pairs.index((device, backend)) % len(DEVICE_HATCHES)],
-            alpha=1.0 if jit else 0.55,
+            label=label_of(key),
+            color=POLICY_COLORS.get(key[2], "gray"),
+            hatch=DEVICE_HATCHES[pair_of(key) % len(DEVICE_HATCHES)],
+            alpha=1.0 if key[3] else 0.55,
             edgecolor="black",
             linewidth=0.5,
         )
         ax.bar_label(
             bars, labels=[f"${y:,.0f}" if y >= 10 else f"${y:,.2f}" for y in ys], fontsize="x-small"
         )
-        labels.append(label)
     notes = []
     for run in {
         r["device"]: r for r in doc["runs"]
@@ -195,75 +195,63 @@ def plot_cost(doc, path):
                 else price["source"]
             )
             notes.append(f"{run['device']}: ${price['usd_per_hour']:g}/h ({entry})")
-    if labels:
+    if priced:
         ax.set_xticks(range(len(batches)))
         ax.set_xticklabels([str(b) for b in batches])
         ax.set_xlabel("batch size")
-        ax.legend(fontsize="small")
         ax.grid(True, axis="y", alpha=0.3)
     else:
         ax.set_xticks([])
         ax.set_yticks([])
-        ax.text(
-            0.5,
-            0.5,
-            "no price known: pass --price_per_hour",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
-    ax.set_ylabel("USD per 10^6 batches")
-    ax.set_title(
-        _title(doc, "Cost per million batches") + "\n" + "\n".join(notes), fontsize="medium"
+    return _finish(
+        ax,
+        path,
+        [label_of(key) for key in priced],
+        "no price known: pass --price_per_hour",
+        "USD per 10^6 batches",
+        _title(doc, "Cost per million batches") + "\n" + "\n".join(notes),
     )
-    _save(fig, path)
-    return labels
 
 
 def plot_tflops(doc, path):
     """Achieved TFLOP/s against the batch size, one line per series, each labelled with its share of the
     device's peak at the largest batch; returns the labels drawn."""
-    rows = [r for r in doc["results"] if r.get("tflops")]
-    devices, jits, backends, pairs = _styles(doc["results"])
-    fig = _new_figure()
-    ax = fig.add_subplot()
-    labels, all_batches = [], set()
-    for key, points in series(rows).items():
-        device, backend, policy, jit = key
-        label = series_label(key, len(devices) > 1, len(jits) > 1, len(backends) > 1)
+    label_of, pair_of = _styles(doc["results"])
+    ax = _axes()
+    drawn = series([r for r in doc["results"] if r.get("tflops")])
+    labels = []
+    for key, points in drawn.items():
         last = points[-1]
-        if last.get("share_of_peak") is not None:
-            label += (
-                f" ({last['share_of_peak']:.0%} of {last['peak_dtype']} peak at {last['batch']})"
+        share = last.get("share_of_peak")
+        labels.append(
+            label_of(key)
+            + (
+                ""
+                if share is None
+                else f" ({share:.0%} of {last['peak_dtype']} peak at {last['batch']})"
             )
+        )
         ax.plot(
             [r["batch"] for r in points],
             [r["tflops"] for r in points],
-            label=label,
-            color=POLICY_COLORS.get(policy, "gray"),
-            marker=DEVICE_MARKERS[pairs.index((device, backend)) % len(DEVICE_MARKERS)],
-            linestyle="-" if jit else "--",
+            label=labels[-1],
+            **_line_style(key, pair_of(key)),
         )
-        labels.append(label)
-        all_batches.update(r["batch"] for r in points)
-    if labels:
-        _batch_axis(ax, sorted(all_batches))
-        ax.legend(fontsize="small")
-    else:
-        ax.text(0.5, 0.5, "no FLOPs counted", ha="center", va="center", transform=ax.transAxes)
-    ax.set_ylabel("TFLOP/s achieved")
-    ax.set_title(
+    if drawn:
+        _batch_axis(ax, drawn.values())
+    return _finish(
+        ax,
+        path,
+        labels,
+        "no FLOPs counted",
+        "TFLOP/s achieved",
         _title(doc, "Arithmetic throughput") + "\n(FLOPs of the step at the median time per batch)",
-        fontsize="medium",
     )
-    _save(fig, path)
-    return labels
 
 
 def write_figures(doc, output_dir):
     """The four PNGs in `output_dir`; returns {figure name: path}."""
-    output_dir = Path(output_dir)
-    paths = {name: output_dir / file for name, file in FIGURES.items()}
+    paths = {name: Path(output_dir) / file for name, file in FIGURES.items()}
     plot_lines(
         doc,
         paths["time_per_batch"],
