@@ -29,9 +29,8 @@ from typing import ClassVar, Optional
 import numpy as np
 
 from acgan import data as data_lib
-from acgan import presets
 from acgan.backend import INSTALL
-from acgan.bench.jobs import config_name, step_job
+from acgan.bench.jobs import config_name, configuration, step_job
 from acgan.bench.results import FORMAT, add_speedups, make_row
 from acgan.bench.sweep_runs import measure_overhead, probe_backend, run_worker
 from acgan.bench.tables import describe_machine
@@ -45,8 +44,6 @@ from acgan.config import (
     positive_number,
     setting,
     validate_backend,
-    validate_policy,
-    validate_strategy,
 )
 from acgan.errors import UserError
 from acgan.measure import advice, prices
@@ -125,39 +122,31 @@ class SweepSettings:
     )
 
     def validate(self):
-        """Raises UserError on the first bad setting; imports nothing heavy."""
-        if not self.backends:
-            raise UserError("--backends is empty: give one or more of " + ", ".join(BACKENDS))
-        for name in self.backends:
-            validate_backend(name)
+        """Raises UserError on the first bad setting; imports nothing heavy. Each configuration's Config is
+        checked as a training run's (policy, backend, strategy, width, architecture, price, ...)."""
+        for name, values, wanted in (
+            ("backends", self.backends, "one or more of " + ", ".join(BACKENDS)),
+            ("policies", self.policies, "one or more of " + ", ".join(POLICIES)),
+            ("batches", self.batches, "one or more positive integers"),
+            ("jit", self.jits, "on, off or on,off"),
+        ):
+            if not values:
+                raise UserError(f"--{name} is empty: give {wanted}")
         if "jax" in self.backends and self.base.strategy == "tpu":
             raise UserError(
                 "--strategy tpu needs --backends tensorflow: on JAX, --strategy auto or mirrored times "
                 "the step over every local TPU core"
             )
-        if not self.policies:
-            raise UserError("--policies is empty: give one or more of " + ", ".join(POLICIES))
-        for policy in self.policies:
-            validate_policy(policy)
-        if not self.batches:
-            raise UserError("--batches is empty: give one or more positive integers")
-        if not self.jits:
-            raise UserError("--jit is empty: give on, off or on,off")
         for name in ("steps", "repeats", "overhead_batch", "profile_length", "log_every"):
             if getattr(self, name) is not None:
                 positive_int(name, getattr(self, name))
-        if self.base.max_per_class is not None:
-            positive_int("max_per_class", self.base.max_per_class)
         for batch in self.batches:
             positive_int("batches", batch)
         non_negative_int("warmup", self.warmup)
-        positive_number("width", self.base.width)
         if self.max_seconds is not None:
             positive_number("max_seconds", self.max_seconds)
-        presets.validate_name(self.base.arch)
-        if self.base.price_per_hour is not None:
-            positive_number("price_per_hour", self.base.price_per_hour)
-        validate_strategy(self.base.strategy, self.base.devices)
+        for backend, policy, batch, jit in self.configurations():
+            configuration(self, backend, policy, batch, jit).validate()
         if self.base.strategy == "multi_worker":
             raise UserError(
                 "the benchmark does not sweep multi_worker runs (every worker would have to start each "
