@@ -35,14 +35,6 @@ def probe_backend(settings, backend, image_shape, num_classes, work_dir):
     return result["machine"], result["layer_widths"]
 
 
-def worker_env(backend, extra=None):
-    """The worker's environment: this one's, with Keras set to `backend` (and acgan importable)."""
-    env = child_env()
-    env["KERAS_BACKEND"] = backend
-    env.update(extra or {})
-    return env
-
-
 def run_worker(job, work_dir, log_path, extra_env=None, max_seconds=None):
     """Runs one job (an acgan.bench.jobs record) in a fresh Python process on the job's Keras backend, its
     files `job.name`.job.json and .result.json in `work_dir`; a dead worker becomes status
@@ -52,7 +44,6 @@ def run_worker(job, work_dir, log_path, extra_env=None, max_seconds=None):
     job_path, result_path = work_dir / f"{job.name}.job.json", work_dir / f"{job.name}.result.json"
     job_path.write_text(job.to_json())
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = worker_env(job.backend, extra_env)
     started = time.perf_counter()
     with open(log_path, "w") as log:
         try:
@@ -60,7 +51,8 @@ def run_worker(job, work_dir, log_path, extra_env=None, max_seconds=None):
                 [sys.executable, "-m", "acgan.bench.worker", str(job_path), str(result_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=env,
+                # Keras on the job's backend, acgan importable
+                env=dict(child_env(), KERAS_BACKEND=job.backend, **(extra_env or {})),
                 timeout=max_seconds,
             )
         except subprocess.TimeoutExpired:  # subprocess.run has killed the worker
@@ -124,8 +116,7 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
     against the bare step at one configuration: the median of `repeats` windows of `steps` steps each,
     on both sides."""
     backend = run["backend"]
-    policy, batch = settings.policies[0], settings.overhead_batch
-    jit = True if True in settings.jits else settings.jits[0]
+    policy, batch, jit = settings.policies[0], settings.overhead_batch, True in settings.jits
     name = config_name(backend, policy, batch, jit)
     echo(f"trainer overhead: {backend}, {policy}, batch {batch}, XLA {'on' if jit else 'off'}")
     bare = next(
@@ -136,7 +127,7 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
         ),
         None,
     )
-    if bare is None:
+    if bare is None:  # the sweep did not time this configuration
         job = step_job(settings, backend, policy, batch, jit, inputs, num_classes)
         bare = make_row(
             run,
@@ -160,13 +151,16 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
     )
     loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{name}.log")
     ema = measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_dir, name)
-    out = {
+    ok = loop["status"] == "ok" and bare["status"] == "ok"
+    return {
         "backend": backend,
         "policy": policy,
         "batch": batch,
         "jit": jit,
-        "status": "ok" if loop["status"] == "ok" and bare["status"] == "ok" else "failed",
-        "reason": None,
+        "status": "ok" if ok else "failed",
+        "reason": None
+        if ok
+        else (loop.get("reason") if loop["status"] != "ok" else f"bare step: {bare['reason']}"),
         # Median against median, over the same number of windows of the same number of steps.
         "trainer_time_per_batch_ms": loop.get("time_per_batch_ms"),
         "trainer_window_ms": loop.get("window_ms"),
@@ -177,13 +171,6 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
         "trainer_steps": loop.get("steps"),
         "trainer_run_dir": loop.get("run_dir"),
         "bare_time_per_batch_ms": bare["time_per_batch_ms"],
-        "ratio": None,
+        "ratio": loop["time_per_batch_ms"] / bare["time_per_batch_ms"] if ok else None,
         "ema": ema,
     }
-    if out["status"] == "ok":
-        out["ratio"] = out["trainer_time_per_batch_ms"] / out["bare_time_per_batch_ms"]
-    else:
-        out["reason"] = (
-            loop.get("reason") if loop["status"] != "ok" else f"bare step: {bare['reason']}"
-        )
-    return out
