@@ -8,7 +8,7 @@ from pathlib import Path
 
 from acgan.errors import UserError
 from acgan.measure import flops, prices, timing
-from acgan.measure.backend_labels import backend_label
+from acgan.measure.backend_labels import backend_label, backend_of
 
 FORMAT = "acgan-benchmark/1"
 
@@ -16,10 +16,9 @@ FORMAT = "acgan-benchmark/1"
 def make_row(run, policy, batch, jit, result):
     """One results row: the configuration, the machine, the measurement and what follows from it."""
     machine, price = run["machine"], run["price"]
-    backend = run.get("backend") or machine.get("backend") or "tensorflow"
     row = {
         "device": run["device"],
-        "backend": backend,
+        "backend": backend_of(run),
         # float32 matrix products on JAX: "default" lets a GPU use TF32, "highest" keeps full float32.
         "matmul_precision": result.get("matmul_precision") or run.get("matmul_precision"),
         "machine": machine,
@@ -59,8 +58,8 @@ def make_row(run, policy, batch, jit, result):
         "profile": result.get("profile"),
         "log": result.get("log"),
     }
-    ms = row["time_per_batch_ms"]
-    if row["status"] == "ok" and ms:
+    ms = (row["status"] == "ok" and row["time_per_batch_ms"]) or None  # None: nothing timed
+    if ms:
         row["time_per_1000_samples_ms"] = ms * 1000.0 / batch
         row["samples_per_second"] = batch / (ms / 1e3)
         row["samples_per_second_per_replica"] = row["samples_per_second"] / row["replicas"]
@@ -68,7 +67,7 @@ def make_row(run, policy, batch, jit, result):
         flops.arithmetic_summary(
             result.get("flops_per_batch"),
             result.get("flops_counted_by"),
-            ms if row["status"] == "ok" else None,
+            ms,
             machine,
             policy,
             row["replicas"],
@@ -76,13 +75,12 @@ def make_row(run, policy, batch, jit, result):
             matmul_precision=row["matmul_precision"],
         )
     )
-    if price["usd_per_hour"] is not None:
-        units, _ = prices.priced_units(price, row["replicas"], machine=machine)
-        row["price_per_hour"] = price["usd_per_hour"] * units
-        if row["samples_per_second"]:
-            row["cost_per_million_batches"] = timing.cost_per_million_batches(
-                ms / 1e3, row["price_per_hour"]
-            )
+    units, _ = prices.priced_units(price, row["replicas"], machine=machine)
+    cost = timing.cost_summary(ms, price["usd_per_hour"], units)
+    row.update(
+        price_per_hour=cost["price_per_hour"],
+        cost_per_million_batches=cost["cost_per_million_batches"],
+    )
     return row
 
 
