@@ -3,12 +3,12 @@ writes them with the figures (plots) and benchmark.json."""
 
 import csv
 import io
-import math
 from pathlib import Path
 
 from acgan.bench.results import backend_comparison, groups
 from acgan.bench.time_tables import number_text, render_arithmetic, render_overhead, render_profiles
 from acgan.config import POLICIES
+from acgan.measure import prices
 from acgan.measure.backend_labels import backend_label, backend_of, describe_backend, precision_of
 from acgan.util import markdown
 from acgan.util.files import write_atomically, write_json
@@ -37,11 +37,8 @@ def describe_machine(label, machine):
 
 def _priced(row, replicas):
     """What a table price was paid for: chips on a TPU (replicas are TensorCores there), else devices."""
-    machine = row.get("machine") or {}
-    if machine.get("kind") == "TPU":
-        chips = max(1, math.ceil(replicas / (machine.get("replicas_per_chip") or 1) - 1e-9))
-        return f"{chips} TPU chip(s)"
-    return f"{replicas} devices"
+    count, unit = prices.accelerators(replicas, row.get("machine"))
+    return f"{count} TPU chip(s)" if unit == "chip" else f"{replicas} devices"
 
 
 CSV_COLUMNS = (
@@ -140,13 +137,15 @@ def render_markdown(doc):
     lines += ["## Devices", ""]
     for run in runs:
         lines += render_device(run, rows)
-    lines += render_speedups(rows)
-    lines += render_backends(rows)
-    lines += render_results(rows)
-    lines += render_arithmetic(rows)
-    lines += render_profiles(rows)
-    lines += render_overhead(runs)
-    return "\n".join(lines)
+    for section in (
+        render_speedups,
+        render_backends,
+        render_results,
+        render_arithmetic,
+        render_profiles,
+    ):
+        lines += section(rows)
+    return "\n".join(lines + render_overhead(runs))
 
 
 def render_device(run, rows):

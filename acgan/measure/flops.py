@@ -170,9 +170,7 @@ def arithmetic_summary(
     name = device_name or machine.get("name")
     precision = matmul_precision or machine.get("jax_matmul_precision")
     peak = device_peak(name, machine.get("kind"), policy, precision)
-    units = replicas
-    if machine.get("kind") == "TPU":
-        units = max(1, -(-replicas // int(machine.get("replicas_per_chip") or 1)))
+    units, _ = prices.accelerators(replicas, machine)
     total_peak = peak["tflops"] * units if peak["tflops"] else None
     achieved = utilisation(flops_per_batch, time_per_batch_ms, total_peak)
     return {

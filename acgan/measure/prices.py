@@ -150,11 +150,17 @@ def priced_units(price, replicas, workers=1, machine=None):
     """(how many times, "machine", "accelerator" or "chip"): what a choose_price() price is paid for.
 
     --price_per_hour is one machine's price, so a run pays it once per worker; a table price is one
-    accelerator's, paid once per replica, except on a TPU (machine: describe_device()'s dict), whose
-    table price is per chip and whose replicas are TensorCores: ceil(replicas / replicas_per_chip) chips.
+    accelerator's (or TPU chip's: `accelerators`), paid once per accelerator the replicas run on.
     """
     if price["source"] == "--price_per_hour":
         return workers, "machine"
+    return accelerators(replicas, machine)
+
+
+def accelerators(replicas, machine=None):
+    """(how many, "accelerator" or "chip"): what `replicas` run on, as table prices and peaks count them:
+    one accelerator each, except on a TPU (machine: describe_device()'s dict), whose prices and peaks are
+    per chip and whose replicas are TensorCores: ceil(replicas / replicas_per_chip) chips."""
     if machine and machine.get("kind") == "TPU":
         per_chip = machine.get("replicas_per_chip") or 1
         return max(1, math.ceil(replicas / per_chip - 1e-9)), "chip"
