@@ -138,9 +138,8 @@ def _profile(job, trainer, inputs):
         for _ in range(steps):
             metrics = trainer.train_step(*inputs)
         metrics.read()
-    hlo = trainer.compiled_hlo()
     title = f"{job.backend}, {job.policy}, batch {job.batch}, XLA {'on' if job.jit else 'off'}"
-    summary = profile.summarize(directory, steps, [hlo] if hlo else None, title=title)
+    summary = profile.summarize(directory, steps, trainer.compiled_hlo(), title=title)
     return {
         "dir": str(directory),
         "steps": steps,

@@ -54,14 +54,7 @@ def tpu_version(text):
     return _TPU_VERSION_NAMES.get(version, version)
 
 
-def _tpu_devices():
-    """TensorFlow's TPU devices: logical ones once the TPU system is initialised, else physical ones."""
-    import tensorflow as tf
-
-    return tf.config.list_logical_devices("TPU") or tf.config.list_physical_devices("TPU")
-
-
-def _tpu_kind(devices):
+def _tpu_kind():
     """The chip type as the runtime names it ("TPU v4"), from the device details or the TPU VM's
     environment (TPU_ACCELERATOR_TYPE, e.g. "v4-8"); "TPU" when neither says."""
     import tensorflow as tf
@@ -97,10 +90,6 @@ def _tpu_chips(version, cores):
     return cores if version in ("v4", "v5p", "v5e", "v6e") else max(1, -(-cores // per_chip))
 
 
-def _on_jax():
-    return keras.backend.backend() == "jax"
-
-
 def describe_device():
     """A dict naming the device the train step runs on: a TPU, else the first GPU, else the CPU, and
     the backend that runs it.
@@ -118,15 +107,16 @@ def describe_device():
         "backend": keras.backend.backend(),
         "keras": keras.__version__,
     }
-    if _on_jax():
+    if info["backend"] == "jax":
         return _describe_jax(info)
     import tensorflow as tf
 
     info["tensorflow"] = tf.__version__
-    tpus = _tpu_devices()
+    # Logical TPU devices once the TPU system is initialised, else physical ones.
+    tpus = tf.config.list_logical_devices("TPU") or tf.config.list_physical_devices("TPU")
     gpus = [] if tpus else tf.config.list_physical_devices("GPU")
     if tpus:
-        kind = _tpu_kind(tpus)
+        kind = _tpu_kind()
         version = tpu_version(kind)
         chips = _tpu_chips(version, len(tpus))
         info.update(
@@ -190,7 +180,7 @@ def _gpu_names():
 def reset_peak_memory():
     """Restarts every GPU's peak counter from its current use (no-op on the CPU, whose peak cannot be
     reset, and on JAX, which has no such call: there the peak includes what ran before)."""
-    if _on_jax():
+    if keras.backend.backend() == "jax":
         return
     import tensorflow as tf
 
@@ -198,24 +188,16 @@ def reset_peak_memory():
         tf.config.experimental.reset_memory_stats(name)
 
 
-def _jax_peak_bytes():
-    """The accelerators' peak_bytes_in_use (JAX's allocator statistics), summed over this process's
-    devices (the ones a run's mesh uses), or None on the CPU."""
-    import jax
-
-    peaks = [
-        (device.memory_stats() or {}).get("peak_bytes_in_use") for device in jax.local_devices()
-    ]
-    return int(sum(peaks)) if peaks and None not in peaks else None
-
-
 def peak_memory_bytes():
     """GPU: the peak allocator counters (TensorFlow: every GPU's, summed, as each replica's device
     counts; JAX: this process's devices'); CPU: this process's peak resident memory."""
-    if _on_jax():
-        peak = _jax_peak_bytes()
-        if peak is not None:
-            return peak
+    if keras.backend.backend() == "jax":
+        import jax
+
+        # Each device's allocator statistics; none on the CPU.
+        peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in jax.local_devices()]
+        if peaks and None not in peaks:
+            return int(sum(peaks))
     elif _gpu_names():
         import tensorflow as tf
 

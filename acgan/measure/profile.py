@@ -2,14 +2,14 @@
 
 `trace(directory)` records a trace with the backend's own profiler (jax.profiler on JAX,
 tf.profiler.experimental on TensorFlow) in TensorBoard's layout (plugins/profile/<run>/*.xplane.pb), so
-TensorBoard's profile plugin or XProf can open it. `summarize(directory, steps, hlo_texts)` reads that
+TensorBoard's profile plugin or XProf can open it. `summarize(directory, steps, hlo_text)` reads that
 trace back and writes profile.md and profile.json beside it: time per step by kind of operation, and the
 top operations, so a reader needs no viewer.
 
 What counts as device time: on a GPU or TPU, the kernels on the device's planes; on a CPU, XLA's
 operations (events carrying an `hlo_op` stat: the thunks of the compiled step, summed over the threads
 that ran them) or, without XLA, TensorFlow's ops. Each operation is put in one group by what it computes:
-XLA's compiled HLO text (given as `hlo_texts`) says an instruction's opcode, what a fusion contains and
+XLA's compiled HLO text (given as `hlo_text`) says an instruction's opcode, what a fusion contains and
 which Keras layer or optimizer it came from (its op_name metadata); without it, the names alone decide.
 
 Keras, JAX and TensorFlow are imported inside the functions that use them: a process loads only its own
@@ -49,19 +49,16 @@ def trace(directory):
     if keras.backend.backend() == "jax":
         import jax
 
-        jax.profiler.start_trace(str(directory))
-        try:
-            yield directory
-        finally:
-            jax.profiler.stop_trace()
+        start, stop = jax.profiler.start_trace, jax.profiler.stop_trace
     else:
         import tensorflow as tf
 
-        tf.profiler.experimental.start(str(directory))
-        try:
-            yield directory
-        finally:
-            tf.profiler.experimental.stop()
+        start, stop = tf.profiler.experimental.start, tf.profiler.experimental.stop
+    start(str(directory))
+    try:
+        yield directory
+    finally:
+        stop()
 
 
 def parse_step_range(text):
@@ -268,16 +265,16 @@ def group_of_name(name):
 # -- the summary ----------------------------------------------------------------------------------------
 
 
-def summarize(directory, steps, hlo_texts=None, title=None):
+def summarize(directory, steps, hlo_text=None, title=None):
     """Writes profile.json and profile.md beside the trace in `directory`; returns the summary dict.
 
-    `steps`: how many steps the trace holds (times are per step); `hlo_texts`: the compiled step's HLO
-    text(s), for exact groups (JAX: compiled.as_text())."""
+    `steps`: how many steps the trace holds (times are per step); `hlo_text`: the compiled step's HLO
+    text, for exact groups (JAX: compiled.as_text(); None where there is none)."""
     directory = Path(directory)
     path = trace_file(directory)
     if path is None:
         raise FileNotFoundError(f"no profiler trace (*.xplane.pb) under {directory}")
-    index = hlo_index(hlo_texts)
+    index = hlo_index([hlo_text] if hlo_text else [])
     # XLA's GPU kernels are named after their instruction ("loop_add_fusion.3" -> "loop_add_fusion_3"):
     # inside a command buffer (one hlo_op for many kernels) the kernel's name says which instruction it is.
     by_kernel = {re.sub(r"[.\-]", "_", name): name for name in index}
@@ -322,8 +319,8 @@ def summarize(directory, steps, hlo_texts=None, title=None):
         # What the trace held, for a reader checking what was counted: per plane and line, events and stats.
         "planes": _plane_lines(events),
     }
-    if hlo_texts:  # what the groups were read from, for a reader who wants the layouts and fusions
-        write_atomically(directory / "hlo.txt", "\n\n".join(hlo_texts))
+    if hlo_text:  # what the groups were read from, for a reader who wants the layouts and fusions
+        write_atomically(directory / "hlo.txt", hlo_text)
     write_atomically(directory / "profile.json", json.dumps(summary, indent=2) + "\n")
     write_atomically(directory / "profile.md", render_markdown(summary))
     return summary
@@ -407,8 +404,10 @@ class StepWindow:
         sync()
         self._trace.__exit__(None, None, None)
         self._trace = None
-        hlo = self.hlo_text() if self.hlo_text else None
         self.summary = summarize(
-            self.directory, step - self._started_at, [hlo] if hlo else None, title=self.title
+            self.directory,
+            step - self._started_at,
+            self.hlo_text() if self.hlo_text else None,
+            title=self.title,
         )
         return self.summary
