@@ -25,9 +25,8 @@ def config_name(backend, policy, batch, jit):
 
 
 class Job:
-    """What every job shares: its mode (the worker function that runs it), its file name, its JSON."""
-
-    mode: ClassVar[str] = ""
+    """What every job shares: its mode (a class variable, the worker function that runs it), its file name,
+    its JSON."""
 
     @property
     def name(self):
@@ -87,6 +86,7 @@ class ProbeJob(Job):
         return f"{self.mode}-{self.backend}"
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ConfigJob(Job):
     """A job that runs one configuration of a run's Config: its backend, policy, batch and XLA setting are
     the Config's, not a second copy of them."""
@@ -110,7 +110,6 @@ class StepJob(ConfigJob):
     models and step `config` builds (its ema_decay None: the preset's; the G-EMA cost sets it)."""
 
     mode: ClassVar[str] = "bare"
-    config: Config
     steps: int
     warmup: int
     repeats: int
@@ -125,7 +124,6 @@ class TrainerJob(ConfigJob):
     """The full training loop on `config`, timed over windows of `window` steps (worker.run_trainer)."""
 
     mode: ClassVar[str] = "trainer"
-    config: Config
     window: int
     command: Optional[str] = None  # the benchmark's command line, which the run's report records
 
