@@ -1,8 +1,6 @@
 """CLI: python -m acgan.benchmark_merge FILE... [--output_dir DIR]: one comparison of benchmark.json files."""
 
 import functools
-from datetime import datetime
-from pathlib import Path
 
 from absl import flags
 
@@ -27,10 +25,7 @@ def main(argv):
             "give one or more benchmark.json files: python -m acgan.benchmark_merge FILE... [--output_dir DIR]"
         )
     docs = [results.load_benchmark(f) for f in files]
-    output_dir = Path(
-        FLAGS.output_dir or Path("outputs") / f"report-{datetime.now():%Y%m%d-%H%M%S}"
-    )
-    output_dir = sweep.prepare_output_dir(output_dir)
+    output_dir = sweep.prepare_output_dir(FLAGS.output_dir or sweep.default_output_dir("report"))
     doc = results.merge(docs, sources=files, command=cli.command_line())
     tables.write_outputs(doc, output_dir)
     print(tables.render_markdown(doc))

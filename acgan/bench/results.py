@@ -2,6 +2,7 @@
 the speed-ups against float32, the rows grouped as the tables show them, and benchmark.json files read
 and merged."""
 
+import itertools
 import json
 from datetime import datetime
 from pathlib import Path
@@ -154,20 +155,17 @@ def merge(docs, sources=None, command=None):
         renamed = {}
         for label in dict.fromkeys(run["device"] for run in doc["runs"]):
             if label in clash:
-                n = 2
-                while f"{label} ({n})" in labels:
-                    n += 1
+                n = next(n for n in itertools.count(2) if f"{label} ({n})" not in labels)
                 renamed[label] = f"{label} ({n})"
             labels.add(renamed.get(label, label))
-        for run in doc["runs"]:
-            label = run["device"]
-            runs.append(
-                dict(
-                    run,
-                    device=renamed.get(label, label),
-                    source=str(sources[i]) if sources else run.get("source"),
-                )
+        runs += [
+            dict(
+                run,
+                device=renamed.get(run["device"], run["device"]),
+                source=str(sources[i]) if sources else run.get("source"),
             )
+            for run in doc["runs"]
+        ]
         rows += [dict(r, device=renamed.get(r["device"], r["device"])) for r in doc["results"]]
     add_speedups(rows)
     return {

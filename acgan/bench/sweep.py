@@ -223,8 +223,9 @@ def parse_jit(values):
     return tuple(dict.fromkeys(known[v.lower()] for v in values))
 
 
-def default_output_dir(now=None):
-    return Path("outputs") / f"benchmark-{(now or datetime.now()).strftime('%Y%m%d-%H%M%S')}"
+def default_output_dir(kind="benchmark"):
+    """outputs/benchmark-<timestamp> (acgan.benchmark_merge's: outputs/report-<timestamp>)."""
+    return Path("outputs") / f"{kind}-{datetime.now():%Y%m%d-%H%M%S}"
 
 
 def check_output_dir(path):
