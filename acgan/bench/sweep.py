@@ -207,7 +207,7 @@ def parse_batches(values):
         try:
             batch = int(v)
         except ValueError:
-            raise UserError(f"--batches must be positive integers, got {v!r}") from None
+            batch = 0
         if batch <= 0:
             raise UserError(f"--batches must be positive integers, got {v!r}")
         batches.append(batch)
@@ -286,16 +286,19 @@ def _hide_accelerators_here():
 
 def advice_for(settings, machine, widths):
     """Per policy: the hardware advice lines for this machine and backend (one copy of each line)."""
-    lines = {}
-    for policy in settings.policies:
-        lines[policy] = []
-        for batch in [b for b in settings.batches if b % 8] or [None]:
-            for line in advice.hardware_advice(
-                policy, machine, widths.get(policy) or {}, batch, xla=all(settings.jits)
-            ):
-                if line not in lines[policy]:
-                    lines[policy].append(line)
-    return lines
+    odd_batches = [b for b in settings.batches if b % 8] or [None]
+    return {
+        policy: list(
+            dict.fromkeys(
+                line
+                for batch in odd_batches
+                for line in advice.hardware_advice(
+                    policy, machine, widths.get(policy) or {}, batch, xla=all(settings.jits)
+                )
+            )
+        )
+        for policy in settings.policies
+    }
 
 
 def make_run(settings, backend, machine, widths, image_shape, num_classes, command, created):
@@ -372,10 +375,12 @@ def run_sweep(settings, output_dir=None, command=None, echo=print):
         inputs = work / "inputs.npz"
         np.savez(inputs, images=images, labels=labels, class_names=np.array(class_names))
         for i, (backend, policy, batch, jit) in enumerate(configurations, 1):
-            job = step_job(settings, backend, policy, batch, jit, inputs, num_classes)
             name = config_name(backend, policy, batch, jit)
             result = run_worker(
-                job, work, output_dir / "logs" / f"{name}.log", max_seconds=settings.max_seconds
+                step_job(settings, backend, policy, batch, jit, inputs, num_classes),
+                work,
+                output_dir / "logs" / f"{name}.log",
+                max_seconds=settings.max_seconds,
             )
             rows.append(make_row(runs[backend], policy, batch, jit, result))
             shown = (
@@ -389,12 +394,10 @@ def run_sweep(settings, output_dir=None, command=None, echo=print):
                 run["overhead"] = measure_overhead(
                     settings, run, rows, inputs, num_classes, work, output_dir, echo
                 )
-    add_speedups(rows)
-    doc = {
+    return output_dir, {
         "format": FORMAT,
         "command": command,
         "created": created,
         "runs": list(runs.values()),
-        "results": rows,
+        "results": add_speedups(rows),
     }
-    return output_dir, doc
