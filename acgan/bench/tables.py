@@ -87,13 +87,15 @@ CSV_COLUMNS = (
 )
 
 
-def csv_rows(doc):
+def render_csv(doc):
     """The results flattened to CSV_COLUMNS (machine fields and skipped steps spread out)."""
-    out = []
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
     for r in doc["results"]:
         m, skipped = r.get("machine") or {}, r.get("skipped_steps") or {}
-        flat = dict(r)
-        flat.update(
+        flat = dict(
+            r,
             kind=m.get("kind"),
             accelerator=m.get("name"),
             compute_capability=m.get("compute_capability"),
@@ -109,18 +111,10 @@ def csv_rows(doc):
             g_skipped=skipped.get("g"),
             q_skipped=skipped.get("q"),
         )
-        out.append({c: flat.get(c) for c in CSV_COLUMNS})
-    return out
-
-
-def render_csv(doc):
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, CSV_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for row in csv_rows(doc):
         # repr keeps every float exact, so the CSV holds the JSON's numbers.
         writer.writerow(
-            {k: "" if v is None else repr(v) if isinstance(v, float) else v for k, v in row.items()}
+            "" if v is None else repr(v) if isinstance(v, float) else v
+            for v in map(flat.get, CSV_COLUMNS)
         )
     return buffer.getvalue()
 

@@ -1,8 +1,12 @@
 """Hardware advice: when a mixed policy is expected to be slower than float32, and which sizes miss 8."""
 
 LOW_PRECISION = ("float16", "bfloat16")
-TENSOR_CORE_CAPABILITY = 7.0  # Volta: float16 Tensor Cores
-BF16_CAPABILITY = 8.0  # Ampere: bfloat16 Tensor Cores
+# Per mixed policy: the compute capability of its Tensor Cores (Volta: float16, Ampere: bfloat16), their
+# dtype, and what to use on an older GPU.
+TENSOR_CORES = {
+    "mixed_float16": (7.0, "float16", ""),
+    "mixed_bfloat16": (8.0, "bfloat16", "use mixed_float16 there; "),
+}
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 # G's last layer has as many filters as the image has channels (1 or 3): fixed by the data, not a choice.
 FIXED_BY_DATA = ("g_deconv2", "g_deconv_out")
@@ -43,13 +47,6 @@ def _all_layers(model):
             yield layer
 
 
-def _capability(device_info):
-    try:
-        return float(device_info.get("compute_capability") or "")
-    except ValueError:
-        return None
-
-
 def hardware_advice(policy, device_info, layer_widths=None, batch=None, xla=True):
     """Lines of advice for training under `policy` on the device `device_info` describes.
 
@@ -62,19 +59,14 @@ def hardware_advice(policy, device_info, layer_widths=None, batch=None, xla=True
         return []
     lines = []
     kind, name = device_info.get("kind"), device_info.get("name")
-    capability = _capability(device_info)
-    if kind == "GPU" and capability is not None:
-        if policy == "mixed_float16" and capability < TENSOR_CORE_CAPABILITY:
+    if kind == "GPU" and device_info.get("compute_capability"):
+        capability = float(device_info["compute_capability"])
+        needed, dtype, instead = TENSOR_CORES[policy]
+        if capability < needed:
             lines.append(
-                f"mixed_float16 on {name} (compute capability {capability:g}) is expected to be slower "
-                f"than float32: float16 Tensor Cores need compute capability {TENSOR_CORE_CAPABILITY:g} "
-                f"or higher; {XLA_NOTE}."
-            )
-        if policy == "mixed_bfloat16" and capability < BF16_CAPABILITY:
-            lines.append(
-                f"mixed_bfloat16 on {name} (compute capability {capability:g}) is expected to be slower "
-                f"than float32: bfloat16 Tensor Cores need compute capability {BF16_CAPABILITY:g} or "
-                f"higher; use mixed_float16 there; {XLA_NOTE}."
+                f"{policy} on {name} (compute capability {capability:g}) is expected to be slower than "
+                f"float32: {dtype} Tensor Cores need compute capability {needed:g} or higher; "
+                f"{instead}{XLA_NOTE}."
             )
     elif kind == "TPU":
         # bfloat16 is the TPU's native matrix-unit format: mixed_bfloat16 is the fast path, never slow.
