@@ -347,12 +347,20 @@ def run_sweep(settings, output_dir=None, command=None, echo=print):
     created = datetime.now().isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="acgan-sweep-") as work:
         work = Path(work)
-        runs = {}
-        for backend in settings.backends:
-            machine, widths = probe_backend(settings, backend, image_shape, num_classes, work)
-            runs[backend] = make_run(
-                settings, backend, machine, widths, image_shape, num_classes, command, created
+        runs = {
+            backend: make_run(
+                settings,
+                backend,
+                *probe_backend(
+                    settings, backend, image_shape, num_classes, work
+                ),  # machine, widths
+                image_shape,
+                num_classes,
+                command,
+                created,
             )
+            for backend in settings.backends
+        }
         output_dir = prepare_output_dir(output_dir)
         (output_dir / "logs").mkdir(exist_ok=True)
         for backend, run in runs.items():

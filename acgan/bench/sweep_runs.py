@@ -73,9 +73,7 @@ def run_worker(job, work_dir, log_path, extra_env=None, max_seconds=None):
             how = f"worker exited with status {proc.returncode}"
         last = last_log_line(log_path)
         result = {"status": "failed", "reason": f"{how}{': ' + last if last else ''}"}
-    result["worker_seconds"] = time.perf_counter() - started
-    result["log"] = str(log_path)
-    return result
+    return dict(result, worker_seconds=time.perf_counter() - started, log=str(log_path))
 
 
 EMA_PROBE_DECAY = 0.999  # the decay the G-EMA cost is timed at when the preset keeps no average

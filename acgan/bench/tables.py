@@ -234,8 +234,8 @@ def render_speedups(rows):
                     for r in found
                 ]
             )
-        lines += [f"### {_group_title(device, backend, jit)}", ""]
-        lines += markdown.table(["batch", *mixed], cells, align="r" * (1 + len(mixed))) + [""]
+        table = markdown.table(["batch", *mixed], cells, align="r" * (1 + len(mixed)))
+        lines += [f"### {_group_title(device, backend, jit)}", "", *table, ""]
     return lines
 
 

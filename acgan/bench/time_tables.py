@@ -69,30 +69,28 @@ def render_overhead(runs):
 
 def render_ema_cost(overheads):
     """Lines on what G's moving average costs per step, at each overhead configuration."""
-    lines = []
-    for device, backend, o in overheads:
-        ema = o.get("ema")
-        if not ema:
-            continue
-        if ema.get("status") != "ok":
-            lines.append(f"- G-EMA on {device} ({backend}): not measured ({ema.get('reason')})")
-            continue
-        lines.append(
-            f"- G-EMA on {device} ({backend}): the bare step at decay {ema['decay']:g} takes "
-            f"{number_text(ema['with_ms'])} ms per batch, {number_text(ema['without_ms'])} ms without the average "
-            f"({ema['ratio']:.3f}x; one update of G's weights inside the step)"
-        )
+    lines = [
+        f"- G-EMA on {device} ({backend}): {_ema_cost(o['ema'])}"
+        for device, backend, o in overheads
+        if o.get("ema")
+    ]
+    if not lines:
+        return []
+    return [
+        "G's moving average is updated inside the step; each bare step above is timed with and without it:",
+        "",
+        *lines,
+        "",
+    ]
+
+
+def _ema_cost(ema):
+    if ema.get("status") != "ok":
+        return f"not measured ({ema.get('reason')})"
     return (
-        (
-            [
-                "G's moving average is updated inside the step; each bare step above is timed with and without it:",
-                "",
-            ]
-            + lines
-            + [""]
-        )
-        if lines
-        else []
+        f"the bare step at decay {ema['decay']:g} takes {number_text(ema['with_ms'])} ms per batch, "
+        f"{number_text(ema['without_ms'])} ms without the average ({ema['ratio']:.3f}x; one update of "
+        "G's weights inside the step)"
     )
 
 
@@ -171,11 +169,8 @@ def render_profiles(rows):
     cells = []
     for r in profiled:
         p = r["profile"]
-        shares = []
-        for g in shown:
-            ms = p["groups"].get(g) or 0.0
-            share = ms / p["device_ms_per_step"] if p["device_ms_per_step"] else 0.0
-            shares.append(f"{ms:,.2f} ({share:.0%})")
+        total = p["device_ms_per_step"]
+        shares = [_ms_and_share(p["groups"].get(g) or 0.0, total) for g in shown]
         cells.append(
             [
                 r["device"],
@@ -183,7 +178,7 @@ def render_profiles(rows):
                 "on" if r["jit"] else "off",
                 r["batch"],
                 r["policy"],
-                f"{p['device_ms_per_step']:,.2f}",
+                f"{total:,.2f}",
                 *shares,
                 f"`{Path(p['dir']).name}`",
             ]
@@ -206,3 +201,7 @@ def render_profiles(rows):
         for r in failed
     ]
     return lines + [""]
+
+
+def _ms_and_share(ms, total):
+    return f"{ms:,.2f} ({ms / total if total else 0.0:.0%})"

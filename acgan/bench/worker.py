@@ -95,10 +95,8 @@ def _time_step(job, trainer, inputs):
     flops_per_batch, counted_by = flops.count_step_flops(trainer, inputs, job.batch)
     trainer.train_step(*inputs).read()  # .read(): the device sync
     compile_seconds = time.perf_counter() - tick
-    for _ in range(job.warmup):
-        metrics = trainer.train_step(*inputs)
     if job.warmup:
-        metrics.read()
+        timing.bare_step_seconds(trainer, inputs, job.warmup)  # untimed: warm-up steps, then a sync
     per_batch, loads = [], []
     for _ in range(job.repeats):
         seconds, values = timing.bare_step_seconds(trainer, inputs, job.steps)
