@@ -180,12 +180,11 @@ def render_device(run, rows):
     ]
     cores = run["machine"].get("cpu_cores") or 1
     if loads:
-        busy = max(loads) > BUSY_LOAD * cores
         lines.append(
             f"- load: the 1-minute load average after the timings reached {max(loads):.1f} on {cores} cores"
             + (
                 " — **other processes competed for the CPU: these timings are inflated and noisy**"
-                if busy
+                if max(loads) > BUSY_LOAD * cores
                 else ""
             )
         )

@@ -174,9 +174,8 @@ def _load_average():
 def run_trainer(job):
     """The full training loop through acgan.training.loop.run on the job's Config (jobs.trainer_job says how
     its windows time it): the median over its windows of the loop's wall time per step."""
-    config, window = job.config, job.window
-    precision.set_policy(config.policy)
-    outcome = loop.run(config, command=job.command)
+    precision.set_policy(job.config.policy)
+    outcome = loop.run(job.config, command=job.command)
     if outcome.status != "completed":
         return {
             "status": "failed",
@@ -186,19 +185,19 @@ def run_trainer(job):
     report = json.loads((outcome.run_dir / "report.json").read_text())
     intervals = list(outcome.step_seconds)
     windows = [
-        statistics.fmean(intervals[i : i + window])
-        for i in range(0, len(intervals) - window + 1, window)
+        statistics.fmean(intervals[i : i + job.window])
+        for i in range(0, len(intervals) - job.window + 1, job.window)
     ]
     return {
         "status": "ok",
         "run_dir": str(outcome.run_dir),
         "window_ms": [w * 1e3 for w in windows],
-        "window_steps": window,
+        "window_steps": job.window,
         "time_per_batch_ms": statistics.median(windows) * 1e3 if windows else None,
         "time_per_batch_mean_ms": report["timing"].get("time_per_batch_ms"),
         "bare_step_ms": report["timing"].get("bare_step_ms"),
         "measured_steps": report["timing"].get("measured_steps"),
-        "log_every": config.log_every,
+        "log_every": job.config.log_every,
         "loop_seconds": report.get("loop_seconds"),
         "steps": report.get("steps"),
     }

@@ -16,6 +16,7 @@ datasheets); a device it does not name has an unknown peak, and no share is prin
 """
 
 import json
+import math
 from importlib import resources
 
 from acgan.measure import prices
@@ -56,15 +57,16 @@ def layer_forward_flops(model):
         )
         # A transposed convolution is the gradient of the convolution from its output back to its input:
         # the same taps. Kernel: [kh, kw, in, out] (Conv2D), [kh, kw, out, in] (Conv2DTranspose).
-        taps = 1
-        for axis in (1, 2):
-            taps *= _valid_taps(
+        taps = math.prod(
+            _valid_taps(
                 big.shape[axis],
                 small.shape[axis],
                 kernel[axis - 1],
                 layer.strides[axis - 1],
                 layer.padding,
             )
+            for axis in (1, 2)
+        )
         total += 2 * taps * kernel[2] * kernel[3]
     return total
 

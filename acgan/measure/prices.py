@@ -67,8 +67,8 @@ def match_accelerator(name, table=None):
         version = "".join(rest[:2]) if rest[1:2] == ["LITE"] else "".join(rest[:1])
         wanted = _TPU_VERSIONS.get(version)
         return f"TPU-{wanted}" if wanted and f"TPU-{wanted}" in accelerators else None
-    memories = {t for t in tokens if re.fullmatch(r"\d+GB?", t)}
-    memories |= {t + "B" for t in memories if t.endswith("G")}
+    # "80G" is the entries' "80GB"
+    memories = {t if t.endswith("B") else t + "B" for t in tokens if re.fullmatch(r"\d+GB?", t)}
     candidates = [
         a for a in accelerators if not a.startswith("TPU") and _split_entry(a)[0] in tokens
     ]
@@ -78,11 +78,6 @@ def match_accelerator(name, table=None):
         if _split_entry(accelerator)[1] in memories:
             return accelerator
     return candidates[0]
-
-
-def no_price_message(device_name, device_kind=None):
-    what = f"{device_kind} {device_name!r}" if device_kind else f"device {device_name!r}"
-    return f"no price known for {what}; pass --price_per_hour"
 
 
 def choose_price(device_name, device_kind=None, price_per_hour=None, table=None):
@@ -108,7 +103,8 @@ def choose_price(device_name, device_kind=None, price_per_hour=None, table=None)
     accelerator = match_accelerator(device_name, table)
     entries = [p for p in table["prices"] if p["accelerator"] == accelerator]
     if not entries:
-        message = no_price_message(device_name, device_kind)
+        what = f"{device_kind} {device_name!r}" if device_kind else f"device {device_name!r}"
+        message = f"no price known for {what}; pass --price_per_hour"
         return {
             "usd_per_hour": None,
             "accelerator": None,
@@ -126,7 +122,6 @@ def choose_price(device_name, device_kind=None, price_per_hour=None, table=None)
     )
     chosen, others = entries[0], entries[1:]
     source_text = table["sources"].get(chosen["source"], chosen["source"])
-    machine = f" ({chosen['machine']})" if chosen.get("machine") else ""
     return {
         "usd_per_hour": chosen["usd_per_hour"],
         "accelerator": accelerator,
@@ -136,11 +131,11 @@ def choose_price(device_name, device_kind=None, price_per_hour=None, table=None)
         "source": chosen["source"],
         "source_text": source_text,
         "confidence": chosen.get("confidence"),
-        "alternatives": [_short(p) for p in others],
+        "alternatives": [f"{_offer(p)} ${p['usd_per_hour']:g}/h" for p in others],
         "message": None,
         "description": (
             f"${chosen['usd_per_hour']:g}/h: {device_name!r} matched price entry {accelerator}, "
-            f"{chosen['provider']} {chosen['kind']}{machine}, on-demand list price; "
+            f"{_offer(chosen)}, on-demand list price; "
             f"source {chosen['source']}: {source_text}"
         ),
     }
@@ -167,6 +162,7 @@ def accelerators(replicas, machine=None):
     return replicas, "accelerator"
 
 
-def _short(entry):
+def _offer(entry):
+    """ "gcp vm (n1-standard-4 + 1xT4)": who sells a table entry, how, and as which machine."""
     machine = f" ({entry['machine']})" if entry.get("machine") else ""
-    return f"{entry['provider']} {entry['kind']}{machine} ${entry['usd_per_hour']:g}/h"
+    return f"{entry['provider']} {entry['kind']}{machine}"

@@ -195,12 +195,13 @@ def hlo_index(hlo_texts):
                         "calls": calls.group(1) if calls else None,
                     }
                 )
-    index = {}
-    for body in computations.values():
-        for instruction in body:
-            inner = computations.get(instruction["calls"], []) if instruction["calls"] else []
-            index[instruction["name"]] = _group_of_instruction(instruction, inner)
-    return index
+    return {
+        instruction["name"]: _group_of_instruction(
+            instruction, computations.get(instruction["calls"], [])
+        )
+        for body in computations.values()
+        for instruction in body
+    }
 
 
 def _group_of_instruction(instruction, inner):
