@@ -16,6 +16,7 @@ results (rows and speed-ups, pure), tables and plots (benchmark.md, .csv and the
 holds the settings and runs them in order.
 """
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -278,10 +279,9 @@ def _hide_accelerators_here():
         return
     import tensorflow as tf  # loaded already (see above): this import finds it
 
-    try:
+    # RuntimeError, ValueError: the runtime started already (e.g. inside a test process)
+    with contextlib.suppress(RuntimeError, ValueError):
         tf.config.set_visible_devices([], "GPU")
-    except (RuntimeError, ValueError):  # runtime already started (e.g. inside a test process)
-        pass
 
 
 def advice_for(settings, machine, widths):

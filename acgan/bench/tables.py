@@ -28,10 +28,11 @@ def describe_machine(label, machine):
         flags = ", ".join(machine.get("cpu_flags") or []) or "none of interest"
         what = f"CPU {machine.get('cpu_model')} ({machine.get('cpu_cores')} cores; flags: {flags})"
     named = f"{label}: " if label != machine.get("name") else ""
-    if machine.get("backend") == "jax":
-        versions = f"JAX {machine.get('jax')} (matmul precision {machine.get('jax_matmul_precision') or 'default'})"
-    else:
-        versions = f"TensorFlow {machine.get('tensorflow')}"
+    versions = (
+        f"JAX {machine.get('jax')} (matmul precision {machine.get('jax_matmul_precision') or 'default'})"
+        if machine.get("backend") == "jax"
+        else f"TensorFlow {machine.get('tensorflow')}"
+    )
     return f"{named}{what}; {versions}, Keras {machine.get('keras')}"
 
 
@@ -302,8 +303,7 @@ def render_results(rows):
                 POLICIES.index(r["policy"]) if r["policy"] in POLICIES else 9,
             ),
         )
-        lines += [f"### {_group_title(device, backend, jit)}", ""]
-        lines += markdown.table(
+        lines += [f"### {_group_title(device, backend, jit)}", ""] + markdown.table(
             RESULT_COLUMNS, [_result_cells(r) for r in ordered], align="rlrrrrrrrr"
         )
         replicas = max(r.get("replicas") or 1 for r in group)

@@ -133,9 +133,7 @@ def _profile(job, trainer, inputs):
     summary (measure.profile) beside it; what the benchmark's page shows of it."""
     directory, steps = Path(job.profile_dir), job.profile_length
     with profile.trace(directory):
-        for _ in range(steps):
-            metrics = trainer.train_step(*inputs)
-        metrics.read()
+        timing.bare_step_seconds(trainer, inputs, steps)
     title = f"{job.backend}, {job.policy}, batch {job.batch}, XLA {'on' if job.jit else 'off'}"
     summary = profile.summarize(directory, steps, trainer.compiled_hlo(), title=title)
     return {

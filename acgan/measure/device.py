@@ -1,6 +1,7 @@
 """What machine this is: accelerator name and compute capability, or the CPU model and its flags,
 as the backend Keras runs on sees it (TensorFlow or JAX; each is imported only when it is that one)."""
 
+import contextlib
 import os
 import platform
 import re
@@ -21,20 +22,17 @@ CPU_FLAGS_OF_INTEREST = (
 
 def cpu_model_and_flags():
     model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and model in (
-                    "",
-                    platform.machine(),
-                    platform.processor(),
-                ):
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model in (
+                "",
+                platform.machine(),
+                platform.processor(),
+            ):
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
     return model, sorted(f for f in CPU_FLAGS_OF_INTEREST if f in flags)
 
 

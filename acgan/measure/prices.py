@@ -45,10 +45,6 @@ def load_table():
     return json.loads(resources.files("acgan.measure").joinpath("gpu_prices.json").read_text())
 
 
-def _tokens(name):
-    return [t for t in re.split(r"[\s\-_/(),]+", name.upper()) if t and t not in VENDOR_WORDS]
-
-
 def _split_entry(accelerator):
     """ "A100-40GB" -> ("A100", "40GB"); "T4" -> ("T4", None)."""
     model, _, memory = accelerator.upper().partition("-")
@@ -61,7 +57,7 @@ def match_accelerator(name, table=None):
         return None
     table = table or load_table()
     accelerators = list(dict.fromkeys(p["accelerator"] for p in table["prices"]))
-    tokens = _tokens(name)
+    tokens = [t for t in re.split(r"[\s\-_/(),]+", name.upper()) if t and t not in VENDOR_WORDS]
     if "TPU" in tokens:
         rest = tokens[tokens.index("TPU") + 1 :]
         version = "".join(rest[:2]) if rest[1:2] == ["LITE"] else "".join(rest[:1])

@@ -72,14 +72,6 @@ def parse_step_range(text):
 # -- reading the trace ----------------------------------------------------------------------------------
 
 
-def trace_file(directory):
-    """The newest *.xplane.pb under `directory`, or None."""
-    files = sorted(
-        Path(directory).glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.stat().st_mtime
-    )
-    return files[-1] if files else None
-
-
 def _events_from_jax(path):
     from jax.profiler import ProfileData
 
@@ -154,13 +146,9 @@ def device_ops(events):
     return [
         (str(s.get("tf_op") or name), ns, name)
         for _, line, name, ns, s in events
-        if ns > 0 and ("tf_op" in s or _looks_like_tf_op(name))
+        # TensorFlow's executor names an op event "scope/name:Type" ("trunk/d_conv2/Conv2D:Conv2D").
+        if ns > 0 and ("tf_op" in s or re.fullmatch(r"[\w./-]+:[A-Z]\w+", name))
     ]
-
-
-def _looks_like_tf_op(name):
-    """TensorFlow's executor names an op event "scope/name:Type" (e.g. "trunk/d_conv2/Conv2D:Conv2D")."""
-    return bool(re.fullmatch(r"[\w./-]+:[A-Z]\w+", name))
 
 
 # -- grouping -------------------------------------------------------------------------------------------
@@ -272,9 +260,12 @@ def summarize(directory, steps, hlo_text=None, title=None):
     `steps`: how many steps the trace holds (times are per step); `hlo_text`: the compiled step's HLO
     text, for exact groups (JAX: compiled.as_text(); None where there is none)."""
     directory = Path(directory)
-    path = trace_file(directory)
-    if path is None:
+    traces = sorted(
+        directory.glob("plugins/profile/*/*.xplane.pb"), key=lambda p: p.stat().st_mtime
+    )
+    if not traces:
         raise FileNotFoundError(f"no profiler trace (*.xplane.pb) under {directory}")
+    path = traces[-1]  # the newest
     index = hlo_index([hlo_text] if hlo_text else [])
     # XLA's GPU kernels are named after their instruction ("loop_add_fusion.3" -> "loop_add_fusion_3"):
     # inside a command buffer (one hlo_op for many kernels) the kernel's name says which instruction it is.
