@@ -23,10 +23,11 @@ def probe_backend(settings, backend, image_shape, num_classes, work_dir):
     """(machine description, {policy: low-precision layer widths}) as a worker on `backend` sees them.
 
     UserError when the backend cannot start here, or rejects the inputs (e.g. their image shape)."""
-    job = probe_job(settings, backend, image_shape, num_classes)
-    log_path = Path(work_dir) / f"probe-{backend}.log"
     result = run_worker(
-        job, Path(work_dir), log_path, extra_env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        probe_job(settings, backend, image_shape, num_classes),
+        Path(work_dir),
+        Path(work_dir) / f"probe-{backend}.log",
+        extra_env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
     )
     if result["status"] == "user_error":
         raise UserError(result["reason"])

@@ -20,22 +20,20 @@ def render_overhead(runs):
     ]
     if not overheads:
         return []
-    cells = []
-    for device, backend, o in overheads:
-        ratio = f"{o['ratio']:.2f}" if o["ratio"] else f"{o['status']}: {o['reason']}"
-        cells.append(
-            [
-                device,
-                backend,
-                o["policy"],
-                o["batch"],
-                "on" if o["jit"] else "off",
-                o.get("trainer_log_every") or "n/a",
-                number_text(o["trainer_time_per_batch_ms"]),
-                number_text(o["bare_time_per_batch_ms"]),
-                ratio,
-            ]
-        )
+    cells = [
+        [
+            device,
+            backend,
+            o["policy"],
+            o["batch"],
+            "on" if o["jit"] else "off",
+            o.get("trainer_log_every") or "n/a",
+            number_text(o["trainer_time_per_batch_ms"]),
+            number_text(o["bare_time_per_batch_ms"]),
+            f"{o['ratio']:.2f}" if o["ratio"] else f"{o['status']}: {o['reason']}",
+        ]
+        for device, backend, o in overheads
+    ]
     return (
         [
             "## Trainer overhead",

@@ -91,10 +91,7 @@ def step_flops_from_layers(models, batch, q_learns_from_fakes=True, g_learns_fro
 
 def xla_flops(program):
     """FLOPs from a compiled (or lowered) JAX computation's cost analysis, or None where it gives none."""
-    analysis = program.cost_analysis()
-    if isinstance(analysis, (list, tuple)):  # older JAX: one dict per device
-        analysis = analysis[0] if analysis else None
-    flops = (analysis or {}).get("flops")
+    flops = (program.cost_analysis() or {}).get("flops")
     return float(flops) if flops and flops > 0 else None
 
 
@@ -169,9 +166,12 @@ def arithmetic_summary(
 ):
     """What a timing did in arithmetic: FLOPs per batch, achieved TFLOP/s, and its share of the peak of
     every device it ran on (a TPU's price and peak are per chip: replicas_per_chip cores share one)."""
-    name = device_name or machine.get("name")
-    precision = matmul_precision or machine.get("jax_matmul_precision")
-    peak = device_peak(name, machine.get("kind"), policy, precision)
+    peak = device_peak(
+        device_name or machine.get("name"),
+        machine.get("kind"),
+        policy,
+        matmul_precision or machine.get("jax_matmul_precision"),
+    )
     units, _ = prices.accelerators(replicas, machine)
     total_peak = peak["tflops"] * units if peak["tflops"] else None
     achieved = utilisation(flops_per_batch, time_per_batch_ms, total_peak)
