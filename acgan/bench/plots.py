@@ -39,13 +39,12 @@ def series(rows):
 
 def series_label(key, many_devices, many_jits, many_backends=False):
     device, backend, policy, jit = key
-    parts = (
+    return ", ".join(
         ([device] if many_devices else [])
         + ([backend] if many_backends else [])
         + [policy]
         + ([f"XLA {'on' if jit else 'off'}"] if many_jits else [])
     )
-    return ", ".join(parts)
 
 
 def _styles(rows):

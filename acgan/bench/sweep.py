@@ -173,8 +173,7 @@ class SweepSettings:
             return None
         if self.base.devices:
             return len(self.base.devices)
-        many_gpus = gpu_count > 1 and self.base.strategy in ("auto", "mirrored")
-        return gpu_count if many_gpus else 1
+        return gpu_count if gpu_count > 1 and self.base.strategy in ("auto", "mirrored") else 1
 
     def configurations(self):
         """(backend, policy, batch, jit) in the order they run: per XLA setting, per batch, per policy, per

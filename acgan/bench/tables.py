@@ -193,8 +193,11 @@ def render_device(run, rows):
         lines.append(
             f"- other entries for {run['price']['accelerator']}: {'; '.join(run['price']['alternatives'])}"
         )
-    for policy, advice in (run.get("advice") or {}).items():
-        lines += [f"- advice ({policy}): {a}" for a in advice]
+    lines += [
+        f"- advice ({policy}): {line}"
+        for policy, advice in (run.get("advice") or {}).items()
+        for line in advice
+    ]
     return lines + [""]
 
 

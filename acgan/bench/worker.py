@@ -55,11 +55,10 @@ def run_bare(job):
     z, fake_labels = sample_noise(config.seed, 0, job.batch, trainer.noise_dim, job.num_classes)
     inputs = runtime.resident((images, labels, z, fake_labels))
     result = _time_step(job, trainer, inputs)
-    counters = GPU_COUNTER if runtime.accelerated else CPU_COUNTER
     result.update(
         peak_memory_bytes=device.peak_memory_bytes(),
         baseline_memory_bytes=None if runtime.accelerated else baseline,
-        memory_counter=counters[runtime.name],
+        memory_counter=(GPU_COUNTER if runtime.accelerated else CPU_COUNTER)[runtime.name],
         replicas=runtime.replicas,
         replica_devices=runtime.replica_devices(),
     )
@@ -134,8 +133,12 @@ def _profile(job, trainer, inputs):
     directory, steps = Path(job.profile_dir), job.profile_length
     with profile.trace(directory):
         timing.bare_step_seconds(trainer, inputs, steps)
-    title = f"{job.backend}, {job.policy}, batch {job.batch}, XLA {'on' if job.jit else 'off'}"
-    summary = profile.summarize(directory, steps, trainer.compiled_hlo(), title=title)
+    summary = profile.summarize(
+        directory,
+        steps,
+        trainer.compiled_hlo(),
+        title=f"{job.backend}, {job.policy}, batch {job.batch}, XLA {'on' if job.jit else 'off'}",
+    )
     return {
         "dir": str(directory),
         "steps": steps,

@@ -78,8 +78,7 @@ def _tpu_chips(version, cores):
     match = re.fullmatch(r"(v\w+?)-(\d+)", accelerator_type.strip().lower())
     per_chip = TPU_CORES_PER_CHIP.get(version)
     if match and tpu_version(match.group(1)) == version and per_chip:
-        size = int(match.group(2))
-        chips = size // per_chip if version not in ("v5e", "v6e") else size
+        chips = int(match.group(2)) // per_chip  # v5e and v6e sizes count chips: one core each
         if chips:
             return chips
     if per_chip is None:
