@@ -250,7 +250,6 @@ def render_backends(rows):
     names = list(dict.fromkeys(b for *_, times in compared for b in times))
     cells = []
     for device, jit, policy, batch, times in compared:
-        fastest = min(times, key=times.get)
         others = [t for b, t in times.items() if b != names[0]]
         ratio = f"{times[names[0]] / min(others):.2f}" if names[0] in times and others else "—"
         cells.append(
@@ -260,7 +259,7 @@ def render_backends(rows):
                 policy,
                 batch,
                 *(number_text(times.get(b)) if b in times else "—" for b in names),
-                fastest,
+                min(times, key=times.get),  # the fastest
                 ratio,
             ]
         )

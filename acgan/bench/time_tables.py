@@ -99,28 +99,23 @@ def render_arithmetic(rows):
     if not counted:
         return []
     how = sorted({r["flops_counted_by"] for r in counted})
-    cells = []
-    for r in counted:
-        peak = (
+    cells = [
+        [
+            r["device"],
+            backend_label(r),
+            "on" if r["jit"] else "off",
+            r["batch"],
+            r["policy"],
+            number_text(r["flops_per_batch"] / 1e9, 2),
+            r["flops_counted_by"],
+            number_text(r.get("tflops"), 2),
             f"{r['peak_tflops']:,.1f} ({r['peak_dtype']})"
             if r.get("peak_tflops")
-            else f"unknown ({r['peak_dtype']})"
-        )
-        share = f"{r['share_of_peak']:.1%}" if r.get("share_of_peak") is not None else "n/a"
-        cells.append(
-            [
-                r["device"],
-                backend_label(r),
-                "on" if r["jit"] else "off",
-                r["batch"],
-                r["policy"],
-                number_text(r["flops_per_batch"] / 1e9, 2),
-                r["flops_counted_by"],
-                number_text(r.get("tflops"), 2),
-                peak,
-                share,
-            ]
-        )
+            else f"unknown ({r['peak_dtype']})",
+            f"{r['share_of_peak']:.1%}" if r.get("share_of_peak") is not None else "n/a",
+        ]
+        for r in counted
+    ]
     return (
         [
             "## FLOPs and share of peak",
