@@ -13,7 +13,6 @@ from acgan.presets import EMA_STATISTICS
 from acgan.quality import inception as inception_lib  # numpy only
 from acgan.quality.report_section import (
     across_judges_text,
-    has_report,
     inception_text,
     result_file,
     summary_line,
@@ -113,7 +112,7 @@ def main(argv):
         print(
             f"wrote {run_dir / result_file(result)} (beside quality.json, which the report shows)"
         )
-    elif has_report(run_dir):
+    elif (run_dir / "report.json").exists():
         print(
             f'wrote {run_dir / "quality.json"} and the "Sample quality" section of {run_dir / "report.md"}'
         )

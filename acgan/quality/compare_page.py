@@ -6,14 +6,10 @@ import io
 import numpy as np
 from PIL import Image
 
-from acgan.quality.report_section import prdc_text, span_text
+from acgan.quality.report_section import na, prdc_text, span_text
 from acgan.quality.verdict import PAIRED_MARGINS, mean_and_error, verdict
 from acgan.util import markdown
 from acgan.util.files import write_atomically
-
-
-def _f(value, fmt, suffix=""):
-    return "n/a" if value is None else f"{value:{fmt}}{suffix}"
 
 
 def caption(row):
@@ -170,7 +166,7 @@ def render_markdown(doc):
         verdict(rows),
         "",
         f"Quality is judged by a float32 reference CNN trained on the real train split "
-        f"({_f(judge.get('test_accuracy'), '.2%')} on {judge.get('num_test') or 0:,} held-out test images; "
+        f"({na(judge.get('test_accuracy'), '.2%')} on {judge.get('num_test') or 0:,} held-out test images; "
         f"never the GAN's own Q), {_generator_text(rows)}. Fréchet distance: {sizes} in the judge's 128-d penultimate features; "
         "compare it only between runs judged at the same sample sizes. The reference is the distance between "
         f"{_reference_sizes(rows[0])} in the same features: where a generator drawing the data exactly would land. "
@@ -199,10 +195,10 @@ def table_lines(rows, seeds, seeded):
     return [
         ("status", lambda r: r.get("status", "completed")),
         ("steps reached", lambda r: f"{r['steps']:,}"),
-        ("time per batch (median)", lambda r: _f(r["time_per_batch_median_ms"], ",.1f", " ms")),
-        ("time per batch (mean)", lambda r: _f(r["time_per_batch_ms"], ",.1f", " ms")),
-        (f"speed-up vs {base}", lambda r: _f(r["speedup"], ".2f", "x")),
-        ("time per 1000 samples", lambda r: _f(r["time_per_1000_samples_ms"], ",.0f", " ms")),
+        ("time per batch (median)", lambda r: na(r["time_per_batch_median_ms"], ",.1f", " ms")),
+        ("time per batch (mean)", lambda r: na(r["time_per_batch_ms"], ",.1f", " ms")),
+        (f"speed-up vs {base}", lambda r: na(r["speedup"], ".2f", "x")),
+        ("time per 1000 samples", lambda r: na(r["time_per_1000_samples_ms"], ",.0f", " ms")),
         (
             "cost of 10^6 batches",
             lambda r: (
@@ -211,10 +207,10 @@ def table_lines(rows, seeds, seeded):
                 else f"${r['cost_per_million_batches']:,.2f}"
             ),
         ),
-        ("compile time", lambda r: _f(r["compile_seconds"], ".1f", " s")),
+        ("compile time", lambda r: na(r["compile_seconds"], ".1f", " s")),
         (
             "peak memory",
-            lambda r: _f(r["peak_memory_bytes"] and r["peak_memory_bytes"] / 2**20, ",.0f", " MiB"),
+            lambda r: na(r["peak_memory_bytes"] and r["peak_memory_bytes"] / 2**20, ",.0f", " MiB"),
         ),
         ("skipped (non-finite) updates", lambda r: f"{r['skipped_steps']:g}"),
         ("**conditional accuracy (judge)**", lambda r: f"**{r['conditional_accuracy']:.1%}**"),
@@ -224,49 +220,49 @@ def table_lines(rows, seeds, seeded):
         ("Fréchet distance, judge features", lambda r: f"{r['frechet_distance']:.2f}"),
         (
             f"change vs {base}",
-            lambda r: _f(r["frechet_change"] and 100 * r["frechet_change"], "+.0f", "%"),
+            lambda r: na(r["frechet_change"] and 100 * r["frechet_change"], "+.0f", "%"),
         ),
         (
             "Fréchet distance, real vs real (reference)",
-            lambda r: _f((r.get("real_reference") or {}).get("frechet_distance"), ".2f"),
+            lambda r: na((r.get("real_reference") or {}).get("frechet_distance"), ".2f"),
         ),
         (
             "mean per-class Fréchet distance",
-            lambda r: _f(r.get("frechet_distance_class_mean"), ".2f"),
+            lambda r: na(r.get("frechet_distance_class_mean"), ".2f"),
         ),
         (
             f"change vs {base}",
-            lambda r: _f(
+            lambda r: na(
                 r.get("class_frechet_change") and 100 * r["class_frechet_change"], "+.0f", "%"
             ),
         ),
         (
             "mean per-class, real vs real (reference)",
-            lambda r: _f((r.get("real_reference") or {}).get("frechet_distance_class_mean"), ".2f"),
+            lambda r: na((r.get("real_reference") or {}).get("frechet_distance_class_mean"), ".2f"),
         ),
         ("quality held", lambda r: "yes" if r["quality_held"] else "**no**"),
         *_prdc_lines(rows),
         ("classifier score", lambda r: f"{r['classifier_score']:.2f}"),
-        ("Q's accuracy on real test images", lambda r: _f(r["q_accuracy_real"], ".1%")),
+        ("Q's accuracy on real test images", lambda r: na(r["q_accuracy_real"], ".1%")),
         (
             "Q's accuracy on the generated samples",
-            lambda r: _f(r.get("q_accuracy_generated"), ".1%"),
+            lambda r: na(r.get("q_accuracy_generated"), ".1%"),
         ),
         *(
             [
                 (
                     "classification accuracy score (CAS)",
-                    lambda r: _f(r["classification_accuracy_score"], ".1%"),
+                    lambda r: na(r["classification_accuracy_score"], ".1%"),
                 ),
                 (
                     "CAS, real train images instead (reference)",
-                    lambda r: _f(r["classification_accuracy_score_real"], ".1%"),
+                    lambda r: na(r["classification_accuracy_score_real"], ".1%"),
                 ),
             ]
             if all(r.get("classification_accuracy_score") is not None for r in rows)
             else []
         ),
-        ("Inception FID", lambda r: _f(r["inception_fid"], ".2f")),
+        ("Inception FID", lambda r: na(r["inception_fid"], ".2f")),
         ("run", lambda r: f"[report]({r['report_md']})"),
     ]
 
@@ -319,7 +315,7 @@ def _seed_lines(base, seeds):
             f"distance / per-class distance change vs {base} at each seed",
             lambda r: (
                 ", ".join(
-                    f"{_f(a and 100 * a, '+.0f', '%')} / {_f(b and 100 * b, '+.0f', '%')}"
+                    f"{na(a and 100 * a, '+.0f', '%')} / {na(b and 100 * b, '+.0f', '%')}"
                     for a, b in zip(
                         r["frechet_distance_change_across_seeds"] or [],
                         r["frechet_distance_class_mean_change_across_seeds"] or [],

@@ -288,14 +288,13 @@ class TrainingEvaluator:
             )
 
 
-PRDC_SCALARS = (*prdc.NAMES, *(f"{name}_class_mean" for name in prdc.NAMES))
-
-
-def scalars(result):
-    """The TensorBoard scalars of an evaluation (also what the trainer logs every --eval_every steps)."""
-    out = {
-        f"quality/{k}": result[k]
-        for k in (
+# TensorBoard's quality/TAG of each number a result holds at PATH (dots: inside an entry); a number per
+# class (a dict by class name) is logged as quality/TAG/CLASS. A number the result lacks, or holds as
+# None (a class the judge saw no samples of), is not logged.
+SCALAR_TAGS = (
+    *(
+        (key, key)
+        for key in (
             "conditional_accuracy",
             "frechet_distance",
             "frechet_distance_class_mean",
@@ -303,40 +302,33 @@ def scalars(result):
             "q_accuracy_real",
             "q_accuracy_generated",
             "d_class_margin_mean",
-            *PRDC_SCALARS,
+            *prdc.MEANS,
         )
-        if result.get(k) is not None
-    }
-    for key, tag in (
-        ("conditional_accuracy_per_class", "conditional_accuracy_class"),
-        ("frechet_distance_per_class", "frechet_distance_class"),
-        *((f"{name}_per_class", f"{name}_class") for name in prdc.NAMES),
-        ("d_class_margin_per_class", "d_class_margin_class"),
-    ):
-        for name, value in (result.get(key) or {}).items():
-            if value is not None:  # a class the judge saw no samples of
-                out[f"quality/{tag}/{name}"] = value
-    score = result.get("classification_accuracy_score")
-    if score:
-        out["quality/classification_accuracy_score"] = score["accuracy"]
-        out.update(
-            {
-                f"quality/classification_accuracy_score_class/{name}": value
-                for name, value in score["per_class"].items()
-                if value is not None
-            }
-        )
-    if result.get("kernel_distance"):
-        out["quality/kernel_distance"] = result["kernel_distance"]["mean"]
-    inception = result.get("inception") or {}
-    if inception.get("fid") is not None:
-        out["quality/inception_fid"] = inception["fid"]
-        out["quality/inception_score"] = inception["inception_score"]
-    if inception.get("kernel_distance"):
-        out["quality/inception_kernel_distance"] = inception["kernel_distance"]["mean"]
-    if inception.get("fid_class_mean") is not None:
-        out["quality/inception_fid_class_mean"] = inception["fid_class_mean"]
-    for name, value in (inception.get("fid_per_class") or {}).items():
-        if value is not None:
-            out[f"quality/inception_fid_class/{name}"] = value
+    ),
+    ("conditional_accuracy_per_class", "conditional_accuracy_class"),
+    ("frechet_distance_per_class", "frechet_distance_class"),
+    *((f"{name}_per_class", f"{name}_class") for name in prdc.NAMES),
+    ("d_class_margin_per_class", "d_class_margin_class"),
+    ("classification_accuracy_score.accuracy", "classification_accuracy_score"),
+    ("classification_accuracy_score.per_class", "classification_accuracy_score_class"),
+    ("kernel_distance.mean", "kernel_distance"),
+    ("inception.fid", "inception_fid"),
+    ("inception.inception_score", "inception_score"),
+    ("inception.kernel_distance.mean", "inception_kernel_distance"),
+    ("inception.fid_class_mean", "inception_fid_class_mean"),
+    ("inception.fid_per_class", "inception_fid_class"),
+)
+
+
+def scalars(result):
+    """The TensorBoard scalars of an evaluation (also what the trainer logs every --eval_every steps)."""
+    out = {}
+    for path, tag in SCALAR_TAGS:
+        value = result
+        for key in path.split("."):
+            value = (value or {}).get(key)
+        if isinstance(value, dict):
+            out.update({f"quality/{tag}/{k}": v for k, v in value.items() if v is not None})
+        elif value is not None:
+            out[f"quality/{tag}"] = value
     return out

@@ -23,6 +23,8 @@ import numpy as np
 
 NEAREST_K = 5  # the `prdc` reference's default and Naeem et al.'s recommendation
 NAMES = ("precision", "recall", "density", "coverage")
+# the numbers an evaluation holds of them: overall, and their means over the classes
+MEANS = (*NAMES, *(f"{name}_class_mean" for name in NAMES))
 CHUNK_ELEMENTS = 1 << 22  # distances held at once (32 MiB of float64)
 
 

@@ -2,7 +2,7 @@
 prints and acgan.compare's page shows of an evaluation, and where a run keeps its evaluations."""
 
 from acgan.presets import EMA_STATISTICS
-from acgan.quality import inception_stats
+from acgan.quality import inception_stats, prdc
 from acgan.util import markdown
 
 SECTION_TITLE = "## Sample quality"
@@ -24,12 +24,6 @@ def result_file(result):
     return f"quality{'_best' * best}{'_no_ema' * bool(raw)}{statistics}.json"
 
 
-def has_report(run_dir):
-    """Whether the run has written its report (report.json), the one an evaluation adds its section to; a
-    run killed before the end, or still training, has not."""
-    return (run_dir / "report.json").exists()
-
-
 def lowest_margin(result):
     """The label under which D tells its class worst from the others, as `lowest: NAME +m against OTHER`."""
     margins = {name: m for name, m in result["d_class_margin_per_class"].items() if m is not None}
@@ -37,34 +31,21 @@ def lowest_margin(result):
     return f"lowest: {name} {margins[name]:+.2f} against {result['d_class_nearest'][name]}"
 
 
-def _pct(value):
-    return "n/a" if value is None else f"{value:.1%}"
+def na(value, fmt, suffix=""):
+    """`value` formatted (and `suffix`), or "n/a" where there is none."""
+    return "n/a" if value is None else f"{value:{fmt}}{suffix}"
 
 
-def _reference_text(reference):
-    return (
-        f"{reference['frechet_distance']:.2f} ({reference['num_real']:,} real test images vs "
-        f"{reference['num_train']:,} real train images: the floor a perfect generator would reach)"
-    )
+def _counts(counts):
+    """'1,000-1,200': the smallest and largest of per-class counts."""
+    return f"{min(counts):,}-{max(counts):,}"
 
 
 def _class_sizes(result):
-    real, generated = (
-        result.get("num_real_per_class") or [0],
-        result.get("num_generated_per_class") or [0],
-    )
     return (
-        f"per class {min(real):,}-{max(real):,} real test images vs {min(generated):,}-{max(generated):,} "
-        "generated"
+        f"per class {_counts(result.get('num_real_per_class') or [0])} real test images vs "
+        f"{_counts(result.get('num_generated_per_class') or [0])} generated"
     )
-
-
-def _margin(value):
-    return "n/a" if value is None else f"{value:+.2f}"
-
-
-def _fd(value):
-    return "n/a" if value is None else f"{value:.2f}"
 
 
 def span_text(spread, fmt):
@@ -87,15 +68,12 @@ def across_judges_text(across):
     return ", ".join(f"{name} {text}" for name, text in parts if text)
 
 
-PRDC = ("precision", "recall", "density", "coverage")
-
-
 def prdc_text(values, suffix="", fmt=".3f"):
     """'0.712 / 0.431 / 0.920 / 0.553': precision / recall / density / coverage from a result (or its
     real_reference), suffix "" (overall) or "_class_mean"; None when the result has no precision."""
     if values.get(f"precision{suffix}") is None:
         return None
-    return " / ".join(format(values[f"{name}{suffix}"], fmt) for name in PRDC)
+    return " / ".join(format(values[f"{name}{suffix}"], fmt) for name in prdc.NAMES)
 
 
 def prdc_rows(result):
@@ -103,33 +81,30 @@ def prdc_rows(result):
     its real-vs-real reference; none where the result has no such numbers."""
     reference = result.get("real_reference") or {}
     k = result.get("prdc_nearest_k")
-    rows = []
-    for suffix, name, sizes in (
+    overall = f"{result['num_real']:,} real test images vs {result['num_generated']:,} generated"
+    return [
         (
-            "",
-            "",
-            f"{result['num_real']:,} real test images vs {result['num_generated']:,} generated",
-        ),
-        ("_class_mean", "mean per-class ", _class_sizes(result)),
-    ):
-        text = prdc_text(result, suffix)
-        if text is None:
-            continue
-        ref = prdc_text(reference, suffix)
-        rows.append(
-            (
-                f"{name}precision / recall / density / coverage (k-NN, k = {k}, judge features)",
-                f"{text} ({sizes}"
-                + (f"; real vs real (reference): {ref})" if ref else ")")
-                + (
-                    ""
-                    if suffix
-                    else ": precision and density say how real the samples look, recall and "
-                    "coverage how much of the real images they reach"
-                ),
-            )
+            f"{name}precision / recall / density / coverage (k-NN, k = {k}, judge features)",
+            f"{prdc_text(result, suffix)} ({sizes}"
+            + (f"; real vs real (reference): {ref})" if ref else ")")
+            + (
+                ""
+                if suffix
+                else ": precision and density say how real the samples look, recall and "
+                "coverage how much of the real images they reach"
+            ),
         )
-    return rows
+        for suffix, name, sizes, ref in (
+            ("", "", overall, prdc_text(reference)),
+            (
+                "_class_mean",
+                "mean per-class ",
+                _class_sizes(result),
+                prdc_text(reference, "_class_mean"),
+            ),
+        )
+        if prdc_text(result, suffix) is not None
+    ]
 
 
 def cas_text(score):
@@ -153,7 +128,7 @@ def render_markdown(result):
     judge = result.get("judge") or {}
     judge_line = (
         f"Judged by a float32 reference CNN (seed {judge.get('seed') or 0}) trained on the real train split "
-        f"({_pct(judge.get('test_accuracy'))} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
+        f"({na(judge.get('test_accuracy'), '.1%')} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
         f"{generator_text(result)}, its {WHICH_CHECKPOINT[result['checkpoint']]} checkpoint "
         f"(step {result['step']:,}), {result['num_generated']:,} generated samples "
         f"(classes balanced, seed {result['seed']})."
@@ -179,94 +154,87 @@ def _kid_text(result):
 
 
 def summary_rows(result):
-    """The section's (name, value) rows: the judge's numbers, their references, Q's, D's margin, CAS, FID."""
+    """The section's (name, value) rows: the judge's numbers, their references, Q's, D's margin, CAS, FID;
+    a row whose value is empty (a number the result lacks) is left out."""
     sizes = f"{result['num_real']:,} real test images vs {result['num_generated']:,} generated"
     if result["num_real"] < result["num_generated"]:
         sizes += " (the test split holds fewer than asked; compare only at equal sizes)"
     reference = result.get("real_reference") or {}
+    across = result.get("across_judges")
+    class_mean = result.get("frechet_distance_class_mean")
     rows = [
         (
             "conditional accuracy (judge)",
-            f"{_pct(result['conditional_accuracy'])} (chance {_pct(result['chance'])}; "
-            f"real test images: {_pct(result.get('real_conditional_accuracy'))})",
-        )
+            f"{na(result['conditional_accuracy'], '.1%')} (chance {na(result['chance'], '.1%')}; "
+            f"real test images: {na(result.get('real_conditional_accuracy'), '.1%')})",
+        ),
+        (
+            across
+            and f"across {len(across['judges'])} judges (seeds "
+            f"{', '.join(str(j['seed']) for j in across['judges'])}; the same samples)",
+            across and across_judges_text(across),
+        ),
+        ("Fréchet distance, judge features", f"{result['frechet_distance']:.2f} ({sizes})"),
+        (
+            "Fréchet distance, real vs real (reference)",
+            reference
+            and f"{reference['frechet_distance']:.2f} ({reference['num_real']:,} real test images vs "
+            f"{reference['num_train']:,} real train images: the floor a perfect generator would reach)",
+        ),
+        (
+            "kernel distance (KID), judge features",
+            result.get("kernel_distance") and _kid_text(result),
+        ),
+        (
+            "mean per-class Fréchet distance (intra-class)",
+            class_mean is not None and f"{class_mean:.2f} ({_class_sizes(result)})",
+        ),
+        (
+            "mean per-class Fréchet distance, real vs real (reference)",
+            reference.get("frechet_distance_class_mean") is not None
+            and f"{reference['frechet_distance_class_mean']:.2f} (each class's real test images vs "
+            "as many real train images of the class as were generated for it)",
+        ),
+        *prdc_rows(result),
+        *_model_rows(result),
+        *inception_rows(result.get("inception") or {}),
     ]
-    if result.get("across_judges"):
-        seeds = ", ".join(str(j["seed"]) for j in result["across_judges"]["judges"])
-        rows.append(
-            (
-                f"across {len(result['across_judges']['judges'])} judges (seeds {seeds}; the same samples)",
-                across_judges_text(result["across_judges"]),
-            )
-        )
-    rows.append(("Fréchet distance, judge features", f"{result['frechet_distance']:.2f} ({sizes})"))
-    if reference:
-        rows.append(("Fréchet distance, real vs real (reference)", _reference_text(reference)))
-    if result.get("kernel_distance"):
-        rows.append(("kernel distance (KID), judge features", _kid_text(result)))
-    if result.get("frechet_distance_class_mean") is not None:
-        rows.append(
-            (
-                "mean per-class Fréchet distance (intra-class)",
-                f"{result['frechet_distance_class_mean']:.2f} ({_class_sizes(result)})",
-            )
-        )
-    if reference.get("frechet_distance_class_mean") is not None:
-        rows.append(
-            (
-                "mean per-class Fréchet distance, real vs real (reference)",
-                f"{_fd(reference['frechet_distance_class_mean'])} (each class's real test images "
-                "vs as many real train images of the class as were generated for it)",
-            )
-        )
-    return (
-        rows
-        + prdc_rows(result)
-        + _model_rows(result)
-        + inception_rows(result.get("inception") or {})
-    )
+    return [(name, value) for name, value in rows if value]
 
 
 def _model_rows(result):
     """The rows on the models themselves: the classifier score, Q's accuracy, D's class margin, CAS."""
-    rows = [
+    score = result.get("classification_accuracy_score")
+    return [
         (
             "classifier score",
             f"{result['classifier_score']:.2f} (1 to {result['num_classes']}; real test "
             f"images: {result.get('real_classifier_score', float('nan')):.2f})",
         ),
-        ("Q's accuracy on real test images", _pct(result.get("q_accuracy_real"))),
+        ("Q's accuracy on real test images", na(result.get("q_accuracy_real"), ".1%")),
+        (
+            "Q's accuracy on the generated samples (names the class G was asked for)",
+            result.get("q_accuracy_generated") is not None
+            and f"{result['q_accuracy_generated']:.1%} (the judge: "
+            f"{na(result['conditional_accuracy'], '.1%')}; where Q is far above the judge, G draws "
+            "what its own Q accepts rather than what the class looks like)",
+        ),
+        (
+            "D's class margin (mean over classes)",
+            result.get("d_class_margin_mean") is not None
+            and f"{result['d_class_margin_mean']:+.2f}: under each class's label, D's mean logit for "
+            "that class's real images minus for the other class it scores highest, per class "
+            "below (G asked for a class is pushed towards it only as far as this is positive)",
+        ),
+        (
+            "classification accuracy score (CAS)",
+            score
+            and f"{cas_text(score)}: the judge's CNN trained on the {score['num_train']:,} samples, "
+            f"scored on the {score['num_test']:,} real test images; the reference trained on as "
+            "many real train images per class. Low where G draws a class as something its real "
+            "images are not",
+        ),
     ]
-    if result.get("q_accuracy_generated") is not None:
-        rows.append(
-            (
-                "Q's accuracy on the generated samples (names the class G was asked for)",
-                f"{_pct(result['q_accuracy_generated'])} (the judge: "
-                f"{_pct(result['conditional_accuracy'])}; where Q is far above the judge, G draws "
-                "what its own Q accepts rather than what the class looks like)",
-            )
-        )
-    if result.get("d_class_margin_mean") is not None:
-        rows.append(
-            (
-                "D's class margin (mean over classes)",
-                f"{result['d_class_margin_mean']:+.2f}: under each class's label, D's mean logit for "
-                "that class's real images minus for the other class it scores highest, per class "
-                "below (G asked for a class is pushed towards it only as far as this is positive)",
-            )
-        )
-    score = result.get("classification_accuracy_score")
-    if score:
-        rows.append(
-            (
-                "classification accuracy score (CAS)",
-                f"{cas_text(score)}: the judge's CNN trained on the {score['num_train']:,} samples, "
-                f"scored on the {score['num_test']:,} real test images; the reference trained on as "
-                "many real train images per class. Low where G draws a class as something its real "
-                "images are not",
-            )
-        )
-    return rows
 
 
 def _score_text(mean, std):
@@ -289,7 +257,7 @@ def _kid_ifid_text(entry):
     kid = entry["kernel_distance"]
     return (
         f"KID {kid['mean']:.4f} ± {kid['std']:.4f}, mean per-class FID (iFID) "
-        f"{_fd(entry['fid_class_mean'])}, "
+        f"{na(entry['fid_class_mean'], '.2f')}, "
     )
 
 
@@ -306,8 +274,8 @@ def inception_text(entry):
 
 
 def inception_rows(entry):
-    """The section's rows of the standard FID, KID, per-class FID and Inception score, or one row saying
-    why there are none."""
+    """The section's rows of the standard FID, KID, per-class FID and Inception score (those the entry
+    has), or one row saying why there are none."""
     if entry.get("fid") is None:
         return [("FID and Inception score, standard", entry.get("note", "n/a"))]
     rows = [
@@ -315,21 +283,18 @@ def inception_rows(entry):
             f"FID, standard (2015 Inception graph, {entry['feature_dim']}-d pool_3)",
             f"{entry['fid']:.2f} ({entry['num_generated']:,} generated vs {_real_text(entry)}; "
             f"{entry['note']})",
-        )
-    ]
-    if entry.get("kernel_distance"):
-        rows.append(("kernel distance (KID), standard (pool_3)", _kid_text(entry)))
-    if entry.get("fid_class_mean") is not None:
-        real, generated = entry["num_real_per_class"], entry["num_generated_per_class"]
-        rows.append(
-            (
-                "mean per-class FID (iFID), standard",
-                f"{entry['fid_class_mean']:.2f} (each class's generated images against its train images, "
-                f"per class below; {min(generated):,}-{max(generated):,} generated vs "
-                f"{min(real):,}-{max(real):,} real a class)",
-            )
-        )
-    rows += [
+        ),
+        (
+            "kernel distance (KID), standard (pool_3)",
+            entry.get("kernel_distance") and _kid_text(entry),
+        ),
+        (
+            "mean per-class FID (iFID), standard",
+            entry.get("fid_class_mean") is not None
+            and f"{entry['fid_class_mean']:.2f} (each class's generated images against its train images, "
+            f"per class below; {_counts(entry['num_generated_per_class'])} generated vs "
+            f"{_counts(entry['num_real_per_class'])} real a class)",
+        ),
         (
             "Inception score, standard",
             f"{_score_text(entry['inception_score'], entry['inception_score_std'])} (mean ± standard deviation over "
@@ -337,15 +302,12 @@ def inception_rows(entry):
             f"{_score_text(entry['real_inception_score'], entry['real_inception_score_std'])})",
         ),
         ("Inception graph", f"`{entry['graph']}` (sha256 {entry['sha256']})"),
+        (
+            "real statistics (--inception_stats)",
+            entry.get("real_statistics") and inception_stats.report_text(entry["real_statistics"]),
+        ),
     ]
-    if entry.get("real_statistics"):
-        rows.append(
-            (
-                "real statistics (--inception_stats)",
-                inception_stats.report_text(entry["real_statistics"]),
-            )
-        )
-    return rows
+    return [(name, value) for name, value in rows if value]
 
 
 def _class_prdc_text(result, name):
@@ -354,7 +316,7 @@ def _class_prdc_text(result, name):
 
     def of(values):
         return prdc_text(
-            {key: (values.get(f"{key}_per_class") or {}).get(name) for key in PRDC}, fmt=".2f"
+            {key: (values.get(f"{key}_per_class") or {}).get(name) for key in prdc.NAMES}, fmt=".2f"
         )
 
     text, ref = of(result), of(result.get("real_reference") or {})
@@ -386,12 +348,16 @@ def per_class_table(result):
         + (["iFID, standard"] if ifid else [])
     )
     rows = [
-        [name, _pct(acc), _fd(class_fd.get(name)), _fd(reference_fd.get(name))]
+        [name, na(acc, ".1%"), na(class_fd.get(name), ".2f"), na(reference_fd.get(name), ".2f")]
         + ([_class_prdc_text(result, name)] if prdc else [])
-        + ([_pct(q_real.get(name)), _pct(q_generated.get(name))] if q_columns else [])
-        + ([_pct(score["per_class"].get(name)), _pct(cas_real.get(name))] if score else [])
-        + ([f"{_margin(margins.get(name))} ({nearest.get(name)})"] if margins else [])
-        + ([_fd(ifid.get(name))] if ifid else [])
+        + ([na(q_real.get(name), ".1%"), na(q_generated.get(name), ".1%")] if q_columns else [])
+        + (
+            [na(score["per_class"].get(name), ".1%"), na(cas_real.get(name), ".1%")]
+            if score
+            else []
+        )
+        + ([f"{na(margins.get(name), '+.2f')} ({nearest.get(name)})"] if margins else [])
+        + ([na(ifid.get(name), ".2f")] if ifid else [])
         for name, acc in result["conditional_accuracy_per_class"].items()
     ]
     return markdown.table(header, rows)

@@ -18,7 +18,6 @@ from acgan.quality import judge as judge_lib
 from acgan.quality.evaluation import evaluate_gan, real_reference, sample_inputs, scalars
 from acgan.quality.report_section import (
     SECTION_TITLE,
-    has_report,
     render_markdown,
     result_file,
 )
@@ -212,7 +211,7 @@ def record(run_dir, result):
         return
     write_json(run_dir / "quality.json", result)
     report_path = run_dir / "report.json"
-    if has_report(run_dir):
+    if report_path.exists():
         report = json.loads(report_path.read_text())
         report["quality"] = result
         write_json(report_path, report)

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from acgan.quality import prdc
+
 QUALITY_TOLERANCE = 0.03  # conditional accuracy may trail the baseline by at most 3 points
 # The Fréchet distance (judge features) may exceed the baseline's by at most FD_RELATIVE_TOLERANCE of it,
 # or by FD_REFERENCE_MULTIPLE real-vs-real reference distances where that is more (a baseline close to the
@@ -19,17 +21,7 @@ FD_REFERENCE_MULTIPLE = 3.0
 
 # Precision, recall, density and coverage (acgan.quality.prdc), overall and their means over the classes,
 # with the k they were measured at: on the page beside their real-vs-real references, not in the verdict.
-PRDC_MEANS = (
-    "precision",
-    "recall",
-    "density",
-    "coverage",
-    "precision_class_mean",
-    "recall_class_mean",
-    "density_class_mean",
-    "coverage_class_mean",
-)
-PRDC_KEYS = PRDC_MEANS + ("prdc_nearest_k",)
+PRDC_KEYS = (*prdc.MEANS, "prdc_nearest_k")
 # A policy's row over several training seeds: these are averaged; the run folder, grid, judge and
 # references stay the first seed's (the references depend on the judge and the sample sizes, not the run).
 MEAN_OVER_SEEDS = (
@@ -50,7 +42,7 @@ MEAN_OVER_SEEDS = (
     "inception_fid",
     "classification_accuracy_score",
     "classification_accuracy_score_real",
-    *PRDC_MEANS,
+    *prdc.MEANS,
 )
 PER_SEED = (
     "seed",
