@@ -48,21 +48,17 @@ def classification_accuracy_score(
     real = ImageSet(
         *per_class_subset(train_set, class_counts(generated.labels, len(names)), seed), tuple(names)
     )
-    scores = {"generated": _score(generated, test_set, seed, epochs)}
+    score = _score(generated, test_set, seed, epochs)  # {accuracy, per_class, num_train}
     path = _reference_path(cache_dir, real, test_set, seed, epochs) if cache_dir else None
     reference = _read_cached(path) if path else None
-    if reference is not None:
-        scores["real"] = dict(reference, cached=True)
-    else:
+    cached = reference is not None
+    if not cached:
         reference = _score(real, test_set, seed, epochs)
         if path:
             _write_cached(path, reference)
-        scores["real"] = dict(reference, cached=False)
     return {
-        "accuracy": scores["generated"]["accuracy"],
-        "per_class": scores["generated"]["per_class"],
-        "num_train": scores["generated"]["num_train"],
-        "real_reference": scores["real"],
+        **score,
+        "real_reference": dict(reference, cached=cached),
         "num_test": len(test_set),
         "epochs": epochs,
         "seed": seed,

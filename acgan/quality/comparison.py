@@ -118,24 +118,10 @@ class CompareSettings:
             raise UserError(f"--policies names a policy twice: {','.join(self.policies)}")
         if (self.base.steps is None) == (self.base.minutes is None):
             raise UserError("give exactly one of --steps (equal steps) or --minutes (equal time)")
-        if (
-            isinstance(self.num_samples, bool)
-            or not isinstance(self.num_samples, int)
-            or self.num_samples < 2
-        ):
-            raise UserError(
-                f"--num_samples must be an integer of at least 2, got {self.num_samples!r}"
-            )
-        if isinstance(self.judges, bool) or not isinstance(self.judges, int) or self.judges < 1:
-            raise UserError(f"--judges must be an integer of at least 1, got {self.judges!r}")
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
-            raise UserError(f"--seeds must be an integer of at least 1, got {self.seeds!r}")
-        if (
-            isinstance(self.parallel, bool)
-            or not isinstance(self.parallel, int)
-            or self.parallel < 1
-        ):
-            raise UserError(f"--parallel must be an integer of at least 1, got {self.parallel!r}")
+        for name, lowest in (("num_samples", 2), ("judges", 1), ("seeds", 1), ("parallel", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+                raise UserError(f"--{name} must be an integer of at least {lowest}, got {value!r}")
         if self.resume and not self.output_dir:
             raise UserError(
                 "--resume needs --output_dir: the folder of the comparison to go on with"

@@ -33,15 +33,16 @@ def sample_inputs(num_classes, noise_dim, num_samples, seed=0):
     return z, labels
 
 
-def q_accuracy(classifier, images, labels, num_classes, batch=500):
+def q_accuracy(classifier, images, labels, class_names, batch=500):
     """The GAN's own Q as a classifier (networks.build_classifier) on uint8 [N, H, W, C] images:
-    (overall, per-class) accuracy against `labels`, as conditional_accuracy computes it."""
+    (overall, per class by name) accuracy against `labels`, as conditional_accuracy computes it."""
     probs = [
         np.asarray(classifier(images[i : i + batch].astype(np.float32) / 255.0, training=False))
         for i in range(0, len(images), batch)
     ]
-    probs = np.concatenate(probs) if probs else np.zeros((0, num_classes), np.float32)
-    return conditional_accuracy(probs, labels, num_classes)
+    probs = np.concatenate(probs) if probs else np.zeros((0, len(class_names)), np.float32)
+    overall, per_class = conditional_accuracy(probs, labels, len(class_names))
+    return overall, dict(zip(class_names, per_class))
 
 
 def d_class_margins(models, images, labels, num_classes, batch=500):
@@ -152,15 +153,11 @@ def evaluate_gan(trainer, test_set, judge, num_samples=1000, seed=0, with_q=True
         # images Q accepts that the real class does not look like (AC-GAN's weak spot).
         classifier = build_classifier(trainer.models)  # once, for both image sets
         images, q_labels = real_subset(test_set, num_samples, seed)
-        result["q_accuracy_real"], q_real_per_class = q_accuracy(
-            classifier, images, q_labels, num_classes
+        result["q_accuracy_real"], result["q_accuracy_real_per_class"] = q_accuracy(
+            classifier, images, q_labels, test_set.class_names
         )
-        result["q_accuracy_generated"], q_generated_per_class = q_accuracy(
-            classifier, fake, labels, num_classes
-        )
-        result["q_accuracy_real_per_class"] = dict(zip(test_set.class_names, q_real_per_class))
-        result["q_accuracy_generated_per_class"] = dict(
-            zip(test_set.class_names, q_generated_per_class)
+        result["q_accuracy_generated"], result["q_accuracy_generated_per_class"] = q_accuracy(
+            classifier, fake, labels, test_set.class_names
         )
         result.update(
             d_class_margin_entries(trainer.models, images, q_labels, test_set.class_names)
@@ -229,18 +226,26 @@ def real_reference(judge, test_set, train_set, num_samples, seed=0):
     }
 
 
+def load_splits(config, data_dir=None):
+    """The (test, train) splits of a run's data, as it selected them (classes, max_per_class)."""
+    return [
+        data_lib.load_dataset(
+            config.dataset,
+            split=split,
+            data_dir=data_dir or config.data_dir,
+            classes=config.classes,
+            max_per_class=config.max_per_class,
+        )
+        for split in ("test", "train")
+    ]
+
+
 class TrainingEvaluator:
     """Judges the generator every --eval_every steps of a training run against the real test split."""
 
     def __init__(self, config):
         self.samples = config.eval_samples
-        self.test_set = data_lib.load_dataset(
-            config.dataset,
-            split="test",
-            data_dir=config.data_dir,
-            classes=config.classes,
-            max_per_class=config.max_per_class,
-        )
+        self.test_set, train_set = load_splits(config)
         self.judge = judge_lib.load_or_train(
             config.dataset,
             config.data_dir,
@@ -249,15 +254,7 @@ class TrainingEvaluator:
             test_set=self.test_set,
         )
         # The real-vs-real references at this evaluation's sizes, once: every evaluation prints beside them.
-        train_set = data_lib.load_dataset(
-            config.dataset,
-            split="train",
-            data_dir=config.data_dir,
-            classes=config.classes,
-            max_per_class=config.max_per_class,
-        )
         self.reference = real_reference(self.judge, self.test_set, train_set, self.samples)
-        del train_set
         self.last = None
         device.reset_peak_memory()  # the judge may just have trained on this device: its peak is not the run's
 

@@ -17,7 +17,6 @@ anything but math and network ops on the way to the features.
 
 import hashlib
 import importlib.util
-import io
 import json
 import os
 import time
@@ -38,7 +37,6 @@ from acgan.quality.metrics import (
     per_class_frechet,
 )
 from acgan.training.run_dir import read_run
-from acgan.util.files import write_atomically
 
 GRAPH_FILE = "classify_image_graph_def.pb"
 ARCHIVE_URL = "http://download.tensorflow.org/models/image/imagenet/inception-2015-12-05.tgz"
@@ -236,13 +234,16 @@ def scores(graph, fake, labels, train_set, dataset, cache_dir=None, stats=None, 
             num_real=None,
             real=f"the statistics in {stats['path']}",
         )
-        real_moments = stats["mu"], stats["sigma"]
+        mu, sigma = stats["mu"], stats["sigma"]
     else:
-        real_moments = moments(real)
+        mu, sigma = moments(real)
         entry.update(_against_features(graph, real, train_set, features, labels, seed))
         if stats is not None:
-            stats = dict(stats, sha256=inception_stats.write_stats(stats["path"], *real_moments))
-    entry["fid"] = frechet_distance(*moments(features), *real_moments)
+            stats = dict(
+                stats,
+                sha256=inception_stats.write_npz(stats["path"], mu=mu, sigma=sigma),
+            )
+    entry["fid"] = frechet_distance(*moments(features), mu, sigma)
     entry["real_statistics"] = stats and {
         "file": str(stats["path"]),
         "sha256": stats["sha256"],
@@ -348,9 +349,7 @@ def real_features(graph, images, cache_dir=None, echo=print):
     )
     features = graph.run(images, echo, "real train images")
     if path is not None:
-        buffer = io.BytesIO()
-        np.savez(buffer, features=features)
-        write_atomically(path, buffer.getvalue())
+        inception_stats.write_npz(path, features=features)
     return features
 
 
@@ -369,20 +368,16 @@ def unavailable(dataset, image_shape):
     }
 
 
-def check_rgb(dataset, image_shape):
-    """UserError (one line) for --inception on a dataset whose images are not RGB."""
-    if list(image_shape)[-1:] != [3]:
-        raise UserError(
-            f"--inception needs RGB images: {dataset}'s are {'x'.join(map(str, image_shape))}, and the "
-            "Inception network takes colour photographs"
-        )
-
-
 def backend_for(backend, run):
     """TensorFlow, which runs the Inception graph: the backend of an evaluation with --inception. UserError
     (one line) for a run whose images are not RGB, another backend chosen, or no TensorFlow installed."""
     config, info = read_run(Path(run))
-    check_rgb(config.dataset, info.get("image_shape") or [])
+    image_shape = info.get("image_shape") or []
+    if image_shape[-1:] != [3]:
+        raise UserError(
+            f"--inception needs RGB images: {config.dataset}'s are {'x'.join(map(str, image_shape))}, "
+            "and the Inception network takes colour photographs"
+        )
     chosen = backend or backend_lib.running() or os.environ.get("KERAS_BACKEND")
     if chosen not in (None, "tensorflow"):
         raise UserError(

@@ -61,10 +61,11 @@ def read_stats(path, feature_dim):
     }
 
 
-def write_stats(path, mean, covariance):
-    """Writes the statistics in TTUR's format (an .npz of mu and sigma) to `path`; returns its sha256."""
+def write_npz(path, **arrays):
+    """Writes the arrays as an .npz file (the statistics: TTUR's format, mu and sigma) to `path`; returns
+    its sha256."""
     buffer = io.BytesIO()
-    np.savez(buffer, mu=mean, sigma=covariance)
+    np.savez(buffer, **arrays)
     write_atomically(path, buffer.getvalue())
     return hashlib.sha256(buffer.getvalue()).hexdigest()
 

@@ -86,10 +86,6 @@ class Judge:
         self._real_cache = {}
 
     @property
-    def num_classes(self):
-        return int(self.classifier.output.shape[-1])
-
-    @property
     def test_accuracy(self):
         return self.info.get("test_accuracy")
 
@@ -102,7 +98,7 @@ class Judge:
             feats.append(np.asarray(f, np.float64))
             probs.append(np.asarray(p, np.float64))
         if not feats:
-            return np.zeros((0, FEATURE_DIM)), np.zeros((0, self.num_classes))
+            return np.zeros((0, FEATURE_DIM)), np.zeros((0, int(self.classifier.output.shape[-1])))
         return np.concatenate(feats), np.concatenate(probs)
 
     def real_reference(self, test_set, num_samples, seed=0):
@@ -114,10 +110,6 @@ class Judge:
             # holds test_set so its id stays its own
             self._real_cache = {key: (features, probs, labels, test_set)}
         return self._real_cache[key][:3]
-
-
-def accuracy(probs, labels):
-    return float(np.mean(np.argmax(probs, axis=-1) == labels)) if len(labels) else float("nan")
 
 
 def train(train_set, test_set, epochs=EPOCHS, batch=BATCH, seed=0, echo=print):
@@ -148,11 +140,11 @@ def train(train_set, test_set, epochs=EPOCHS, batch=BATCH, seed=0, echo=print):
     train_seconds = time.perf_counter() - started
     judge = Judge(model, {})
     _, probs = judge.predict(test_set.images)
-    per_class = conditional_accuracy(probs, test_set.labels, test_set.num_classes)[1]
+    overall, per_class = conditional_accuracy(probs, test_set.labels, test_set.num_classes)
     judge.info.update(
         {
             "format": FORMAT,
-            "test_accuracy": accuracy(probs, test_set.labels),
+            "test_accuracy": overall,
             "test_accuracy_per_class": dict(zip(test_set.class_names, per_class)),
             "num_test": len(test_set),
             "num_train": len(train_set),
@@ -195,11 +187,6 @@ def cache_key(dataset, classes, max_per_class, test_set, epochs=EPOCHS, seed=0):
     return f"{name[-40:]}-{digest}", contents
 
 
-def judge_paths(data_dir, stem):
-    folder = Path(data_dir) / "judges"
-    return folder / f"{stem}.keras", folder / f"{stem}.json"
-
-
 def load_or_train(
     dataset,
     data_dir="data",
@@ -220,7 +207,8 @@ def load_or_train(
             dataset, split="test", data_dir=data_dir, classes=classes, max_per_class=max_per_class
         )
     stem, key = cache_key(dataset, classes, max_per_class, test_set, epochs, seed)
-    model_path, info_path = judge_paths(data_dir, stem)
+    model_path = Path(data_dir) / "judges" / f"{stem}.keras"
+    info_path = model_path.with_suffix(".json")
     judge = _load(model_path, info_path, key)
     if judge is not None:
         return judge
@@ -246,17 +234,13 @@ def load_or_train(
 
 def _save(judge, model_path, info_path):
     model_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        dir=model_path.parent, prefix=f".{model_path.stem}.", suffix=".keras"
-    )
-    os.close(fd)
-    try:
-        with tensorflow_hidden():  # Keras's saving probes TensorFlow; on JAX it need not load
-            judge.classifier.save(tmp)
-        os.replace(tmp, model_path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    # Saved in a temporary folder beside it, then moved: a killed save leaves no judge half written.
+    with (
+        tempfile.TemporaryDirectory(dir=model_path.parent, prefix=f".{model_path.stem}.") as tmp,
+        tensorflow_hidden(),  # Keras's saving probes TensorFlow; on JAX it need not load
+    ):
+        judge.classifier.save(Path(tmp) / model_path.name)
+        os.replace(Path(tmp) / model_path.name, model_path)
     write_json(info_path, judge.info)
 
 

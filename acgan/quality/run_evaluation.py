@@ -10,12 +10,17 @@ import json
 import time
 from pathlib import Path
 
-from acgan import data as data_lib
 from acgan.errors import UserError
 from acgan.quality import cas as cas_lib
 from acgan.quality import inception as inception_lib
 from acgan.quality import judge as judge_lib
-from acgan.quality.evaluation import evaluate_gan, real_reference, sample_inputs, scalars
+from acgan.quality.evaluation import (
+    evaluate_gan,
+    load_splits,
+    real_reference,
+    sample_inputs,
+    scalars,
+)
 from acgan.quality.report_section import (
     SECTION_TITLE,
     render_markdown,
@@ -110,16 +115,7 @@ def evaluate_run(
 
 def _splits(config, info, data_dir, run_dir):
     """The run's test and train splits; UserError when the data's classes are not the run's."""
-    test_set, train_set = (
-        data_lib.load_dataset(
-            config.dataset,
-            split=split,
-            data_dir=data_dir,
-            classes=config.classes,
-            max_per_class=config.max_per_class,
-        )
-        for split in ("test", "train")
-    )
+    test_set, train_set = load_splits(config, data_dir)
     if list(test_set.class_names) != list(info["class_names"]):
         raise UserError(
             f"the test split of {config.dataset} has other classes than {run_dir} was trained on"

@@ -78,39 +78,33 @@ def _relative(a, b):
     return None if a is None or not b else a / b - 1.0
 
 
+def _means(dicts, keys=None):
+    """Each key's mean over the dicts (_mean's); keys: the first dict's."""
+    return {key: _mean([d.get(key) for d in dicts]) for key in keys or dicts[0]}
+
+
 def combine_seeds(runs):
     """One policy's row from its runs at several training seeds (a single run is returned as it is): the
     means of MEAN_OVER_SEEDS, skipped updates summed, the per-class distances and, with several judges,
     each judge's numbers averaged over the seeds; each seed's own numbers in row["across_seeds"]."""
     if len(runs) == 1:
         return runs[0]
-    row = dict(runs[0])
-    for key in MEAN_OVER_SEEDS:
-        row[key] = _mean([r.get(key) for r in runs])  # None where no run has it (CAS without --cas)
+    row = dict(
+        runs[0], **_means(runs, MEAN_OVER_SEEDS)
+    )  # None where no run has it (CAS without --cas)
     row["steps"] = round(row["steps"])
     row["skipped_steps"] = sum(r["skipped_steps"] for r in runs)
     row["status"] = next((r["status"] for r in runs if r["status"] != "completed"), "completed")
     if all(r.get("frechet_distance_per_class") for r in runs):
-        row["frechet_distance_per_class"] = {
-            k: _mean([r["frechet_distance_per_class"][k] for r in runs])
-            for k in runs[0]["frechet_distance_per_class"]
-        }
+        row["frechet_distance_per_class"] = _means([r["frechet_distance_per_class"] for r in runs])
     if all(r.get("across_judges") for r in runs):
         judges = []
         for j, first in enumerate(runs[0]["across_judges"]["judges"]):
-            judge = dict(first)
-            for key in ACROSS_JUDGES:
-                judge[key] = _mean([r["across_judges"]["judges"][j][key] for r in runs])
-            judge["conditional_accuracy_per_class"] = {
-                k: _mean(
-                    [
-                        r["across_judges"]["judges"][j]["conditional_accuracy_per_class"][k]
-                        for r in runs
-                    ]
-                )
-                for k in first["conditional_accuracy_per_class"]
-            }
-            judges.append(judge)
+            each = [r["across_judges"]["judges"][j] for r in runs]  # judge j at every seed
+            per_class = _means([x["conditional_accuracy_per_class"] for x in each])
+            judges.append(
+                dict(first, **_means(each, ACROSS_JUDGES), conditional_accuracy_per_class=per_class)
+            )
         row["across_judges"] = {
             "judges": judges,
             **{key: spread([j[key] for j in judges]) for key in ACROSS_JUDGES},
