@@ -15,6 +15,7 @@ depends only on the data, the seed and the epochs, so it is cached beside the ju
 and trained once per sample count, not once per evaluation.
 """
 
+import contextlib
 import hashlib
 import json
 import time
@@ -55,7 +56,9 @@ def classification_accuracy_score(
     if not cached:
         reference = _score(real, test_set, seed, epochs)
         if path:
-            _write_cached(path, reference)
+            # an unwritable data_dir only costs training the reference again next time
+            with contextlib.suppress(OSError):
+                write_json(path, reference)
     return {
         **score,
         "real_reference": dict(reference, cached=cached),
@@ -101,11 +104,3 @@ def _read_cached(path):
     if not isinstance(score, dict) or not {"accuracy", "per_class", "num_train"} <= score.keys():
         return None
     return score
-
-
-def _write_cached(path, score):
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, score)
-    except OSError:  # an unwritable data_dir only costs training the reference again next time
-        pass

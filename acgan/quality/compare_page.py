@@ -14,23 +14,25 @@ from acgan.util.files import write_atomically
 
 def caption(row):
     ms = row["time_per_batch_median_ms"]
-    speed = f"{ms:,.1f} ms/batch" if ms is not None else "too few steps to time"
     if row["cost_per_million_batches"] is not None:
         cost = f"${row['cost_per_million_batches']:,.2f} per 10^6 batches"
     elif row["price_per_hour"] is None:
         cost = "cost: n/a (no --price_per_hour)"
     else:
         cost = "cost: n/a (too few steps to time)"
-    status = "DIVERGED at " if row.get("status") == "diverged" else ""
     class_fd = row.get("frechet_distance_class_mean")
     lines = [
-        f"{status}{row['steps']:,} steps, {speed}",
+        f"{'DIVERGED at ' if row.get('status') == 'diverged' else ''}{row['steps']:,} steps, "
+        + (f"{ms:,.1f} ms/batch" if ms is not None else "too few steps to time"),
         cost,
         f"cond. acc. {row['conditional_accuracy']:.1%}, FD {row['frechet_distance']:.1f}"
         + (f", per class {class_fd:.1f}" if class_fd is not None else ""),
+        *(
+            [f"Inception FID {row['inception_fid']:.1f}"]
+            if row["inception_fid"] is not None
+            else []
+        ),
     ]
-    if row["inception_fid"] is not None:
-        lines.append(f"Inception FID {row['inception_fid']:.1f}")
     return "\n".join(lines)
 
 

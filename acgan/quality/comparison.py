@@ -142,16 +142,13 @@ class CompareSettings:
             else f"{self.base.minutes:g} minutes"
         )
 
-    def training_seeds(self):
-        return [self.base.seed + k for k in range(self.seeds)]
-
     def runs(self, out):
         """(policy, training seed, run folder) for every run, in training order: seed by seed, every policy
         at each; the first seed's run of a policy is out/POLICY (as with one seed), the others out/POLICY-seedN."""
         first = self.base.seed
         return [
             (policy, seed, out / (policy if seed == first else f"{policy}-seed{seed}"))
-            for seed in self.training_seeds()
+            for seed in range(first, first + self.seeds)
             for policy in self.policies
         ]
 

@@ -15,6 +15,7 @@ reads or writes their mean and covariance in TTUR's format, and inception_ops ke
 anything but math and network ops on the way to the features.
 """
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -337,12 +338,12 @@ def real_features(graph, images, cache_dir=None, echo=print):
     }
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache_dir) / f"inception-real-{digest}.npz" if cache_dir is not None else None
-    if path is not None and path.is_file():
-        try:
-            with np.load(path) as cached:
-                return cached["features"]
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
-            pass  # unreadable: computed again, and rewritten
+    if path is not None:  # missing or unreadable: computed again, and written
+        with (
+            contextlib.suppress(OSError, ValueError, KeyError, zipfile.BadZipFile),
+            np.load(path) as cached,
+        ):
+            return cached["features"]
     echo(
         f"standard FID: {len(images):,} real train images through the Inception graph"
         + (f" (once: cached in {path})" if path is not None else "")

@@ -48,21 +48,21 @@ class Moments:
     al.'s pairwise update), so 50,000 2048-d features need no [N, F] array."""
 
     def __init__(self):
-        self.count, self.mean, self.scatter = 0, None, None
+        self.count, self.mean, self.scatter = (
+            0,
+            0.0,
+            0.0,
+        )  # the first batch merges into nothing exactly
 
     def add(self, features):
         x = np.asarray(features, np.float64)
-        if len(x) == 0:
-            return
         mean = x.mean(axis=0)
         centred = x - mean
-        scatter = centred.T @ centred
-        if self.count == 0:
-            self.count, self.mean, self.scatter = len(x), mean, scatter
-            return
         total, delta = self.count + len(x), mean - self.mean
         self.scatter = (
-            self.scatter + scatter + np.outer(delta, delta) * (self.count * len(x) / total)
+            self.scatter
+            + centred.T @ centred
+            + np.outer(delta, delta) * (self.count * len(x) / total)
         )
         self.mean = self.mean + delta * (len(x) / total)
         self.count = total

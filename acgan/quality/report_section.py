@@ -250,24 +250,20 @@ def _real_text(entry):
     )
 
 
-def _kid_ifid_text(entry):
-    """'KID 0.0123 ± 0.0004, mean per-class FID (iFID) 45.67, ' where the entry has them, else ''."""
-    if not entry.get("kernel_distance"):
-        return ""
-    kid = entry["kernel_distance"]
-    return (
-        f"KID {kid['mean']:.4f} ± {kid['std']:.4f}, mean per-class FID (iFID) "
-        f"{na(entry['fid_class_mean'], '.2f')}, "
-    )
-
-
 def inception_text(entry):
     """The printed line of a computed "inception" entry: the standard FID, KID, iFID and Inception score,
     their sizes and the graph file."""
+    kid = entry.get("kernel_distance")
     return (
         f"standard FID {entry['fid']:.2f} ({entry['num_generated']:,} generated vs {_real_text(entry)}), "
-        f"{_kid_ifid_text(entry)}Inception score "
-        f"{_score_text(entry['inception_score'], entry['inception_score_std'])} (real train images "
+        + (
+            f"KID {kid['mean']:.4f} ± {kid['std']:.4f}, mean per-class FID (iFID) "
+            f"{na(entry['fid_class_mean'], '.2f')}, "
+            if kid
+            else ""
+        )
+        + f"Inception score {_score_text(entry['inception_score'], entry['inception_score_std'])} "
+        f"(real train images "
         f"{_score_text(entry['real_inception_score'], entry['real_inception_score_std'])}); the 2015 "
         f"Inception graph {entry['graph']}, sha256 {entry['sha256']}"
     )
@@ -371,6 +367,7 @@ def summary_line(result):
         return f" (real vs real {reference[key]:.2f})" if reference.get(key) is not None else ""
 
     class_mean = result.get("frechet_distance_class_mean")
+    prdc_values, prdc_reference = prdc_text(result), prdc_text(reference)
     return (
         f"step {result['step']}: conditional accuracy {result['conditional_accuracy']:.1%} "
         f"(chance {result['chance']:.0%}), Fréchet distance {result['frechet_distance']:.2f}"
@@ -380,7 +377,13 @@ def summary_line(result):
             if class_mean is not None
             else ""
         )
-        + _prdc_part(result, reference)
+        + (
+            f"precision / recall / density / coverage {prdc_values} ("
+            + (f"real vs real {prdc_reference}; " if prdc_reference else "")
+            + f"k = {result['prdc_nearest_k']}), "
+            if prdc_values
+            else ""
+        )
         + f"classifier score "
         f"{result['classifier_score']:.2f}, Q on real test images {result['q_accuracy_real']:.1%}, "
         f"Q on the generated samples {result['q_accuracy_generated']:.1%}"
@@ -394,17 +397,4 @@ def summary_line(result):
             if result.get("classification_accuracy_score")
             else ""
         )
-    )
-
-
-def _prdc_part(result, reference):
-    """'precision / recall / density / coverage 0.712 / ... (real vs real 0.745 / ...; k = 5), ' or ''."""
-    text = prdc_text(result)
-    if text is None:
-        return ""
-    ref = prdc_text(reference)
-    return (
-        f"precision / recall / density / coverage {text} ("
-        + (f"real vs real {ref}; " if ref else "")
-        + f"k = {result['prdc_nearest_k']}), "
     )
