@@ -15,9 +15,8 @@ from acgan.util.files import write_atomically, write_json
 
 
 def judge_runs(settings, out, runs, states, command=None, echo=print):
-    """Judges every run of comparison.train_runs (out, runs, states) and writes the page; returns `out`."""
+    """Judges every run of comparison.train_runs (out, runs, states) and writes the page."""
     several = settings.seeds > 1
-    n = len(runs)
     judge = judge_lib.load_or_train(
         settings.base.dataset,
         data_dir=settings.base.data_dir,
@@ -27,7 +26,7 @@ def judge_runs(settings, out, runs, states, command=None, echo=print):
     )
     per_run = {}
     for i, (policy, seed, run_dir) in enumerate(runs, 1):
-        echo(f"[{i}/{n}] judging {policy}{f' at seed {seed}' if several else ''}")
+        echo(f"[{i}/{len(runs)}] judging {policy}{f' at seed {seed}' if several else ''}")
         # The same generator inputs (settings.base.seed) for every run: only the training seed differs.
         result = run_evaluation.evaluate_run(
             run_dir,
@@ -72,7 +71,6 @@ def judge_runs(settings, out, runs, states, command=None, echo=print):
         ),
     )
     write_atomically(out / "compare.md", render_markdown(doc))
-    return out
 
 
 def make_row(policy, run_dir, report, result, out):

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from acgan import presets
-from acgan.errors import UserError
+from acgan.errors import DIVERGED_STATUS, UserError
 from acgan.presets import adversarial_loss  # no framework loads
 from acgan.training.run_dir import RESUME_FIXED, read_run  # no framework loads either
 from acgan.util.children import child_env, last_log_line
@@ -171,9 +171,6 @@ def train_policy(settings, policy, run_dir, echo=print, seed=None, resume=False)
         f"{policy}{'' if seed is None else f' (seed {seed})'}: trained in {time.perf_counter() - started:.0f} s"
     )
     return run_dir
-
-
-DIVERGED_STATUS = 3  # acgan.train's exit status when a run diverged
 
 
 def _go_on_text(settings, out):

@@ -92,12 +92,10 @@ def d_class_margins(models, images, labels, num_classes, batch=500):
             for c in range(num_classes)
         ]
     )  # M[c, k]
-    margins, nearest = np.full(num_classes, np.nan), np.full(num_classes, -1)
-    for k in range(num_classes):
-        others = [c for c in range(num_classes) if c != k and present[c]]
-        if present[k] and others:
-            nearest[k] = others[int(np.argmax(means[others, k]))]
-            margins[k] = means[k, k] - means[nearest[k], k]
+    # M[c, k] of the other classes that have images, under each label k
+    rivals = np.where(present[:, None] & ~np.eye(num_classes, dtype=bool), means, -np.inf)
+    nearest = np.where(present & (present.sum() > 1), rivals.argmax(axis=0), -1)
+    margins = np.where(nearest >= 0, np.diag(means) - rivals.max(axis=0), np.nan)
     return margins, nearest
 
 

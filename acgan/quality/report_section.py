@@ -5,8 +5,6 @@ from acgan.presets import EMA_STATISTICS
 from acgan.quality import inception_stats, prdc
 from acgan.util import markdown
 
-SECTION_TITLE = "## Sample quality"
-
 
 def result_file(result):
     """The file acgan.evaluate records `result` in: quality.json (which the report shows) for the run's
@@ -133,7 +131,9 @@ def render_markdown(result):
         f"(step {result['step']:,}), {result['num_generated']:,} generated samples "
         f"(classes balanced, seed {result['seed']})."
     )
-    lines = [SECTION_TITLE, "", judge_line, ""] + markdown.table(["", ""], summary_rows(result))
+    lines = ["## Sample quality", "", judge_line, ""] + markdown.table(
+        ["", ""], summary_rows(result)
+    )
     if result.get("conditional_accuracy_per_class"):
         lines += [""] + per_class_table(result)
     lines += ["", f"`{result.get('command', '')}`"]

@@ -22,7 +22,6 @@ from acgan.quality.evaluation import (
     scalars,
 )
 from acgan.quality.report_section import (
-    SECTION_TITLE,
     render_markdown,
     result_file,
 )
@@ -202,18 +201,17 @@ def record(run_dir, result):
     The best checkpoint's result, or G's own weights judged on a run that samples from their average
     (--no-ema): their own file only (result_file), so the run's own result stays where the report and
     compare read it."""
+    write_json(run_dir / result_file(result), result)
     if result_file(result) != "quality.json":
-        write_json(run_dir / result_file(result), result)
         return
-    write_json(run_dir / "quality.json", result)
     report_path = run_dir / "report.json"
     if report_path.exists():
         report = json.loads(report_path.read_text())
         report["quality"] = result
         write_json(report_path, report)
-        markdown = run_report.render_markdown(report)
-        if SECTION_TITLE not in markdown:  # unless the report renderer already shows it
-            markdown = markdown.rstrip("\n") + "\n\n" + render_markdown(result)
+        markdown = (
+            run_report.render_markdown(report).rstrip("\n") + "\n\n" + render_markdown(result)
+        )
         write_atomically(run_dir / "report.md", markdown)
     with SummaryWriter(run_dir / "tensorboard") as writer:
         writer.scalars(scalars(result), result["step"])
