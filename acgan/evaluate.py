@@ -105,8 +105,7 @@ def main(argv):
     print(summary_line(result))
     if (result.get("inception") or {}).get("fid") is not None:
         print(inception_text(result["inception"]))
-    if result.get("across_judges"):
-        across = result["across_judges"]
+    if across := result.get("across_judges"):
         print(f"across {len(across['judges'])} judges: {across_judges_text(across)}")
     if result_file(result) != "quality.json":  # not the run's own sampler at its newest checkpoint
         print(

@@ -36,7 +36,7 @@ def caption(row):
     return "\n".join(lines)
 
 
-def write_figure(rows, path, title=""):
+def write_figure(rows, path, title):
     """Each policy's final sample grid side by side, captioned with its speed, cost and quality."""
     import matplotlib  # here: only the process that draws the figure loads matplotlib (heavy)
 
@@ -56,12 +56,10 @@ def write_figure(rows, path, title=""):
             )
         except OSError:
             ax.text(0.5, 0.5, "no sample grid", ha="center", va="center")
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set(xticks=[], yticks=[])
         ax.set_title(row["policy"], fontsize=12)
         ax.set_xlabel(caption(row), fontsize=9)
-    if title:
-        fig.suptitle(title, fontsize=11)
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)

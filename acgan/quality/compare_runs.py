@@ -75,41 +75,40 @@ def run_states(settings, runs):
     comparison's settings that stopped before its end: interrupted, or killed before its report) or "done"
     (its report says completed or diverged: judged as it is). UserError naming the first run folder that
     holds a run with other settings. Without settings.resume every run is "train"."""
-    states = []
-    for policy, seed, run_dir in runs:
-        if not (settings.resume and (run_dir / "config.json").is_file()):
-            states.append("train")
-            continue
-        saved, info = read_run(run_dir)
-        # The run saved its preset and loss resolved ("auto" from the image shape its dataset.json records).
-        wanted = settings.train_config(policy)
-        arch = presets.auto_name(wanted.arch, info["image_shape"])
-        wanted = dataclasses.replace(
-            wanted, seed=seed, arch=arch, loss=adversarial_loss(arch, wanted.loss)
+    return [_run_state(settings, *run) for run in runs]
+
+
+def _run_state(settings, policy, seed, run_dir):
+    if not (settings.resume and (run_dir / "config.json").is_file()):
+        return "train"
+    saved, info = read_run(run_dir)
+    # The run saved its preset and loss resolved ("auto" from the image shape its dataset.json records).
+    wanted = settings.train_config(policy)
+    arch = presets.auto_name(wanted.arch, info["image_shape"])
+    wanted = dataclasses.replace(
+        wanted, seed=seed, arch=arch, loss=adversarial_loss(arch, wanted.loss)
+    )
+    changed = [
+        f"--{k} {getattr(saved, k)!r}, not {getattr(wanted, k)!r}"
+        for k in REUSE_FIXED
+        if getattr(saved, k) != getattr(wanted, k)
+    ]
+    if changed:
+        raise UserError(
+            f"--resume: {run_dir} holds a run trained with {'; '.join(changed)}; give the "
+            "comparison's own settings, or choose another --output_dir"
         )
-        changed = [
-            f"--{k} {getattr(saved, k)!r}, not {getattr(wanted, k)!r}"
-            for k in REUSE_FIXED
-            if getattr(saved, k) != getattr(wanted, k)
-        ]
-        if changed:
-            raise UserError(
-                f"--resume: {run_dir} holds a run trained with {'; '.join(changed)}; give the "
-                "comparison's own settings, or choose another --output_dir"
-            )
-        if _report_status(run_dir) in FINISHED:
-            states.append("done")
-        elif (
-            settings.base.minutes is not None
-        ):  # acgan.train's --minutes is per session: it would train them all again
-            raise UserError(
-                f"--resume: {run_dir} stopped before the end of its {settings.base.minutes:g} minutes, and a "
-                "resumed run would train another full budget, so it cannot rejoin an equal-time "
-                "comparison; remove that run folder to train it afresh"
-            )
-        else:
-            states.append("resume")
-    return states
+    if _report_status(run_dir) in FINISHED:
+        return "done"
+    if (
+        settings.base.minutes is not None
+    ):  # acgan.train's --minutes is per session: it would train them all again
+        raise UserError(
+            f"--resume: {run_dir} stopped before the end of its {settings.base.minutes:g} minutes, and a "
+            "resumed run would train another full budget, so it cannot rejoin an equal-time "
+            "comparison; remove that run folder to train it afresh"
+        )
+    return "resume"
 
 
 def train_command(settings, policy, run_dir, seed=None):
@@ -238,9 +237,7 @@ def train_all(settings, runs, out, echo=print, states=None):
         except (
             KeyboardInterrupt
         ):  # the children got the SIGINT too: each saves a checkpoint and its report
-            stop.set()
-            for job in jobs:
-                job.cancel()
+            stop.set()  # the runs not started return at once
             futures.wait(jobs)
             raise UserError(
                 f"interrupted while training; each run's checkpoint, report and log are in its folder "

@@ -356,16 +356,13 @@ def real_features(graph, images, cache_dir=None, echo=print):
 
 def unavailable(dataset, image_shape):
     """The "inception" entry of an evaluation without the graph: {"fid": None, "note": why}."""
-    if image_shape[-1] != 3:
-        return {
-            "fid": None,
-            "note": f"not applicable: the standard FID and Inception score are defined for RGB "
-            f"photographs, and {dataset}'s images are {'x'.join(map(str, image_shape))}",
-        }
     return {
         "fid": None,
         "note": "not computed: acgan.evaluate --inception PATH computes the standard FID and "
-        "Inception score",
+        "Inception score"
+        if image_shape[-1] == 3
+        else f"not applicable: the standard FID and Inception score are defined for RGB "
+        f"photographs, and {dataset}'s images are {'x'.join(map(str, image_shape))}",
     }
 
 

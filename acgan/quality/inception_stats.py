@@ -52,12 +52,11 @@ def read_stats(path, feature_dim):
         )
     if not all(a.dtype.kind in "fiu" and np.isfinite(a).all() for a in (mu, sigma)):
         raise UserError(f"{what} holds values that are not finite numbers in mu or sigma")
-    sha256 = hashlib.sha256(data).hexdigest()
     return {
         "path": path,
         "mu": mu.astype(np.float64),
         "sigma": sigma.astype(np.float64),
-        "sha256": sha256,
+        "sha256": hashlib.sha256(data).hexdigest(),
     }
 
 

@@ -92,14 +92,16 @@ class Judge:
     def predict(self, images, batch=PREDICT_BATCH):
         """uint8 images [N, H, W, C] -> (features float64 [N, 128], probabilities float64 [N, K])."""
         images = np.asarray(images)
-        feats, probs = [], []
-        for i in range(0, len(images), batch):
-            f, p = self._both(images[i : i + batch].astype(np.float32), training=False)
-            feats.append(np.asarray(f, np.float64))
-            probs.append(np.asarray(p, np.float64))
-        if not feats:
+        batches = [  # (features, probabilities) of each batch
+            [
+                np.asarray(x, np.float64)
+                for x in self._both(images[i : i + batch].astype(np.float32), training=False)
+            ]
+            for i in range(0, len(images), batch)
+        ]
+        if not batches:
             return np.zeros((0, FEATURE_DIM)), np.zeros((0, int(self.classifier.output.shape[-1])))
-        return np.concatenate(feats), np.concatenate(probs)
+        return tuple(map(np.concatenate, zip(*batches)))
 
     def real_reference(self, test_set, num_samples, seed=0):
         """Memoised (features, probs, labels) of the real held-out images `metrics.real_subset` picks."""

@@ -53,17 +53,15 @@ def span_text(spread, fmt):
 
 def across_judges_text(across):
     """'conditional accuracy 74.7%-81.1% (mean 77.5%), Fréchet distance 21.5-22.9, ...' for the report."""
-
-    def span(key, fmt):
-        m = across.get(key)
-        return m and f"{span_text(m, fmt)} (mean {format(m['mean'], fmt)})"
-
-    parts = [
-        ("conditional accuracy", span("conditional_accuracy", ".1%")),
-        ("Fréchet distance", span("frechet_distance", ".2f")),
-        ("mean per-class Fréchet distance", span("frechet_distance_class_mean", ".2f")),
-    ]
-    return ", ".join(f"{name} {text}" for name, text in parts if text)
+    return ", ".join(
+        f"{name} {span_text(across[key], fmt)} (mean {format(across[key]['mean'], fmt)})"
+        for name, key, fmt in (
+            ("conditional accuracy", "conditional_accuracy", ".1%"),
+            ("Fréchet distance", "frechet_distance", ".2f"),
+            ("mean per-class Fréchet distance", "frechet_distance_class_mean", ".2f"),
+        )
+        if across.get(key)
+    )
 
 
 def prdc_text(values, suffix="", fmt=".3f"):

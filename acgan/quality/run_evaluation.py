@@ -88,25 +88,25 @@ def evaluate_run(
     def judged_by(judge, with_q=True):
         judged = evaluate_gan(trainer, test_set, judge, num_samples, seed, with_q=with_q, fake=fake)
         judged["real_reference"] = real_reference(judge, test_set, train_set, num_samples, seed)
+        judged["judge"] = {k: judge.info.get(k) for k in JUDGE_FIELDS}
         return judged
 
     result = judged_by(judge)
     result["inception"] = standard_scores(
         inception, trainer, config.dataset, train_set, inception_samples, seed, data_dir, echo
     )
-    result.update(_about(run_dir, command, config, trainer, judge), checkpoint=checkpoint)
+    result.update(_about(run_dir, command, config, trainer), checkpoint=checkpoint)
     if cas:
         echo(f"classification accuracy score: the judge's CNN trained on the {len(fake):,} samples")
         result["classification_accuracy_score"] = cas_lib.classification_accuracy_score(
             fake, labels, test_set, train_set, seed=judge_seed, cache_dir=Path(data_dir) / "judges"
         )
     if judges > 1:  # the same samples, judged again by the judges of the next seeds
-        others = []
-        for other_seed in range(judge_seed + 1, judge_seed + judges):
-            other = judged_by(cached_judge(seed=other_seed, echo=echo), with_q=False)
-            other["judge"] = {"seed": other_seed, "test_accuracy": other["judge_test_accuracy"]}
-            others.append(other)
-        result["across_judges"] = across_judges([result] + others)
+        others = [
+            judged_by(cached_judge(seed=other_seed, echo=echo), with_q=False)
+            for other_seed in range(judge_seed + 1, judge_seed + judges)
+        ]
+        result["across_judges"] = across_judges([result, *others])
     result["seconds"] = time.perf_counter() - started
     record(run_dir, result)
     return result
@@ -134,8 +134,8 @@ JUDGE_FIELDS = (
 )
 
 
-def _about(run_dir, command, config, trainer, judge):
-    """What a result says of what it judged: the run, its step, which generator and which judge."""
+def _about(run_dir, command, config, trainer):
+    """What a result says of what it judged: the run, its step and which generator."""
     return {
         "format": "acgan-quality/1",
         "run_dir": str(run_dir),
@@ -149,7 +149,6 @@ def _about(run_dir, command, config, trainer, judge):
         # the average's batch-norm statistics (with "ema"), and the run's own choice
         "ema_statistics": trainer.ema_statistics,
         "run_ema_statistics": config.ema_statistics,
-        "judge": {k: judge.info.get(k) for k in JUDGE_FIELDS},
     }
 
 

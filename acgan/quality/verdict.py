@@ -130,31 +130,30 @@ def add_baseline(rows):
     runs have it) the mean per-class distance held, each distance by the same rule against its own
     real-vs-real reference."""
     base = next((r for r in rows if r["policy"] == "float32"), rows[0])
-    reference = (base.get("real_reference") or {}).get("frechet_distance")
-    limit = frechet_limit(base["frechet_distance"], reference)
-    base_class = base.get("frechet_distance_class_mean")
-    class_limit = (
-        None
-        if base_class is None
-        else frechet_limit(
-            base_class, (base.get("real_reference") or {}).get("frechet_distance_class_mean")
+    reference = base.get("real_reference") or {}
+    # Each distance's name in a row (frechet_*, class_frechet_*), its key, and the baseline's limit.
+    distances = [
+        (
+            name,
+            key,
+            None if base.get(key) is None else frechet_limit(base[key], reference.get(key)),
         )
-    )
+        for name, key in (
+            ("frechet", "frechet_distance"),
+            ("class_frechet", "frechet_distance_class_mean"),
+        )
+    ]
     for r in rows:
         r["baseline"] = base["policy"]
         t, bt = r["time_per_batch_median_ms"], base["time_per_batch_median_ms"]
         r["speedup"] = bt / t if t and bt else None
         r["accuracy_change"] = r["conditional_accuracy"] - base["conditional_accuracy"]
         r["accuracy_held"] = r["accuracy_change"] >= -QUALITY_TOLERANCE
-        r["frechet_change"] = _relative(r["frechet_distance"], base["frechet_distance"])
-        r["frechet_limit"] = limit
-        r["frechet_held"] = r["frechet_distance"] <= limit
-        mean = r.get("frechet_distance_class_mean")
-        r["class_frechet_change"] = _relative(mean, base_class)
-        r["class_frechet_limit"] = class_limit
-        r["class_frechet_held"] = (
-            None if mean is None or class_limit is None else mean <= class_limit
-        )
+        for name, key, limit in distances:
+            value = r.get(key)
+            r[f"{name}_change"] = _relative(value, base.get(key))
+            r[f"{name}_limit"] = limit
+            r[f"{name}_held"] = None if value is None or limit is None else value <= limit
         r["quality_held"] = (
             r["accuracy_held"] and r["frechet_held"] and r["class_frechet_held"] is not False
         )
@@ -227,6 +226,28 @@ def paired_summary(changes, margin, held_above):
     }
 
 
+# Each criterion a row can fail (its test), and how the verdict names the failure.
+FAILURES = (
+    (
+        lambda r: not r["accuracy_held"],
+        lambda r: f"conditional accuracy {100 * r['accuracy_change']:+.1f} points",
+    ),
+    (
+        lambda r: not r["frechet_held"],
+        lambda r: (
+            f"Fréchet distance {r['frechet_distance']:.2f} ({100 * r['frechet_change']:+.0f}%)"
+        ),
+    ),
+    (
+        lambda r: r.get("class_frechet_held") is False,
+        lambda r: (
+            f"mean per-class Fréchet distance {r['frechet_distance_class_mean']:.2f} "
+            f"({100 * r['class_frechet_change']:+.0f}%, limit {r['class_frechet_limit']:.2f})"
+        ),
+    ),
+)
+
+
 def verdict(rows):
     """One paragraph: did quality hold for every policy, and if not, which criterion failed where."""
     base = next(r for r in rows if r["policy"] == r["baseline"])
@@ -243,18 +264,7 @@ def verdict(rows):
     )
     missed = []
     for r in rows:
-        why = []
-        if not r["accuracy_held"]:
-            why.append(f"conditional accuracy {100 * r['accuracy_change']:+.1f} points")
-        if not r["frechet_held"]:
-            why.append(
-                f"Fréchet distance {r['frechet_distance']:.2f} ({100 * r['frechet_change']:+.0f}%)"
-            )
-        if r.get("class_frechet_held") is False:
-            why.append(
-                f"mean per-class Fréchet distance {r['frechet_distance_class_mean']:.2f} "
-                f"({100 * r['class_frechet_change']:+.0f}%, limit {r['class_frechet_limit']:.2f})"
-            )
+        why = [text(r) for failed, text in FAILURES if failed(r)]
         if why:
             missed.append(f"{r['policy']} ({', '.join(why)})")
     if base.get("class_frechet_limit") is not None:
