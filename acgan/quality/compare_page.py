@@ -110,10 +110,9 @@ def _training_text(doc, seeds):
     )
     if reused and len(reused) == runs:
         return "Every run was" + earlier
-    text = _alone_text(s, seeds)
-    if reused:
-        text += f" The exception: {len(reused)} of the {runs} runs were" + earlier
-    return text
+    return _alone_text(s, seeds) + (
+        f" The exception: {len(reused)} of the {runs} runs were{earlier}" if reused else ""
+    )
 
 
 def _generator_text(rows):

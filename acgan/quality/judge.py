@@ -259,5 +259,4 @@ def _load(model_path, info_path, key):
             model = keras.saving.load_model(model_path, compile=False)
     except Exception:  # a damaged cache is only a cache: retrain and overwrite it
         return None
-    info["path"] = str(model_path)
-    return Judge(model, info)
+    return Judge(model, dict(info, path=str(model_path)))

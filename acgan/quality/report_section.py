@@ -108,9 +108,6 @@ def cas_text(score):
     return f"{score['accuracy']:.1%} (real train images instead: {score['real_reference']['accuracy']:.1%})"
 
 
-WHICH_CHECKPOINT = {"latest": "newest", "best": "best"}  # --checkpoint's, as the report says it
-
-
 def generator_text(result):
     """Which generator an evaluation judged: G's moving average (its decay and batch-norm statistics) or
     G's own weights."""
@@ -125,7 +122,7 @@ def render_markdown(result):
     judge_line = (
         f"Judged by a float32 reference CNN (seed {judge.get('seed') or 0}) trained on the real train split "
         f"({na(judge.get('test_accuracy'), '.1%')} on {judge.get('num_test') or 0:,} held-out test images), never the GAN's own Q; "
-        f"{generator_text(result)}, its {WHICH_CHECKPOINT[result['checkpoint']]} checkpoint "
+        f"{generator_text(result)}, its {'best' if result['checkpoint'] == 'best' else 'newest'} checkpoint "
         f"(step {result['step']:,}), {result['num_generated']:,} generated samples "
         f"(classes balanced, seed {result['seed']})."
     )

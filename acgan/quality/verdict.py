@@ -256,22 +256,24 @@ def verdict(rows):
         f"conditional accuracy at most {100 * QUALITY_TOLERANCE:.0f} points below {base['policy']}'s, and "
         f"Fréchet distance at most {rows[0]['frechet_limit']:.2f} = the larger of {base['policy']}'s "
         f"{base['frechet_distance']:.2f} + {FD_RELATIVE_TOLERANCE:.0%}"
-    )
-    rule += (
-        f" and {base['policy']}'s + {FD_REFERENCE_MULTIPLE:g} x the real-vs-real reference {reference:.2f}"
-        if reference is not None
-        else " (no real-vs-real reference measured)"
+        + (
+            f" and {base['policy']}'s + {FD_REFERENCE_MULTIPLE:g} x the real-vs-real reference "
+            f"{reference:.2f}"
+            if reference is not None
+            else " (no real-vs-real reference measured)"
+        )
+        + (
+            f"; and the mean per-class Fréchet distance likewise, at most {base['class_frechet_limit']:.2f} "
+            f"against {base['policy']}'s {base['frechet_distance_class_mean']:.2f}"
+            if base.get("class_frechet_limit") is not None
+            else ""
+        )
     )
     missed = []
     for r in rows:
         why = [text(r) for failed, text in FAILURES if failed(r)]
         if why:
             missed.append(f"{r['policy']} ({', '.join(why)})")
-    if base.get("class_frechet_limit") is not None:
-        rule += (
-            f"; and the mean per-class Fréchet distance likewise, at most {base['class_frechet_limit']:.2f} "
-            f"against {base['policy']}'s {base['frechet_distance_class_mean']:.2f}"
-        )
     others = [r for r in rows if r is not base]
     seeds = _accuracy_changes_text(
         others, "conditional_accuracy_change_across_seeds", "at", "seeds"
