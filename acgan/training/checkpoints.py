@@ -85,95 +85,86 @@ def damage(prefix):
     return None
 
 
-def first_intact(found, damage_of, load, failure):
+def newest_of(
+    directory,
+    found,
+    damage_of,
+    load=lambda candidate: None,
+    failure="does not load",
+    move_damaged=False,
+    doing="",
+    then="the files are left as they are",
+):
     """(the first of `found`, newest first, that `damage_of` finds whole and `load` accepts, or None;
-    [(each newer one, why it is damaged)]; [those of them whose files were whole, and only `load`
-    failed]). Loading is the last check: its error, "<name> <failure>: <first line>", is the reason.
-    Shared by the TensorFlow checkpoints and jax_checkpoints."""
+    [(each newer one, why it is damaged)]). Loading is the last check: its error, "<name> <failure>:
+    <first line>", is the reason. The newer ones are moved to `directory`/damaged/ (when move_damaged:
+    non-chief workers only read) or skipped, with a line each on stderr. UserError when checkpoints exist
+    but none is usable; then nothing is moved, so the next try sees the same folder. When every one read
+    whole and only loading failed, the files are not damaged: the model this code builds differs from
+    the one that wrote them (another version of acgan, or a changed preset), and the message says so.
+    Both backends' checkpoints, restored or read (acgan.generate, evaluate), go through here."""
     damaged, unfit = [], []
-    for candidate in found:
-        reason = damage_of(candidate)
+    for good in found:
+        reason = damage_of(good)
         if reason is None:
             try:
-                load(candidate)
+                load(good)
             except Exception as e:  # noqa: BLE001 - loading is the last check
-                reason = f"{Path(candidate).name} {failure}: {first_line(e)}"
-                unfit.append(candidate)
+                reason = f"{Path(good).name} {failure}: {first_line(e)}"
+                unfit.append(good)
         if reason is None:
-            return candidate, damaged, unfit
-        damaged.append((candidate, reason))
-    return None, damaged, unfit
-
-
-def none_intact_error(directory, damaged, unfit, then, doing="cannot resume: "):
-    """The UserError for checkpoints none of which is usable (first_intact's `damaged` and `unfit`). When
-    every one read whole and only loading failed, the files are not damaged: the model this code builds
-    differs from the one that wrote them (another version of acgan, or a changed preset), and the
-    message says so."""
+            break
+        damaged.append((good, reason))
+    else:
+        good = None
     listed = "; ".join(reason for _, reason in damaged)
-    if len(unfit) == len(damaged):
-        return UserError(
+    if good is None and damaged and len(unfit) == len(damaged):
+        raise UserError(
             f"{doing}the checkpoints in {directory} read whole, but none fits the model this "
             f"code builds ({listed}); were they written by another version of acgan? {then}"
         )
-    return UserError(f"{doing}no intact checkpoint in {directory} ({listed}); {then}")
+    if good is None and damaged:
+        raise UserError(f"{doing}no intact checkpoint in {directory} ({listed}); {then}")
+    for path, reason in damaged:
+        fate = "skipping it"
+        if move_damaged:
+            fate = f"moved to {move_aside(path)}, resuming from {Path(good).name}"
+        sys.stderr.write(f"warning: checkpoint {Path(path).name} is damaged ({reason}); {fate}\n")
+    sys.stderr.flush()
+    return good, damaged
 
 
 def restore_newest_intact(checkpoint, directory, move_damaged=True):
-    """Restores `checkpoint` from the newest intact checkpoint in `directory`; returns its prefix, or
-    None when the folder holds none. Damaged newer ones are moved to `directory`/damaged/ with a line
-    each on stderr (only when `move_damaged`: non-chief workers only read). UserError when checkpoints
-    exist but none is intact; then nothing is moved, so the next try sees the same folder."""
-    directory = Path(directory)
-    found = candidates(directory)
+    """Restores `checkpoint` from the newest intact checkpoint in `directory` (newest_of); returns its
+    prefix, or None when the folder holds none. The state file then no longer lists the damaged ones."""
     # expect_partial: the caller may restore a part (the models) and the rest on its own.
-    good, damaged, unfit = first_intact(
-        found,
+    good, damaged = newest_of(
+        directory,
+        candidates(directory),
         damage,
         lambda prefix: (
             checkpoint.restore(prefix).assert_existing_objects_matched().expect_partial()
         ),
         "does not restore",
+        move_damaged,
+        "cannot resume: ",
+        "the files are left as they are; start a new run with another --output_dir",
     )
-    if good is None and damaged:
-        raise none_intact_error(
-            directory,
-            damaged,
-            unfit,
-            "the files are left as they are; start a new run with another --output_dir",
-        )
     if damaged and move_damaged:
-        for prefix, reason in damaged:
-            where = move_aside(prefix)
-            sys.stderr.write(
-                f"warning: checkpoint {Path(prefix).name} is damaged ({reason}); moved to "
-                f"{where}, resuming from {Path(good).name}\n"
-            )
-        rewrite_state(directory, [p for p in found if p not in dict(damaged)])
-    sys.stderr.flush()
+        rewrite_state(directory, candidates(directory))
     return good
 
 
 def newest_intact(directory):
     """The newest checkpoint in `directory` that reads whole, for readers (acgan.generate, evaluate):
-    damaged ones are skipped with a line each, and left where they are. None when there is none;
-    UserError when all are damaged."""
-    found = candidates(directory)
-    for prefix in found:
-        reason = damage(prefix)
-        if reason is None:
-            return prefix
-        sys.stderr.write(
-            f"warning: checkpoint {Path(prefix).name} is damaged ({reason}); skipping it\n"
-        )
-    if found:
-        raise UserError(f"no intact checkpoint in {directory}")
-    return None
+    damaged ones are skipped with a line each, and left where they are. None when there is none."""
+    return newest_of(directory, candidates(directory), damage)[0]
 
 
-def move_aside(prefix):
-    """Moves a checkpoint's files into damaged/ (renamed ckpt-N.2, .3... if that name is taken there)."""
-    prefix = Path(prefix)
+def move_aside(path):
+    """Moves a checkpoint's files (TensorFlow's prefix.*, or JAX's one .npz) into damaged/ (renamed
+    ckpt-N.2, .3... if that name is taken there)."""
+    prefix = Path(path).with_suffix("")
     target_dir = prefix.parent / DAMAGED
     target_dir.mkdir(exist_ok=True)
     files = [p for p in prefix.parent.glob(prefix.name + ".*") if p.is_file()]
@@ -222,6 +213,12 @@ def save(manager, step):
                 disk.remove_quietly(leftover)
             for leftover in directory.glob("checkpoint.tmp*"):
                 disk.remove_quietly(leftover)
-        previous = tf.train.latest_checkpoint(str(directory))
-        kept = f"; {Path(previous).name} is intact, resume from it" if previous else ""
-        raise DiskFull(disk.full_message("checkpoint", prefix, e) + kept) from None
+        raise DiskFull(
+            disk.full_message("checkpoint", prefix, e)
+            + kept(tf.train.latest_checkpoint(str(directory)))
+        ) from None
+
+
+def kept(latest):
+    """What a failed save's message says of the checkpoint before it."""
+    return f"; {Path(latest).name} is intact, resume from it" if latest else ""

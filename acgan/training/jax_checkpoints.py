@@ -12,13 +12,12 @@ does for TensorFlow's). Only model weights are needed to sample, so `assign_mode
 import io
 import json
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from acgan.errors import DiskFull
-from acgan.training.checkpoints import first_intact, first_line, move_aside, none_intact_error
+from acgan.training.checkpoints import first_line, kept, newest_of
 from acgan.util import disk
 from acgan.util.files import write_atomically
 
@@ -49,36 +48,10 @@ def damage(path):
     return None
 
 
-def _intact(directory, load, move_damaged):
-    """The newest checkpoint whose arrays read whole and `load` accepts, or None when there is none;
-    newer damaged ones are moved aside (when move_damaged) or skipped, with a line each. UserError
-    when checkpoints exist and none is intact (then nothing is moved)."""
-    good, damaged, unfit = first_intact(
-        candidates(directory), damage, lambda path: load(read(path)), "does not load"
-    )
-    if good is None and damaged:
-        raise none_intact_error(
-            directory, damaged, unfit, "the files are left as they are", doing=""
-        )
-    for path, reason in damaged:
-        if move_damaged:
-            where = move_aside(str(path.with_suffix("")))
-            sys.stderr.write(
-                f"warning: checkpoint {path.name} is damaged ({reason}); moved to {where}, "
-                f"resuming from {good.name}\n"
-            )
-        else:
-            sys.stderr.write(
-                f"warning: checkpoint {path.name} is damaged ({reason}); skipping it\n"
-            )
-    sys.stderr.flush()
-    return good
-
-
 def newest_intact(directory):
     """The newest checkpoint that reads whole, for readers (acgan.generate, evaluate): damaged ones are
     skipped with a line each and left where they are."""
-    return _intact(directory, lambda arrays: None, move_damaged=False)
+    return newest_of(directory, candidates(directory), damage)[0]
 
 
 def read_state(path):
@@ -122,7 +95,14 @@ class JaxCheckpoints:
             if HISTORY_KEY in arrays:
                 history[:] = json.loads(str(arrays[HISTORY_KEY]))
 
-        good = _intact(resume_from, load, move_damaged)
+        good, _ = newest_of(
+            resume_from,
+            candidates(resume_from),
+            damage,
+            lambda path: load(read(path)),
+            "does not load",
+            move_damaged,
+        )
         self.latest_checkpoint = str(good) if good else None
         return self.latest_checkpoint, history
 
@@ -132,12 +112,7 @@ class JaxCheckpoints:
         try:
             path = self.save_apart(self.directory / f"ckpt-{step}", sessions)
         except DiskFull as e:
-            kept = (
-                f"; {Path(self.latest_checkpoint).name} is intact, resume from it"
-                if self.latest_checkpoint
-                else ""
-            )
-            raise DiskFull(f"{e}{kept}") from None
+            raise DiskFull(f"{e}{kept(self.latest_checkpoint)}") from None
         self.latest_checkpoint = str(path)
         for old in candidates(self.directory)[self.keep :]:
             disk.remove_quietly(old)
