@@ -32,7 +32,7 @@ from acgan.training.observers import Observers
 from acgan.training.report_content import assemble_report
 from acgan.training.run_dir import prepare_run_dir
 from acgan.training.sampling import TrainingGrids
-from acgan.training.session_timing import SessionClock, session_record
+from acgan.training.session_timing import session_record
 from acgan.training.setup import load_data, make_runtime, set_up
 from acgan.training.stop_signals import StopSignals
 from acgan.training.tensorboard import SummaryWriter
@@ -103,28 +103,18 @@ def run(config, command=None, make_evaluator=None):
         run_dir,
         outcome.status,
         outcome.message,
-        outcome.signal,
+        outcome.stop_signal,
         chief,
         outcome.weights_fingerprint,
         outcome.clock.intervals,
     )
 
 
-class LoopOutcome(NamedTuple):
-    status: str  # "completed", "interrupted" or "diverged"
-    message: Optional[str]
-    signal: Optional[int]
-    step: int  # the last step trained
-    final_metrics: dict  # the last step's metrics, read on the host
-    clock: SessionClock  # this session's timing
-    earlier_sessions: list  # session_record dicts of the sessions before this one
-    loop_seconds: float
-    weights_fingerprint: str  # of the weights the last checkpoint holds
-
-
 def train_loop(setup, config, started):
     """Runs steps until the length, --minutes, a stop signal or divergence; saves the last grid and
-    checkpoint (unless diverged); then, for a completed run, times the bare step apart.
+    checkpoint (unless diverged); then, for a completed run, times the bare step apart. Returns the
+    Session, its outcome (status, message, stop_signal, step, last_values, clock, loop_seconds,
+    weights_fingerprint) read by the report.
 
     One step per turn: fetch its batch, update, then the work after it (Session.after_step): metric reads,
     learning rates, grids, evaluations, checkpoints, the stop signals; any of them can end the run. The
@@ -132,11 +122,10 @@ def train_loop(setup, config, started):
     """
     observers = Observers(setup, config)
     session = Session(setup, config, started, observers)
-    timing = observers.timing
     with session.writer, session.stop_signals:
         # Always: a restored checkpoint holds the rates its last step used, not this session's.
         session.schedule_learning_rates(force=True)
-        timing.start()
+        observers.start()
         going = True
         try:
             while going:
@@ -160,30 +149,20 @@ def train_loop(setup, config, started):
         # -- the end: the last step's metrics, the final grid and checkpoint --
         session.read_last_step()  # the sync that ends its interval
         observers.train_ends(session)
-        loop_seconds = timing.loop_seconds()
+        session.loop_seconds = observers.loop_seconds()
         if session.status != "diverged":  # no checkpoint: the weights may already be non-finite
             session.grids.save(session.step, name="final")
             if session.step % config.checkpoint_every:
                 session.save_checkpoint()
-    fingerprint = setup.trainer.weights_fingerprint()
+    session.weights_fingerprint = setup.trainer.weights_fingerprint()
     if session.status == "completed" and config.warmup_steps:
         # The bare step: as many steps as the warm-up, back to back on the last batch, after everything
         # the run keeps is written (their updates are never saved); every worker runs them.
-        timing.clock.bare_step_seconds, _ = bare_step_seconds(
+        session.clock.bare_step_seconds, _ = bare_step_seconds(
             setup.trainer, session.batch, config.warmup_steps
         )
     sys.stdout.write("\n")
-    return LoopOutcome(
-        session.status,
-        session.message,
-        session.stop_signal,
-        session.step,
-        session.last_values,
-        timing.clock,
-        setup.earlier_sessions,
-        loop_seconds,
-        fingerprint,
-    )
+    return session
 
 
 # On the console: losses and accuracies averaged since the start, loss scale and skips as they are now.
@@ -234,7 +213,7 @@ class Session:
             needs_loss_scaling(config.policy), config.max_skipped_in_a_row
         )
         self.deadline = None if config.minutes is None else started + config.minutes * 60.0
-        self.stop_signals = StopSignals()
+        self.stop_signals, self.clock = StopSignals(), observers.clock
         self.step, self.metrics, self.batch = s.start_step, None, None
         self.pending = None  # (step, metrics) of a logged step not read yet
         self.last_read, self.last_values = None, {}
@@ -343,7 +322,7 @@ class Session:
         """The timing history a checkpoint holds: the earlier sessions' records and this one's so far."""
         s = self.setup
         record = session_record(
-            self.observers.timing.clock,
+            self.clock,
             len(s.earlier_sessions),
             s.start_step,
             self.step,

@@ -16,7 +16,7 @@ def assemble_report(setup, outcome, config, command, started):
     """
     s, clock = setup, outcome.clock
     times = clock.summary(config.batch, s.runtime.replicas)
-    earlier = outcome.earlier_sessions
+    earlier = s.earlier_sessions
     return {
         "run_dir": str(s.run_dir),
         "command": command or "acgan.training.loop.run",
@@ -60,7 +60,7 @@ def assemble_report(setup, outcome, config, command, started):
         "peak_memory_bytes": device.peak_memory_bytes(),
         "loop_seconds": outcome.loop_seconds,
         "wall_seconds": time.perf_counter() - started,
-        "final_metrics": outcome.final_metrics,
+        "final_metrics": outcome.last_values,
         "quality_during_training": s.evaluator.last if s.evaluator else None,
         "best_checkpoint": s.best.record,  # best.json: its step, the rule and its numbers
         "last_checkpoint": s.checkpoints.latest_checkpoint,
