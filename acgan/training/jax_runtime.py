@@ -10,7 +10,6 @@ devices in one mesh). The mesh has one axis, "data": the state is replicated, ea
 
 import contextlib
 import os
-import signal
 
 import jax
 import numpy as np
@@ -23,6 +22,7 @@ from acgan.step.factory import build_step
 from acgan.training import jax_checkpoints
 from acgan.training.jax_checkpoints import JaxCheckpoints
 from acgan.training.lost_worker import HEARTBEAT_SECONDS
+from acgan.training.stop_signals import agree
 
 # acgan's own fallbacks for multi_worker's process count and id (JAX reads JAX_COORDINATOR_ADDRESS itself).
 PROCESS_ENV = {"num_processes": "JAX_NUM_PROCESSES", "process_id": "JAX_PROCESS_ID"}
@@ -165,12 +165,12 @@ class JaxRuntime:
     def checkpoints(self, trainer, directory, keep):
         return JaxCheckpoints(trainer, directory, keep)
 
-    def _place(self, batch):
-        """One global batch (a process's whole batch) where the step reads it: on the device, or split
-        over the mesh."""
+    def _place(self, batch, global_batch=None):
+        """A batch where the step reads it: on the device, or split over the mesh (from this process's
+        rows of a `global_batch`, jax_step.shard_batch)."""
         if self.mesh is None:
             return jax.device_put(batch, self.devices[0])
-        return self.trainer.shard_batch(batch)
+        return self.trainer.shard_batch(batch, global_batch)
 
     def resident(self, batch):
         """One global batch placed for the step, once (the benchmark times the step on it)."""
@@ -187,16 +187,10 @@ class JaxRuntime:
         """Each step's global batch (data.batches), split over the mesh. With several processes each one
         reads only the rows of its own devices, the same rows of the same global batch as one process."""
         plan = BatchPlan(len(data), config.batch, config.seed, noise_dim, data.num_classes)
-        if self.processes == 1:
-            return prefetched(data, plan, start_step, self._place)
         share = config.batch // self.processes
         rows = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
         return prefetched(
-            data,
-            plan,
-            start_step,
-            lambda batch: self.trainer.shard_batch(batch, config.batch),
-            rows=rows,
+            data, plan, start_step, lambda batch: self._place(batch, config.batch), rows=rows
         )
 
     def agree_on_stop(self, stop_signal, out_of_time):
@@ -204,12 +198,14 @@ class JaxRuntime:
         clock runs its own), so they all stop after the same step."""
         if self.processes == 1:
             return stop_signal, out_of_time
-        wishes = np.array(
-            [stop_signal == signal.SIGINT, stop_signal == signal.SIGTERM, out_of_time], np.int32
-        )
-        shared = np.asarray(multihost_utils.process_allgather(wishes)).reshape(-1, 3).any(axis=0)
-        return signal.SIGINT if shared[0] else signal.SIGTERM if shared[1] else None, bool(
-            shared[2]
+        return agree(
+            stop_signal,
+            out_of_time,
+            lambda wishes: (
+                np.asarray(multihost_utils.process_allgather(np.array(wishes, np.int32)))
+                .reshape(-1, 3)
+                .any(axis=0)
+            ),
         )
 
     def wait_for_all_workers(self):

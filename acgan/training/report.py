@@ -1,25 +1,10 @@
 """The run report: report.json (everything) and report.md (a readable table), with the pieces that
-describe the distribution and price the run."""
+price the run."""
 
 from acgan.measure import flops, prices, timing
 from acgan.presets import EMA_STATISTICS
-from acgan.step import distribute
-from acgan.training import tf_strategy
 from acgan.util import markdown
 from acgan.util.files import write_atomically, write_json
-
-
-def distribution_summary(strategy, trainer):
-    """What the report says about the replicas: the strategy, their count and devices, how XLA is used."""
-    return {
-        "strategy": distribute.strategy_name(strategy),
-        "replicas": strategy.num_replicas_in_sync,
-        "workers": tf_strategy.worker_count(strategy),
-        "replica_devices": distribute.replica_devices(strategy),
-        "synchronized_batch_norm": trainer.synchronized_batch_norm,
-        "xla": trainer.compile_mode,
-        "xla_reason": trainer.compile_reason,
-    }
 
 
 def run_cost(time_per_batch_ms, price_per_hour, machine, layout):

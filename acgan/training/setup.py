@@ -75,7 +75,7 @@ class Setup:
     chief: bool
     trainer: object  # the backend's step (tf_step.TensorFlowStep or jax_step.JaxStep)
     machine: dict  # device.describe_device()
-    layout: dict  # run_report.distribution_summary()
+    layout: dict  # runtime.layout()
     notes: list  # hardware advice, printed and reported
     earlier_sessions: list  # session_record dicts of the sessions before this one
     checkpoints: object  # the runtime's: restore(), save(step, sessions), latest_checkpoint

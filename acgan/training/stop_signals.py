@@ -23,3 +23,14 @@ class StopSignals:
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+def agree(received, out_of_time, any_of):
+    """(signal, out of time?) as every process acts on them: any process's reason to stop is everyone's.
+
+    A signal reaches one process and each clock runs its own, but a process that stops alone leaves the
+    others waiting on its next collective. any_of: [SIGINT?, SIGTERM?, out of time?] -> whether any
+    process has each (a collective). SIGINT wins over SIGTERM.
+    """
+    shared = any_of([received == signal.SIGINT, received == signal.SIGTERM, out_of_time])
+    return signal.SIGINT if shared[0] else signal.SIGTERM if shared[1] else None, bool(shared[2])

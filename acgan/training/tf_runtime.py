@@ -10,8 +10,8 @@ from acgan.data.pipeline import training_batches
 from acgan.step import distribute
 from acgan.step.factory import build_step
 from acgan.training import checkpoints as checkpoint_files
-from acgan.training import report as run_report
 from acgan.training import tf_strategy
+from acgan.training.stop_signals import agree
 
 
 class TimingHistory(tf.Module):
@@ -99,7 +99,16 @@ class TensorFlowRuntime:
         )
 
     def layout(self, trainer):
-        return run_report.distribution_summary(self.strategy, trainer)
+        """What the report says about the replicas: the strategy, their count and devices, how XLA is used."""
+        return {
+            "strategy": distribute.strategy_name(self.strategy),
+            "replicas": self.replicas,
+            "workers": tf_strategy.worker_count(self.strategy),
+            "replica_devices": self.replica_devices(),
+            "synchronized_batch_norm": trainer.synchronized_batch_norm,
+            "xla": trainer.compile_mode,
+            "xla_reason": trainer.compile_reason,
+        }
 
     def resident(self, batch):
         """One global batch where the step reads it, each replica's slice on its device (the benchmark
@@ -145,9 +154,14 @@ class TensorFlowRuntime:
 
     def agree_on_stop(self, stop_signal, out_of_time):
         """All workers stop at the same step, or the others wait on a collective forever."""
-        if tf_strategy.worker_count(self.strategy) > 1:
-            return tf_strategy.agree_on_stop(self.strategy, stop_signal, out_of_time)
-        return stop_signal, out_of_time
+        if tf_strategy.worker_count(self.strategy) == 1:
+            return stop_signal, out_of_time
+        # Summed over every replica of every worker: only "more than zero" matters.
+        return agree(
+            stop_signal,
+            out_of_time,
+            lambda wishes: tf_strategy.sum_over_replicas(self.strategy, wishes) > 0,
+        )
 
     def wait_for_all_workers(self):
         tf_strategy.wait_for_all_workers(self.strategy)

@@ -1,7 +1,8 @@
 """tf.distribute, as a run's TensorFlow runtime sets it up: the strategy --strategy and --devices name
 (TF_CONFIG's cluster for multi_worker, TPU_NAME's TPU), the host CPU split into logical devices, the chief,
-and what every worker of one run must agree on (stopping, finishing). What the step itself needs of a
-strategy (its name, its replicas' devices, the XLA plan, the loss-scale guard) is step/distribute.py's.
+and the collective every worker of one run joins (to stop together, to finish). What the step itself
+needs of a strategy (its name, its replicas' devices, the XLA plan, the loss-scale guard) is
+step/distribute.py's.
 
 TensorFlow is imported inside the functions that use it.
 """
@@ -9,7 +10,6 @@ TensorFlow is imported inside the functions that use it.
 import functools
 import json
 import os
-import signal
 
 from acgan.config import validate_strategy
 from acgan.errors import UserError
@@ -158,23 +158,10 @@ def wait_for_all_workers(strategy):
     """A collective every worker joins: the chief stays up until the others are done with it
     (it leads the cluster's coordination service, and their heartbeats fail once it is gone)."""
     if strategy_name(strategy) == "multi_worker":
-        _sum_over_replicas(strategy, [1.0])
+        sum_over_replicas(strategy, [1.0])
 
 
-def agree_on_stop(strategy, received_signal, out_of_time):
-    """(signal, out of time?) as every worker acts on them: any worker's reason to stop is everyone's.
-
-    A signal reaches one process and each clock runs its own, but a worker that stops alone leaves
-    the others waiting on its next collective. SIGINT wins over SIGTERM.
-    """
-    wishes = [received_signal == signal.SIGINT, received_signal == signal.SIGTERM, out_of_time]
-    # Summed over every replica of every worker: only "more than zero" matters.
-    shared = _sum_over_replicas(strategy, wishes) > 0
-    stop_signal = signal.SIGINT if shared[0] else signal.SIGTERM if shared[1] else None
-    return stop_signal, bool(shared[2])
-
-
-def _sum_over_replicas(strategy, values):
+def sum_over_replicas(strategy, values):
     """numpy: `values` (floats) summed over every replica of every worker; a collective all must join."""
     import tensorflow as tf
 
