@@ -37,7 +37,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 import warnings
 import zipfile
@@ -164,30 +163,35 @@ def export_run(run_dir, out, keep_policy=False, format="keras", ema=True, checkp
     return meta
 
 
-def _save_keras(generator, meta, out):
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".keras")
-    os.close(fd)
+@contextlib.contextmanager
+def _written_whole(out, suffix=None):
+    """A new temporary path beside `out` (a file ending in `suffix`; None: a folder) for the block to
+    write, renamed to `out` when it is done; removed when it fails."""
+    if suffix is None:
+        tmp = tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.")
+    else:
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=suffix)
+        os.close(fd)
     try:
+        yield tmp
+        os.replace(tmp, out)
+    finally:
+        disk.remove_quietly(tmp)
+
+
+def _save_keras(generator, meta, out):
+    with _written_whole(out, ".keras") as tmp:
         with backend.tensorflow_hidden():  # on JAX, saving probes TensorFlow: seconds for nothing
             generator.save(tmp)
         with zipfile.ZipFile(tmp, "a") as archive:
             archive.writestr(METADATA_NAME, json.dumps(meta, indent=2) + "\n")
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _save_savedmodel(generator, meta, out):
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
-        generator.export(str(tmp), format="tf_saved_model", verbose=False)
-        (tmp / "assets.extra").mkdir(exist_ok=True)
-        (tmp / "assets.extra" / METADATA_NAME).write_text(json.dumps(meta, indent=2) + "\n")
-        os.rename(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    with _written_whole(out) as tmp:
+        generator.export(tmp, format="tf_saved_model", verbose=False)
+        (Path(tmp) / "assets.extra").mkdir(exist_ok=True)
+        (Path(tmp) / "assets.extra" / METADATA_NAME).write_text(json.dumps(meta, indent=2) + "\n")
 
 
 @contextlib.contextmanager
@@ -209,23 +213,17 @@ def _converters_quiet():
 def _save_onnx(generator, meta, out):
     import onnx  # here: only ONNX export needs it (the onnx extra)
 
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.stem}.", suffix=".onnx")
-    os.close(fd)
     # The signature given, not inferred: Keras 3.15's ONNX export takes a Functional model that was never
     # called (a clone) for one it cannot trace unless a signature is passed.
     signature = [
         [keras.InputSpec(dtype=x.dtype, shape=x.shape, name=x.name) for x in generator.inputs]
     ]
-    try:
+    with _written_whole(out, ".onnx") as tmp:
         with _converters_quiet(), backend.tensorflow_hidden():
             generator.export(tmp, format="onnx", verbose=False, input_signature=signature)
         model = onnx.load(tmp)
         model.metadata_props.add(key=METADATA_NAME, value=json.dumps(meta, indent=2) + "\n")
         onnx.save(model, tmp)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 SAVERS = {"keras": _save_keras, "savedmodel": _save_savedmodel, "onnx": _save_onnx}

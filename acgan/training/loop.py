@@ -80,7 +80,9 @@ def run(config, command=None, make_evaluator=None):
     )
     run_dir, resume = prepare_run_dir(config, chief)
     # one writer per run folder (the chief); the kernel frees it if we die
-    lock = run_lock.take(run_dir, chief)
+    lock = run_lock.RunLock(run_dir)
+    if chief:
+        lock.acquire()
     # Every worker does the same work (reads of replicated state may be collective); only the chief's
     # files are kept. The others write into a scratch folder that is deleted at the end.
     files_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="acgan-worker-"))
@@ -97,7 +99,7 @@ def run(config, command=None, make_evaluator=None):
     finally:
         if not chief:
             shutil.rmtree(files_dir, ignore_errors=True)
-        run_lock.release(lock)
+        lock.release()
     runtime.wait_for_all_workers()
     return RunResult(
         run_dir,

@@ -27,7 +27,6 @@ class RunLock:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_NAME
         self.fd = None
-        self.took_over = None  # the stale holder's {"pid", "host"}, when there was one
 
     def acquire(self):
         try:
@@ -52,7 +51,6 @@ class RunLock:
         self.fd = fd
         stale = _read_holder(fd)
         if stale:
-            self.took_over = stale
             print(
                 f"note: took over a stale lock left by pid {stale.get('pid', '?')} on host "
                 f"{stale.get('host', '?')} (that process is gone)"
@@ -70,10 +68,9 @@ class RunLock:
             self.release()
             disk.raise_if_full(e, "lock file", self.path)
             raise
-        return self
 
     def release(self):
-        if self.fd is None:
+        if self.fd is None:  # never acquired (a non-chief task's), or released
             return
         try:
             os.ftruncate(self.fd, 0)  # an empty lock file: released cleanly
@@ -101,13 +98,3 @@ def _read_holder(fd, wait=False):
         if wait:
             time.sleep(0.05)
     return {}
-
-
-def take(run_dir, chief=True):
-    """The run's lock, held until release(); None on non-chief multi-worker tasks (they write nothing there)."""
-    return RunLock(run_dir).acquire() if chief else None
-
-
-def release(lock):
-    if lock is not None:
-        lock.release()

@@ -56,12 +56,9 @@ class SummaryWriter:
             )
         )
 
-    def scalar(self, tag, value, step):
-        self._value(step, summary_pb2.Summary.Value(tag=tag, simple_value=float(value)))
-
     def scalars(self, values, step):
         for tag, value in values.items():
-            self.scalar(tag, value, step)
+            self._value(step, summary_pb2.Summary.Value(tag=tag, simple_value=float(value)))
         self.flush()  # readable now: a few records every --log_every steps
 
     def image(self, tag, image, step):
