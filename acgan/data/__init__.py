@@ -11,42 +11,35 @@ from typing import Sequence
 
 from acgan.data import cifar10, doodles, quickdraw, swatches, user_files
 from acgan.data.image_set import QUICKDRAW_DEFAULT_CLASSES, TEST_FRACTION, ImageSet, select  # noqa: F401
+# The 345 Quick-Draw class names, in tensorflow_datasets' label order.
+from acgan.data.quickdraw import class_names as quickdraw_class_names  # noqa: F401
 from acgan.errors import UserError
 
 DATASETS = ("doodles", "swatches", "quickdraw", "cifar10")
 FILE_PREFIXES = ("npz:", "folder:")
 SPLITS = ("train", "test")
+GENERATED = {"doodles": doodles.DOODLES, "swatches": swatches.SWATCHES}
 
 
 def validate_dataset_name(name: str, *, classes: Sequence[str] | None = None) -> None:
     """UserError for an unknown name, a missing npz/folder path or bad quickdraw classes; loads nothing."""
-    if name in DATASETS:
-        if classes is not None:
-            if name != "quickdraw":
-                raise UserError(f"--classes only applies to the quickdraw dataset, not {name!r}; drop it")
-            quickdraw.validate_classes(classes)
-        return
     kind, sep, path = name.partition(":")
-    if sep and kind + ":" in FILE_PREFIXES:
-        if not path:
-            raise UserError(f"dataset {name!r} needs a path after {kind}:, e.g. {kind}:/path/to/data")
-        if kind == "npz" and not os.path.isfile(path):
-            raise UserError(f"npz file {path} does not exist; check the path in --dataset npz:PATH")
-        if kind == "folder" and not os.path.isdir(path):
-            raise UserError(f"image folder {path} does not exist; check the path in --dataset folder:PATH")
-        if classes is not None:
-            raise UserError(f"--classes only applies to the quickdraw dataset, not {name!r}; drop it")
-        return
-    close = difflib.get_close_matches(name, DATASETS + ("npz:PATH", "folder:PATH"), n=2)
-    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-    raise UserError(
-        f"unknown dataset {name!r}{hint}; choose one of {', '.join(DATASETS)}, npz:PATH or folder:PATH"
-    )
-
-
-def quickdraw_class_names() -> tuple[str, ...]:
-    """The 345 Quick-Draw class names, in tensorflow_datasets' label order."""
-    return quickdraw.class_names()
+    if name not in DATASETS and not (sep and kind + ":" in FILE_PREFIXES):
+        close = difflib.get_close_matches(name, DATASETS + ("npz:PATH", "folder:PATH"), n=2)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        raise UserError(
+            f"unknown dataset {name!r}{hint}; choose one of {', '.join(DATASETS)}, npz:PATH or folder:PATH"
+        )
+    if sep and not path:
+        raise UserError(f"dataset {name!r} needs a path after {kind}:, e.g. {kind}:/path/to/data")
+    if kind == "npz" and not os.path.isfile(path):
+        raise UserError(f"npz file {path} does not exist; check the path in --dataset npz:PATH")
+    if kind == "folder" and not os.path.isdir(path):
+        raise UserError(f"image folder {path} does not exist; check the path in --dataset folder:PATH")
+    if classes is not None and name != "quickdraw":
+        raise UserError(f"--classes only applies to the quickdraw dataset, not {name!r}; drop it")
+    if classes is not None:
+        quickdraw.validate_classes(classes)
 
 
 def load_dataset(
@@ -67,10 +60,8 @@ def load_dataset(
     if max_per_class is not None and max_per_class < 1:
         raise UserError(f"max_per_class must be at least 1, got {max_per_class}")
 
-    if name == "doodles":
-        data = doodles.load(split, seed=seed, data_dir=data_dir, max_per_class=max_per_class)
-    elif name == "swatches":
-        data = swatches.load(split, seed=seed, data_dir=data_dir, max_per_class=max_per_class)
+    if name in GENERATED:
+        data = GENERATED[name].load(split, seed=seed, data_dir=data_dir, max_per_class=max_per_class)
     elif name == "quickdraw":
         data = quickdraw.load(split, data_dir=data_dir, classes=classes, max_per_class=max_per_class)
     elif name == "cifar10":

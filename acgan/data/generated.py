@@ -4,14 +4,17 @@ at a time with the classes interleaved, its full arrays cached as .npz under dat
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import os
-import tempfile
 from typing import Callable
 
 import numpy as np
 
 from acgan.data.image_set import ImageSet
+from acgan.errors import DiskFull
+from acgan.util.files import write_atomically
 
 STREAMS = {"train": 0, "test": 1}  # independent seed streams, so train and test never share an image
 
@@ -40,7 +43,12 @@ class GeneratedSet:
         else:
             images, labels = self.generate(per_class, seed=seed, stream=STREAMS[split])
             if per_class == full:
-                _save_atomic(path, images=images, labels=labels)
+                buffer = io.BytesIO()
+                np.savez_compressed(buffer, images=images, labels=labels)
+                # Atomic: a killed run never leaves a half-written cache that looks complete. An
+                # unwritable (or full) data_dir only costs regenerating next time.
+                with contextlib.suppress(OSError, DiskFull):
+                    write_atomically(path, buffer.getvalue())
         n = per_class * len(self.class_names)
         if n < len(images):  # copy, so the full cached split can be freed
             images, labels = images[:n].copy(), labels[:n].copy()
@@ -72,18 +80,3 @@ def _read_cache(path: str, n: int, shape: tuple) -> tuple[np.ndarray, np.ndarray
         return None
     ok = images.shape == (n, *shape) and images.dtype == np.uint8 and labels.shape == (n,)
     return (images, labels.astype(np.int32)) if ok else None
-
-
-def _save_atomic(path: str, **arrays: np.ndarray) -> None:
-    # Temp file + os.replace: a killed run never leaves a half-written cache that looks complete.
-    tmp = None
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-        os.replace(tmp, path)
-    except OSError:
-        # An unwritable data_dir only costs regenerating next time.
-        if tmp is not None and os.path.exists(tmp):
-            os.remove(tmp)

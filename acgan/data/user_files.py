@@ -1,4 +1,5 @@
-"""User-supplied datasets: an .npz of arrays, or a folder with one sub-folder of images per class."""
+"""User-supplied datasets: an .npz of arrays, or a folder with one sub-folder of images per class (that
+the path exists, acgan.data.validate_dataset_name has checked)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ GRAY_MODES = ("1", "L", "LA", "I", "I;16", "F")
 def load_npz(path: str) -> ImageSet:
     """Arrays `images` (N,H,W[,C] uint8) and `labels` (N ints), optional `class_names`; all of them, unsplit."""
     where = f"npz file {path}"
-    if not os.path.isfile(path):
-        raise UserError(f"{where} does not exist; check the path in --dataset npz:PATH")
     how = "save it with np.savez(path, images=..., labels=...)"
     try:
         archive = np.load(path, allow_pickle=False)
@@ -76,8 +75,6 @@ def load_npz(path: str) -> ImageSet:
 
 def load_folder(path: str) -> ImageSet:
     """One sub-folder per class (sorted names are the class names); all of it, unsplit."""
-    if not os.path.isdir(path):
-        raise UserError(f"image folder {path} does not exist; check the path in --dataset folder:PATH")
     class_dirs = sorted(
         d for d in os.listdir(path) if not d.startswith(".") and os.path.isdir(os.path.join(path, d))
     )
