@@ -10,8 +10,6 @@ from acgan import backend as backend_lib
 from acgan.errors import UserError
 
 FORMATS = ("keras", "savedmodel", "onnx")
-# Each file format and the suffix its --out must end in (savedmodel writes a folder).
-SUFFIXES = {"keras": ".keras", "onnx": ".onnx"}
 
 
 def check_output(out, format, keep_policy):
@@ -23,11 +21,11 @@ def check_output(out, format, keep_policy):
             f"unknown format {format!r}: choose {', '.join(FORMATS[:-1])} or {FORMATS[-1]}"
         )
     out = Path(out)
-    if format == "keras" and out.suffix.lower() != SUFFIXES["keras"]:
+    if format == "keras" and out.suffix.lower() != ".keras":
         raise UserError(
             f"--out must name a .keras file, not {out.name!r} (--format savedmodel writes a folder)"
         )
-    if format == "onnx" and out.suffix.lower() != SUFFIXES["onnx"]:
+    if format == "onnx" and out.suffix.lower() != ".onnx":
         raise UserError(f"--out must name a .onnx file with --format onnx, not {out.name!r}")
     if format == "onnx" and keep_policy:
         raise UserError(

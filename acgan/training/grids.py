@@ -15,17 +15,14 @@ def to_uint8(images):
 
 def make_grid(images, rows, padding=2):
     """images [rows*cols, H, W, C] uint8, row-major -> one uint8 image [rows*(H+p)+p, cols*(W+p)+p, C]."""
-    images = np.asarray(images)
+    images = np.asarray(images, np.uint8)
     count, height, width, depth = images.shape
     cols = count // rows
-    grid = np.zeros(
-        (rows * (height + padding) + padding, cols * (width + padding) + padding, depth), np.uint8
-    )
-    for i in range(rows * cols):
-        r, c = divmod(i, cols)
-        top, left = padding + r * (height + padding), padding + c * (width + padding)
-        grid[top : top + height, left : left + width] = images[i]
-    return grid
+    # Each image with its padding below and to its right, laid out in rows; then the top and left edges.
+    cells = np.pad(images[: rows * cols], ((0, 0), (0, padding), (0, padding), (0, 0)))
+    grid = cells.reshape(rows, cols, height + padding, width + padding, depth).swapaxes(1, 2)
+    grid = grid.reshape(rows * (height + padding), cols * (width + padding), depth)
+    return np.pad(grid, ((padding, 0), (padding, 0), (0, 0)))
 
 
 def label_rows(grid, class_names, padding=2):

@@ -162,8 +162,7 @@ class JaxRuntime:
             ),
         }
 
-    def checkpoints(self, trainer, directory, keep):
-        return JaxCheckpoints(trainer, directory, keep)
+    checkpoints = JaxCheckpoints  # (trainer, directory, keep)
 
     def _place(self, batch, global_batch=None):
         """A batch where the step reads it: on the device, or split over the mesh (from this process's
@@ -212,9 +211,7 @@ class JaxRuntime:
         if self.processes > 1:
             multihost_utils.sync_global_devices("acgan: run finished")
 
-    @staticmethod
-    def newest_checkpoint(directory):
-        return jax_checkpoints.newest_intact(directory)
+    newest_checkpoint = staticmethod(jax_checkpoints.newest_intact)
 
     def peers(self):
         """The other processes, by name ("process 1")."""

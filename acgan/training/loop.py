@@ -268,7 +268,8 @@ class Session:
         then this one at once if it is the compile step (its read ends the compile time), or a step late
         when it is logged. True when a read found the run diverged."""
         self.step, self.metrics = self.step + 1, metrics
-        message = self._read_pending()
+        pending, self.pending = self.pending, None
+        message = self.read(*pending) if pending is not None else None
         if self.step == self.setup.start_step + 1:
             message = message or self.read(self.step, metrics)
         elif self.step % self.config.log_every == 0:
@@ -295,10 +296,6 @@ class Session:
         self.writer.scalars(values, step)
         self.progress.update(step, [(k, values[k]) for k in _SHOWN])
         return self.monitor.check(step, values)
-
-    def _read_pending(self):
-        pending, self.pending = self.pending, None
-        return self.read(*pending) if pending is not None else None
 
     def schedule_learning_rates(self, force=False):
         """The preset's decay: the rates' factor for this point of the run (of --steps/--epochs, or of

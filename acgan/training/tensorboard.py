@@ -84,17 +84,13 @@ class SummaryWriter:
         with self._reported():
             self._file.flush()
 
-    def close(self):
-        if not self._file.closed:
-            with self._reported():
-                self._file.close()
-
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, traceback):
         if kind is None:
-            self.close()
+            with self._reported():
+                self._file.close()
         else:  # already failing: close without a second error hiding the first
             with contextlib.suppress(Exception):
                 self._file.close()

@@ -126,8 +126,7 @@ class TensorFlowRuntime:
     def replica_devices(self):
         return distribute.replica_devices(self.strategy)
 
-    def checkpoints(self, trainer, directory, keep):
-        return TensorFlowCheckpoints(trainer, directory, keep)
+    checkpoints = TensorFlowCheckpoints  # (trainer, directory, keep)
 
     def batches(self, data, config, noise_dim, start_step):
         """The run's (images, labels, z, fake_labels) global batches, split across the replicas.
@@ -166,9 +165,7 @@ class TensorFlowRuntime:
     def wait_for_all_workers(self):
         tf_strategy.wait_for_all_workers(self.strategy)
 
-    @staticmethod
-    def newest_checkpoint(directory):
-        return checkpoint_files.newest_intact(directory)
+    newest_checkpoint = staticmethod(checkpoint_files.newest_intact)
 
     def peers(self):
         """The other tasks of a multi_worker cluster, by name ("worker 1")."""

@@ -16,11 +16,6 @@ from acgan.errors import UserError
 from acgan.step.distribute import short_device_name, strategy_name
 
 
-def cpu_device_count(devices):
-    """How many host CPU devices `--devices` names (cpu:0,cpu:1 -> 2)."""
-    return sum(1 for d in devices or () if short_device_name(d).startswith("cpu:"))
-
-
 def split_host_cpu(count):
     """Splits the host CPU into `count` logical devices, so one machine can run several CPU replicas.
 
@@ -96,7 +91,7 @@ def _strategy(name, devices):
         return tf.distribute.get_strategy()
     if name == "mirrored":
         if devices:
-            split_host_cpu(cpu_device_count(devices))
+            split_host_cpu(sum(1 for d in devices if short_device_name(d).startswith("cpu:")))
             _check_devices_exist(devices)
         return tf.distribute.MirroredStrategy(devices=list(devices) if devices else None)
     if name == "multi_worker":
