@@ -120,7 +120,11 @@ def _download(url: str, path: str, title: str) -> None:
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
             total = response.headers.get("Content-Length")
-            bar = _progress_bar(title, int(total) if total else None)
+            # Here: importing Keras fixes its backend (acgan.data loads before it is chosen) and loads that framework.
+            from keras.utils import Progbar
+
+            print(f"Downloading quickdraw {title}")
+            bar = Progbar(int(total) if total else None, unit_name="byte")
             done = 0
             while chunk := response.read(1 << 20):
                 out.write(chunk)
@@ -132,14 +136,6 @@ def _download(url: str, path: str, title: str) -> None:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-
-
-def _progress_bar(title: str, total: int | None):
-    # Here: importing Keras fixes its backend (acgan.data loads before it is chosen) and loads that framework.
-    from keras.utils import Progbar
-
-    print(f"Downloading quickdraw {title}")
-    return Progbar(total, unit_name="byte")
 
 
 def _open(path: str) -> np.ndarray:

@@ -91,7 +91,7 @@ def portable_generator(generator, keep_policy=False):
     return clone
 
 
-def metadata(config, info, generator, step, keep_policy, run_dir, which="raw"):
+def metadata(config, info, generator, step, keep_policy, run_dir, which, checkpoint):
     """The sampler's contract and the run's identity, as acgan.json holds them."""
     noise_dim = int(generator.inputs[0].shape[-1])
     return {
@@ -115,6 +115,7 @@ def metadata(config, info, generator, step, keep_policy, run_dir, which="raw"):
         "run_backend": config.backend,
         "exported_on": keras.backend.backend(),
         "keras_version": keras.__version__,
+        "checkpoint": checkpoint,  # "latest" or "best" (best.py)
     }
 
 
@@ -151,8 +152,8 @@ def export_run(run_dir, out, keep_policy=False, format="keras", ema=True, checkp
         keep_policy,
         run_dir,
         sampled_generator(trainer),
+        checkpoint,
     )
-    meta["checkpoint"] = checkpoint  # "latest" or "best" (best.py)
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,6 @@ import math
 
 from acgan.step.common import OPTIMIZER_NAMES
 
-LOSSES = {"d": "d_loss", "g": "g_loss", "q": "q_loss"}
-
 
 class DivergenceMonitor:
     """Call `check(step, metrics)` with each metrics read; it returns a one-line message once the run
@@ -23,7 +21,7 @@ class DivergenceMonitor:
 
     def check(self, step, metrics):
         for name in OPTIMIZER_NAMES:
-            loss = metrics[LOSSES[name]]
+            loss = metrics[f"{name}_loss"]
             if not self.loss_scaled and not math.isfinite(loss):
                 return (
                     f"{name} loss is {loss} at step {step}: training diverged (too high a learning "

@@ -79,10 +79,11 @@ def pick_devices(strategy, devices=None):
                 jax.config.update("jax_num_cpu_devices", cpus)
             except RuntimeError:
                 pass  # JAX's devices are already set up: the check below names what there is
-        known = {}
-        for platform in dict.fromkeys(("cpu", jax.default_backend())):
-            for i, device in enumerate(jax.local_devices(backend=platform)):
-                known[f"{platform}:{i}"] = device
+        known = {
+            f"{platform}:{i}": device
+            for platform in dict.fromkeys(("cpu", jax.default_backend()))
+            for i, device in enumerate(jax.local_devices(backend=platform))
+        }
         missing = [d for d in names if d not in known]
         if missing:
             raise UserError(

@@ -56,10 +56,6 @@ def run(config, command=None, make_evaluator=None):
     acgan.quality.evaluation.TrainingEvaluator; training does not import quality)."""
     config.validate()
     jax_formulations.use(config)
-    if config.eval_every and make_evaluator is None:
-        raise ValueError(
-            "config.eval_every needs run(..., make_evaluator=...) to judge the samples with"
-        )
     policy = keras.mixed_precision.global_policy().name
     if policy != config.policy:
         raise RuntimeError(

@@ -21,6 +21,7 @@ from acgan.util.files import write_json
 # thread of their own, so a slow step never misses one: only a process that is gone, or frozen, does.
 HEARTBEAT_SECONDS = 30
 
+_TF_ERRORS = ("UnavailableError", "CancelledError", "AbortedError", "InternalError")
 _TF_PEER = re.compile(r"remote target /job:(\w+)/replica:\d+/task:(\d+)")
 _JAX_SIGNS = (
     "Connection closed by peer",
@@ -36,14 +37,7 @@ def lost_peer(error, backend, peers):
     it is the one lost whatever the error names (TensorFlow's text names the task only sometimes)."""
     text = str(error)
     if backend == "tensorflow":
-        if type(error).__name__ not in (
-            "UnavailableError",
-            "CancelledError",
-            "AbortedError",
-            "InternalError",
-        ):
-            return None
-        if "Collective ops is aborted" not in text:
+        if type(error).__name__ not in _TF_ERRORS or "Collective ops is aborted" not in text:
             return None
         peer = _TF_PEER.search(text)
         named = f"{peer.group(1)} {peer.group(2)}" if peer else None

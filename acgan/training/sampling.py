@@ -61,34 +61,26 @@ def _load_step(run_dir, which):
     precision.set_policy(config.policy)
     jax_formulations.use(config)
     preset = presets.resolve(config, info["image_shape"])  # UserError for an unknown one
-    models = build_models(
-        info["image_shape"], len(info["class_names"]), width=config.width, arch=preset
-    )
     num_classes = len(info["class_names"])
-    # The preset's step, so the saved optimizers' state fits.
-    if running == "jax":  # then a JAX run: the step takes its whole saved state
-        # jit: generate() compiles once
-        trainer = build_step(preset, running, models, num_classes, jit=True)
-        with _mismatch_as_user_error(run_dir, found, config):
-            trainer.load_state(saved.read_state(found))
-        trainer.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
-        return config, info, trainer
-    # TensorFlow and its runtime (the TensorFlow backend's own module), here: a JAX process reads its runs
-    # above, without TensorFlow.
-    import tensorflow as tf
-
-    trainer = build_step(preset, running, models, num_classes, jit=False)
+    models = build_models(info["image_shape"], num_classes, width=config.width, arch=preset)
+    # The preset's step, so the saved optimizers' state fits; jit on JAX: generate() compiles once.
+    trainer = build_step(preset, running, models, num_classes, jit=running == "jax")
     with _mismatch_as_user_error(run_dir, found, config):
-        if (
-            config.backend == "jax"
-        ):  # a JAX run on TensorFlow: its model weights by variable path, and its step
+        if config.backend == "tensorflow":
+            # Here: a JAX process reads its runs without TensorFlow.
+            import tensorflow as tf
+
+            checkpoint = tf.train.Checkpoint(gan=trainer, g_ema=trainer.ema_checkpointable)
+            checkpoint.restore(found).assert_existing_objects_matched().expect_partial()
+        elif running == "jax":  # a JAX run on JAX: the step takes its whole saved state
+            trainer.load_state(saved.read_state(found))
+        else:  # a JAX run on TensorFlow: its model weights by variable path, and its step
             arrays = saved.read_state(found)
             saved.assign_models(arrays, models, models._fields)  # common.MODEL_NAMES
             trainer.step.assign(int(arrays["step"]))
             saved.assign_ema(arrays, trainer)
-        else:
-            checkpoint = tf.train.Checkpoint(gan=trainer, g_ema=trainer.ema_checkpointable)
-            checkpoint.restore(found).assert_existing_objects_matched().expect_partial()
+    if running == "jax":
+        trainer.sync_variables()  # the Keras models hold the weights too (evaluation calls Q as a Keras model)
     return config, info, trainer
 
 

@@ -2,6 +2,7 @@
 the input stream (tf.data, split across the replicas) and the checkpoints (tf.train.Checkpoint).
 jax_runtime.py gives the same on JAX; the loop sees only this interface."""
 
+import functools
 import json
 
 import tensorflow as tf
@@ -37,16 +38,11 @@ class TensorFlowCheckpoints:
         self.checkpoint = tf.train.Checkpoint(
             gan=trainer, history=self.history, g_ema=trainer.ema_checkpointable
         )
-        self._manager = None
 
-    @property
+    @functools.cached_property
     def manager(self):
         # Made after restore(): it reads the state file, which a restore may rewrite (damaged ones moved).
-        if self._manager is None:
-            self._manager = tf.train.CheckpointManager(
-                self.checkpoint, self.directory, max_to_keep=self.keep
-            )
-        return self._manager
+        return tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=self.keep)
 
     @property
     def latest_checkpoint(self):
