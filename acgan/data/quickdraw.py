@@ -40,9 +40,8 @@ def class_names() -> tuple[str, ...]:
 
 def validate_classes(classes: Sequence[str]) -> tuple[str, ...]:
     """Return classes as a tuple; UserError for an empty list, an unknown name (with close matches) or a repeat."""
-    if isinstance(classes, str):  # a bare string would otherwise be read as a list of letters
-        classes = [classes]
-    classes = tuple(classes)
+    # a bare string would otherwise be read as a list of letters
+    classes = (classes,) if isinstance(classes, str) else tuple(classes)
     if len(classes) < 2:
         raise UserError(
             f"quickdraw needs at least 2 classes, got {list(classes)}; name more, or omit them for the default ten"

@@ -38,15 +38,9 @@ def candidates(directory):
         state = tf.train.get_checkpoint_state(str(directory))
     except Exception:  # noqa: BLE001 - an unreadable state file: the files on disk still count
         state = None
-    if state is not None:
-        for path in state.all_model_checkpoint_paths:
-            path = Path(path) if Path(path).is_absolute() else directory / path
-            prefixes.add(str(directory / path.name))
+    if state is not None:  # its paths may be absolute or relative; the files are in `directory`
+        prefixes |= {str(directory / Path(p).name) for p in state.all_model_checkpoint_paths}
     return sorted((p for p in prefixes if step_of(p) is not None), key=step_of, reverse=True)
-
-
-def _data_files(prefix):
-    return sorted(Path(prefix).parent.glob(Path(prefix).name + ".data-*-of-*"))
 
 
 def first_line(exc):
@@ -63,7 +57,7 @@ def damage(prefix):
     name = Path(prefix).name
     if not Path(prefix + ".index").is_file():
         return f"{name}.index is missing"
-    data = _data_files(prefix)
+    data = sorted(Path(prefix).parent.glob(name + ".data-*-of-*"))
     if not data:
         return f"{name}.data-00000-of-00001 is missing"
     try:

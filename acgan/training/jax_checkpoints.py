@@ -11,24 +11,22 @@ does for TensorFlow's). Only model weights are needed to sample, so `assign_mode
 
 import io
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 
 from acgan.errors import DiskFull
-from acgan.training.checkpoints import first_line, kept, newest_of
+from acgan.training.checkpoints import first_line, kept, newest_of, step_of
 from acgan.util import disk
 from acgan.util.files import write_atomically
 
 HISTORY_KEY = "history/sessions_json"
-_NAME = re.compile(r"^ckpt-(\d+)\.npz$")
 
 
 def candidates(directory):
     """Every ckpt-N.npz in `directory`, newest (highest N) first."""
-    found = [p for p in Path(directory).glob("ckpt-*.npz") if _NAME.match(p.name)]
-    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)), reverse=True)
+    found = [p for p in Path(directory).glob("ckpt-*.npz") if step_of(p.stem) is not None]
+    return sorted(found, key=lambda p: step_of(p.stem), reverse=True)
 
 
 def read(path):

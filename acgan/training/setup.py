@@ -91,9 +91,8 @@ class Setup:
 def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evaluator=None):
     replicas = runtime.replicas
     chief = files_dir == run_dir
-    evaluator = None
-    if config.eval_every:  # may train the judge: before seeding
-        evaluator = make_evaluator(config)
+    # may train the judge: before seeding
+    evaluator = make_evaluator(config) if config.eval_every else None
     backend.set_random_seed(config.seed)
     with runtime.scope():
         models = build_models(data.image_shape, data.num_classes, width=config.width, arch=preset)

@@ -159,7 +159,10 @@ class TensorFlowRuntime:
         )
 
     def wait_for_all_workers(self):
-        tf_strategy.wait_for_all_workers(self.strategy)
+        """A collective every worker joins: the chief stays up until the others are done with it
+        (it leads the cluster's coordination service, and their heartbeats fail once it is gone)."""
+        if distribute.strategy_name(self.strategy) == "multi_worker":
+            tf_strategy.sum_over_replicas(self.strategy, [1.0])
 
     newest_checkpoint = staticmethod(checkpoint_files.newest_intact)
 

@@ -11,7 +11,6 @@ import functools
 import json
 import os
 
-from acgan.config import validate_strategy
 from acgan.errors import UserError
 from acgan.step.distribute import short_device_name, strategy_name
 
@@ -64,7 +63,8 @@ def tf_config():
 
 
 def make_strategy(name, devices=None):
-    """The tf.distribute strategy for `--strategy` (auto: mirrored over GPUs when there are several).
+    """The tf.distribute strategy for `--strategy`, validated with the Config (auto: mirrored over GPUs
+    when there are several).
 
     One per process and setting: a second MirroredStrategy over the same devices would reuse the
     first one's collective keys and fail ("Shape mismatch in the collective instance"), and
@@ -72,7 +72,6 @@ def make_strategy(name, devices=None):
     """
     import tensorflow as tf
 
-    validate_strategy(name)
     if name == "auto":
         # Physical, not logical: listing logical devices would initialize them before split_host_cpu.
         name = (
@@ -147,13 +146,6 @@ def is_chief(strategy):
         return True
     has_chief = "chief" in resolver.cluster_spec().as_dict()
     return task_type == "worker" and task_id == 0 and not has_chief
-
-
-def wait_for_all_workers(strategy):
-    """A collective every worker joins: the chief stays up until the others are done with it
-    (it leads the cluster's coordination service, and their heartbeats fail once it is gone)."""
-    if strategy_name(strategy) == "multi_worker":
-        sum_over_replicas(strategy, [1.0])
 
 
 def sum_over_replicas(strategy, values):
