@@ -14,21 +14,18 @@ def write_atomically(path, data):
     """Writes bytes or str to `path` via a temp file in the same folder and os.replace."""
     path = Path(path)
     mode = "wb" if isinstance(data, bytes) else "w"
+    tmp = None  # until the temporary file exists
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        disk.raise_if_full(e, None, path)
-        raise
-    try:
         with os.fdopen(fd, mode) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if tmp is not None:
+            disk.remove_quietly(tmp)
         disk.raise_if_full(e, None, path)
         raise
 
