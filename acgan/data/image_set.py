@@ -21,6 +21,17 @@ class ImageSet:
     labels: np.ndarray
     class_names: tuple[str, ...]
 
+    def __post_init__(self):
+        # Loaders turn user mistakes into UserError first; reaching these is a bug in a loader.
+        if self.images.dtype != np.uint8 or self.images.ndim != 4 or self.images.shape[-1] not in (1, 3):
+            got = f"{self.images.dtype} {self.images.shape}"
+            raise ValueError(f"ImageSet.images must be uint8 [N,H,W,1|3], got {got}")
+        if self.labels.dtype != np.int32 or self.labels.shape != self.images.shape[:1]:
+            got = f"{self.labels.dtype} {self.labels.shape}"
+            raise ValueError(f"ImageSet.labels must be int32 [{len(self.images)}], got {got}")
+        if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= len(self.class_names)):
+            raise ValueError(f"ImageSet.labels must lie in [0, {len(self.class_names)})")
+
     @property
     def image_shape(self) -> tuple[int, int, int]:
         return tuple(int(d) for d in self.images.shape[1:])
