@@ -11,6 +11,7 @@ from typing import Sequence
 
 from acgan.data import cifar10, doodles, quickdraw, swatches, user_files
 from acgan.data.image_set import QUICKDRAW_DEFAULT_CLASSES, TEST_FRACTION, ImageSet, select  # noqa: F401
+
 # The 345 Quick-Draw class names, in tensorflow_datasets' label order.
 from acgan.data.quickdraw import class_names as quickdraw_class_names  # noqa: F401
 from acgan.errors import UserError
@@ -35,7 +36,9 @@ def validate_dataset_name(name: str, *, classes: Sequence[str] | None = None) ->
     if kind == "npz" and not os.path.isfile(path):
         raise UserError(f"npz file {path} does not exist; check the path in --dataset npz:PATH")
     if kind == "folder" and not os.path.isdir(path):
-        raise UserError(f"image folder {path} does not exist; check the path in --dataset folder:PATH")
+        raise UserError(
+            f"image folder {path} does not exist; check the path in --dataset folder:PATH"
+        )
     if classes is not None and name != "quickdraw":
         raise UserError(f"--classes only applies to the quickdraw dataset, not {name!r}; drop it")
     if classes is not None:
@@ -61,9 +64,13 @@ def load_dataset(
         raise UserError(f"max_per_class must be at least 1, got {max_per_class}")
 
     if name in GENERATED:
-        data = GENERATED[name].load(split, seed=seed, data_dir=data_dir, max_per_class=max_per_class)
+        data = GENERATED[name].load(
+            split, seed=seed, data_dir=data_dir, max_per_class=max_per_class
+        )
     elif name == "quickdraw":
-        data = quickdraw.load(split, data_dir=data_dir, classes=classes, max_per_class=max_per_class)
+        data = quickdraw.load(
+            split, data_dir=data_dir, classes=classes, max_per_class=max_per_class
+        )
     elif name == "cifar10":
         data = select(cifar10.load(split, data_dir=data_dir), None, max_per_class)
     else:

@@ -5,6 +5,7 @@ and G's noise for it, a pure function of (seed, step). TensorFlow feeds them thr
 No TensorFlow or JAX here. A resumed run, any number of replicas, and either backend see exactly the
 same batches.
 """
+
 import concurrent.futures
 import functools
 
@@ -24,7 +25,16 @@ def check_batch(batch, n):
     if batch < 1:
         raise UserError(f"batch size must be at least 1, got {batch}")
     if batch > n:
-        raise UserError(f"batch size {batch} is larger than the dataset ({n} images); lower --batch or add images")
+        raise UserError(
+            f"batch size {batch} is larger than the dataset ({n} images); lower --batch or add images"
+        )
+
+
+# Cached by value, not per plan (a cached method would keep its plans alive): a batch reads at most two
+# epochs, and parallel readers of one run share them.
+@functools.lru_cache(maxsize=4)
+def _permutation(seed, epoch, n):
+    return _generator(_ORDER, seed, epoch).permutation(n).astype(np.int32)
 
 
 class BatchPlan:
@@ -40,18 +50,17 @@ class BatchPlan:
         self.n, self.batch, self.seed = n, batch, seed
         self.noise_dim, self.num_classes = noise_dim, num_classes
 
-    @functools.lru_cache(maxsize=4)  # a batch reads at most two epochs; parallel readers share them
     def permutation(self, epoch):
-        return _generator(_ORDER, self.seed, epoch).permutation(self.n).astype(np.int32)
+        return _permutation(self.seed, epoch, self.n)
 
     def indices(self, step):
         """int32 [batch]: the items step `step` (0-based) trains on."""
         start = step * self.batch
         epoch, offset = divmod(start, self.n)
-        head = self.permutation(epoch)[offset:offset + self.batch]
+        head = self.permutation(epoch)[offset : offset + self.batch]
         if len(head) == self.batch:
             return head
-        return np.concatenate([head, self.permutation(epoch + 1)[:self.batch - len(head)]])
+        return np.concatenate([head, self.permutation(epoch + 1)[: self.batch - len(head)]])
 
     def noise(self, step):
         """G's inputs for step `step` (sample_noise)."""

@@ -21,8 +21,10 @@ def load(split: str, *, data_dir: str = "data") -> ImageSet:
     try:  # here: tensorflow_datasets loads TensorFlow, which only a cifar10 load needs
         import tensorflow_datasets as tfds
     except ImportError:  # e.g. a JAX-only install ('.[jax]'), or its TensorFlow missing
-        raise UserError("cifar10 is read through tensorflow-datasets, which needs TensorFlow: "
-                        "in the acgan checkout, pip install -c constraints.txt -e '.[tensorflow]'") from None
+        raise UserError(
+            "cifar10 is read through tensorflow-datasets, which needs TensorFlow: "
+            "in the acgan checkout, pip install -c constraints.txt -e '.[tensorflow]'"
+        ) from None
 
     tfds_dir = os.path.join(data_dir, "tfds")
     try:
@@ -59,4 +61,3 @@ def _prepare(builder, tfds_dir: str) -> None:
         raise UserError(
             f"downloading cifar10 into {tfds_dir} failed ({type(e).__name__}: {error_text(e)}); {how}"
         ) from None
-

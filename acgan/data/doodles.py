@@ -7,10 +7,23 @@ from PIL import Image, ImageDraw
 
 from acgan.data import generated
 
-CLASS_NAMES = ("circle", "square", "triangle", "star", "plus", "zigzag", "spiral", "heart", "arrow", "house")
+CLASS_NAMES = (
+    "circle",
+    "square",
+    "triangle",
+    "star",
+    "plus",
+    "zigzag",
+    "spiral",
+    "heart",
+    "arrow",
+    "house",
+)
 PER_CLASS = {"train": 2000, "test": 500}
 SIZE = 28
-OVERSAMPLE = 4  # draw at 4x and box-downsample: that gives the soft stroke edges Quick-Draw bitmaps have
+OVERSAMPLE = (
+    4  # draw at 4x and box-downsample: that gives the soft stroke edges Quick-Draw bitmaps have
+)
 VERSION = 1  # bump whenever the drawing changes, so cached arrays from older code are never reused
 # The full train split takes ~5 s to draw on a 2-core machine, so full splits are cached as .npz under
 # data_dir/doodles/; capped loads are a prefix of the full split (images are drawn class-interleaved).
@@ -26,7 +39,9 @@ def _draw(name: str, rng: np.random.Generator) -> np.ndarray:
         (-20, 0.8, 1.3, 0.65, -0.06, -0.06, 0.015), (20, 1.25, 2.3, 0.92, 0.06, 0.06, 0.05)
     )
     c, s = np.cos(np.deg2rad(angle)), np.sin(np.deg2rad(angle))
-    rot = np.array([[c * aspect, s * aspect], [-s, c]])  # aspect stretch, then rotation, as one matrix
+    rot = np.array(
+        [[c * aspect, s * aspect], [-s, c]]
+    )  # aspect stretch, then rotation, as one matrix
     strokes = [_by_hand(stroke, rng, shake) @ rot for stroke in _SHAPES[name](rng)]
 
     # Like Quick-Draw's preprocessing: centre the drawing and scale its longer side to fill most of the frame.
@@ -47,7 +62,9 @@ def _draw(name: str, rng: np.random.Generator) -> np.ndarray:
     return np.asarray(img.reduce(OVERSAMPLE))[..., None]
 
 
-def _by_hand(stroke: np.ndarray, rng: np.random.Generator, shake: float, step: float = 0.08) -> np.ndarray:
+def _by_hand(
+    stroke: np.ndarray, rng: np.random.Generator, shake: float, step: float = 0.08
+) -> np.ndarray:
     """Jitter the ideal vertices, resample densely, then add low-frequency drift (a shaky hand) and tremor."""
     v = stroke + rng.normal(0, 0.05, stroke.shape)
     dist = np.concatenate(([0.0], np.cumsum(np.hypot(*np.diff(v, axis=0).T))))
@@ -57,7 +74,9 @@ def _by_hand(stroke: np.ndarray, rng: np.random.Generator, shake: float, step: f
     ctrl = rng.normal(0, shake, (k, 2))
     u = np.arange(m) * ((k - 1) / (m - 1))
     xy = np.array([np.interp(t, dist, v[:, 0]), np.interp(t, dist, v[:, 1])]).T
-    drift = np.array([np.interp(u, np.arange(k), ctrl[:, 0]), np.interp(u, np.arange(k), ctrl[:, 1])]).T
+    drift = np.array(
+        [np.interp(u, np.arange(k), ctrl[:, 0]), np.interp(u, np.arange(k), ctrl[:, 1])]
+    ).T
     return xy + drift + rng.normal(0, 0.006, (m, 2))
 
 
@@ -121,8 +140,16 @@ def _house(rng):
 
 
 _SHAPES = {
-    "circle": _circle, "square": _square, "triangle": _triangle, "star": _star, "plus": _plus,
-    "zigzag": _zigzag, "spiral": _spiral, "heart": _heart, "arrow": _arrow, "house": _house,
+    "circle": _circle,
+    "square": _square,
+    "triangle": _triangle,
+    "star": _star,
+    "plus": _plus,
+    "zigzag": _zigzag,
+    "spiral": _spiral,
+    "heart": _heart,
+    "arrow": _arrow,
+    "house": _house,
 }
 
 DOODLES = generated.GeneratedSet("doodles", VERSION, CLASS_NAMES, PER_CLASS, (SIZE, SIZE, 1), _draw)

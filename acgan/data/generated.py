@@ -16,7 +16,10 @@ from acgan.data.image_set import ImageSet
 from acgan.errors import DiskFull
 from acgan.util.files import write_atomically
 
-STREAMS = {"train": 0, "test": 1}  # independent seed streams, so train and test never share an image
+STREAMS = {
+    "train": 0,
+    "test": 1,
+}  # independent seed streams, so train and test never share an image
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,8 +34,9 @@ class GeneratedSet:
     draw: Callable
     seed_salt: tuple = ()  # appended to (seed, stream) in the generator's seed
 
-    def load(self, split: str, *, seed: int = 0, data_dir: str = "data",
-             max_per_class: int | None = None) -> ImageSet:
+    def load(
+        self, split: str, *, seed: int = 0, data_dir: str = "data", max_per_class: int | None = None
+    ) -> ImageSet:
         """One split, from the cache when present; the same seed always gives the same bytes."""
         full = self.per_class[split]
         per_class = full if max_per_class is None else min(full, max_per_class)
@@ -58,7 +62,9 @@ class GeneratedSet:
         name, full = self.name, self.per_class[split]
         return os.path.join(data_dir, name, f"{name}-v{self.version}-seed{seed}-{split}-{full}.npz")
 
-    def generate(self, per_class: int, *, seed: int, stream: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def generate(
+        self, per_class: int, *, seed: int, stream: int = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
         """uint8 [classes*per_class, *shape] images and int32 labels cycling through the classes, so that
         fewer per class are a prefix; the same (seed, stream) always gives the same bytes."""
         rng = np.random.default_rng([seed, stream, *self.seed_salt])

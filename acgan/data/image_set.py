@@ -7,7 +7,16 @@ from dataclasses import dataclass
 import numpy as np
 
 QUICKDRAW_DEFAULT_CLASSES = (
-    "airplane", "apple", "bee", "bird", "book", "clock", "cow", "dog", "eye", "fish",
+    "airplane",
+    "apple",
+    "bee",
+    "bird",
+    "book",
+    "clock",
+    "cow",
+    "dog",
+    "eye",
+    "fish",
 )
 TEST_FRACTION = 0.1
 
@@ -23,13 +32,19 @@ class ImageSet:
 
     def __post_init__(self):
         # Loaders turn user mistakes into UserError first; reaching these is a bug in a loader.
-        if self.images.dtype != np.uint8 or self.images.ndim != 4 or self.images.shape[-1] not in (1, 3):
+        if (
+            self.images.dtype != np.uint8
+            or self.images.ndim != 4
+            or self.images.shape[-1] not in (1, 3)
+        ):
             got = f"{self.images.dtype} {self.images.shape}"
             raise ValueError(f"ImageSet.images must be uint8 [N,H,W,1|3], got {got}")
         if self.labels.dtype != np.int32 or self.labels.shape != self.images.shape[:1]:
             got = f"{self.labels.dtype} {self.labels.shape}"
             raise ValueError(f"ImageSet.labels must be int32 [{len(self.images)}], got {got}")
-        if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= len(self.class_names)):
+        if len(self.labels) and (
+            self.labels.min() < 0 or self.labels.max() >= len(self.class_names)
+        ):
             raise ValueError(f"ImageSet.labels must lie in [0, {len(self.class_names)})")
 
     @property

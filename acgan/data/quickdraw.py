@@ -27,8 +27,12 @@ def class_names() -> tuple[str, ...]:
     """The 345 names, from the labels file tensorflow_datasets ships (found without importing tfds)."""
     spec = importlib.util.find_spec("tensorflow_datasets")
     if spec is None or not spec.submodule_search_locations:
-        raise UserError("quickdraw class names come from tensorflow_datasets; pip install tensorflow-datasets")
-    path = os.path.join(spec.submodule_search_locations[0], "datasets", "quickdraw_bitmap", "labels.txt")
+        raise UserError(
+            "quickdraw class names come from tensorflow_datasets; pip install tensorflow-datasets"
+        )
+    path = os.path.join(
+        spec.submodule_search_locations[0], "datasets", "quickdraw_bitmap", "labels.txt"
+    )
     try:
         with open(path, encoding="utf-8") as f:
             return tuple(line.strip() for line in f if line.strip())
@@ -51,10 +55,14 @@ def validate_classes(classes: Sequence[str]) -> tuple[str, ...]:
         if name not in known:
             close = difflib.get_close_matches(name, known, n=3)
             hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
-            raise UserError(f"unknown quickdraw class {name!r}; {hint}see quickdraw_class_names() for all 345")
+            raise UserError(
+                f"unknown quickdraw class {name!r}; {hint}see quickdraw_class_names() for all 345"
+            )
     dupes = sorted({c for c in classes if classes.count(c) > 1})
     if dupes:
-        raise UserError(f"quickdraw class listed more than once: {', '.join(dupes)}; list each class once")
+        raise UserError(
+            f"quickdraw class listed more than once: {', '.join(dupes)}; list each class once"
+        )
     return classes
 
 
@@ -67,7 +75,11 @@ def class_url(name: str) -> str:
 
 
 def load(
-    split: str, *, data_dir: str = "data", classes: Sequence[str] | None = None, max_per_class: int | None = None
+    split: str,
+    *,
+    data_dir: str = "data",
+    classes: Sequence[str] | None = None,
+    max_per_class: int | None = None,
 ) -> ImageSet:
     """Labels follow the order of `classes`; per class the last 10% of the file's rows are test, the rest train."""
     classes = validate_classes(QUICKDRAW_DEFAULT_CLASSES if classes is None else classes)
@@ -79,7 +91,7 @@ def load(
         part = split_slice(len(rows), split)
         stop = part.stop if max_per_class is None else min(part.stop, part.start + max_per_class)
         # Copy only the rows we keep; the mmap leaves the rest of a ~100 MB file on disk.
-        images.append(np.array(rows[part.start:stop]).reshape(-1, 28, 28, 1))
+        images.append(np.array(rows[part.start : stop]).reshape(-1, 28, 28, 1))
         labels.append(np.full(stop - part.start, label, np.int32))
     return ImageSet(np.concatenate(images), np.concatenate(labels), classes)
 
@@ -97,7 +109,11 @@ def fetch(classes: Sequence[str], folder: str) -> None:
         ) from None
     for i, name in enumerate(missing):
         try:
-            _download(class_url(name), os.path.join(folder, f"{name}.npy"), f"[{i + 1}/{len(missing)}] {name}")
+            _download(
+                class_url(name),
+                os.path.join(folder, f"{name}.npy"),
+                f"[{i + 1}/{len(missing)}] {name}",
+            )
         except (OSError, http.client.HTTPException, ValueError) as e:  # URLError is an OSError
             # Stop at the first failure: offline, every other class would fail the same way, slowly.
             raise _fetch_error(missing[i:], folder, e) from None
@@ -143,10 +159,19 @@ def _open(path: str) -> np.ndarray:
     try:
         rows = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
-        raise UserError(f"quickdraw file {path} is truncated or corrupt ({error_text(e)}); {fix}") from None
-    if not isinstance(rows, np.ndarray) or rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[1] != 784:
+        raise UserError(
+            f"quickdraw file {path} is truncated or corrupt ({error_text(e)}); {fix}"
+        ) from None
+    if (
+        not isinstance(rows, np.ndarray)
+        or rows.dtype != np.uint8
+        or rows.ndim != 2
+        or rows.shape[1] != 784
+    ):
         got = f"{rows.dtype} {rows.shape}" if isinstance(rows, np.ndarray) else type(rows).__name__
         raise UserError(f"quickdraw file {path} holds {got}, not N x 784 uint8 bitmaps; {fix}")
     if len(rows) < 2:
-        raise UserError(f"quickdraw file {path} has {len(rows)} drawing(s), too few to split; {fix}")
+        raise UserError(
+            f"quickdraw file {path} has {len(rows)} drawing(s), too few to split; {fix}"
+        )
     return rows

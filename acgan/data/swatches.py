@@ -24,7 +24,18 @@ from PIL import Image
 
 from acgan.data import generated
 
-CLASS_NAMES = ("stripes", "checks", "dots", "rings", "waves", "bricks", "clouds", "gradient", "plaid", "confetti")
+CLASS_NAMES = (
+    "stripes",
+    "checks",
+    "dots",
+    "rings",
+    "waves",
+    "bricks",
+    "clouds",
+    "gradient",
+    "plaid",
+    "confetti",
+)
 PER_CLASS = {"train": 2000, "test": 500}
 SIZE = 32
 VERSION = 3  # bump whenever the drawing changes, so cached arrays from older code are never reused
@@ -42,6 +53,7 @@ def _swatch(name, rng):
 
 
 # ---- Drawing: each class is a mask field m in [0, 1] over the pixel grid, mixed between colours ----
+
 
 def _colour(rng, hue=None):
     hue = rng.uniform() if hue is None else hue % 1.0
@@ -82,7 +94,9 @@ def _stripes(rng):
 def _checks(rng):
     u, v = _rotated(rng)
     cell = rng.uniform(4.5, 8)
-    return _mix(_soft(4 * np.sin(np.pi * u / cell) * np.sin(np.pi * v / cell), 1.5), *_two_colours(rng))
+    return _mix(
+        _soft(4 * np.sin(np.pi * u / cell) * np.sin(np.pi * v / cell), 1.5), *_two_colours(rng)
+    )
 
 
 def _dots(rng):
@@ -96,13 +110,20 @@ def _dots(rng):
 def _rings(rng):
     cx, cy = rng.uniform(-9, 9, 2)  # the centre in the picture: whole rings, not curved stripes
     r = np.hypot(_X - cx, _Y - cy)
-    return _mix(_soft(np.sin(2 * np.pi * r / rng.uniform(4, 9) + rng.uniform(0, 2 * np.pi))), *_two_colours(rng))
+    return _mix(
+        _soft(np.sin(2 * np.pi * r / rng.uniform(4, 9) + rng.uniform(0, 2 * np.pi))),
+        *_two_colours(rng),
+    )
 
 
 def _waves(rng):
     u, v = _rotated(rng)
     period = rng.uniform(5, 9)
-    bend = rng.uniform(0.6, 0.9) * period * np.sin(2 * np.pi * v / rng.uniform(9, 15) + rng.uniform(0, 2 * np.pi))
+    bend = (
+        rng.uniform(0.6, 0.9)
+        * period
+        * np.sin(2 * np.pi * v / rng.uniform(9, 15) + rng.uniform(0, 2 * np.pi))
+    )
     return _mix(_soft(np.sin(2 * np.pi * (u + bend) / period)), *_two_colours(rng))
 
 
@@ -115,13 +136,17 @@ def _bricks(rng):
     down = v % height
     gap = np.minimum(np.minimum(down, height - down), np.minimum(across, width - across))
     brick, mortar = _colour(rng), _colour(rng)
-    mortar = 0.5 * mortar + 0.5 * (1.0 if brick.mean() < 0.5 else 0.1)  # mortar contrasts with the brick
+    mortar = 0.5 * mortar + 0.5 * (
+        1.0 if brick.mean() < 0.5 else 0.1
+    )  # mortar contrasts with the brick
     return _mix(_soft(gap - 0.8, 2.0), brick, mortar)
 
 
 def _clouds(rng):
     k = int(rng.integers(4, 8))
-    field = Image.fromarray(rng.normal(0, 1, (k, k)).astype(np.float32), mode="F").resize((SIZE, SIZE), Image.BICUBIC)
+    field = Image.fromarray(rng.normal(0, 1, (k, k)).astype(np.float32), mode="F").resize(
+        (SIZE, SIZE), Image.BICUBIC
+    )
     field = np.asarray(field, np.float64)
     field = (field - field.mean()) / (field.std() + 1e-6)
     return _mix(_soft(field, 1.2), *_two_colours(rng))
@@ -138,7 +163,11 @@ def _plaid(rng):
     base, a, b = _colour(rng, hue), _colour(rng, hue + 1 / 3), _colour(rng, hue + 2 / 3)
     ma = _soft(np.sin(2 * np.pi * u / rng.uniform(6, 11)), 3.0)
     mb = _soft(np.sin(2 * np.pi * v / rng.uniform(6, 11)), 3.0)
-    return base * (1 - 0.6 * ma[..., None] - 0.6 * mb[..., None]) + 0.6 * ma[..., None] * a + 0.6 * mb[..., None] * b
+    return (
+        base * (1 - 0.6 * ma[..., None] - 0.6 * mb[..., None])
+        + 0.6 * ma[..., None] * a
+        + 0.6 * mb[..., None] * b
+    )
 
 
 def _confetti(rng):
@@ -152,11 +181,20 @@ def _confetti(rng):
 
 
 _DRAW = {
-    "stripes": _stripes, "checks": _checks, "dots": _dots, "rings": _rings, "waves": _waves,
-    "bricks": _bricks, "clouds": _clouds, "gradient": _gradient, "plaid": _plaid, "confetti": _confetti,
+    "stripes": _stripes,
+    "checks": _checks,
+    "dots": _dots,
+    "rings": _rings,
+    "waves": _waves,
+    "bricks": _bricks,
+    "clouds": _clouds,
+    "gradient": _gradient,
+    "plaid": _plaid,
+    "confetti": _confetti,
 }
 
 # Swatches are drawn from the seed (seed, stream, 32): changing it changes every image (bump VERSION).
-SWATCHES = generated.GeneratedSet("swatches", VERSION, CLASS_NAMES, PER_CLASS, (SIZE, SIZE, 3), _swatch,
-                                  seed_salt=(32,))
+SWATCHES = generated.GeneratedSet(
+    "swatches", VERSION, CLASS_NAMES, PER_CLASS, (SIZE, SIZE, 3), _swatch, seed_salt=(32,)
+)
 load, cache_path, generate = SWATCHES.load, SWATCHES.cache_path, SWATCHES.generate

@@ -74,11 +74,15 @@ def test_doodles_shapes_dtypes_and_balance(doodle_train, doodle_test):
         assert flat.max(1).min() == 255  # every doodle has fully-inked stroke pixels
         assert (flat[:, 0] == 0).mean() > 0.99  # black background (corners)
         assert 0.08 < (flat > 0).mean() < 0.4  # strokes, not blobs
-        assert len(np.unique(data.images)) > 10  # anti-aliased (4x box-downsampled: 17 levels), not binary
+        assert (
+            len(np.unique(data.images)) > 10
+        )  # anti-aliased (4x box-downsampled: 17 levels), not binary
 
 
 def test_doodles_deterministic_per_seed(doodle_train, doodle_dir, tmp_path):
-    again, _ = doodles.generate(30, seed=0)  # images are drawn class-interleaved, so this is a prefix
+    again, _ = doodles.generate(
+        30, seed=0
+    )  # images are drawn class-interleaved, so this is a prefix
     assert again.tobytes() == doodle_train.images[:300].tobytes()
     other, _ = doodles.generate(30, seed=1)
     assert not np.array_equal(other, again)
@@ -142,9 +146,13 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 def server(tmp_path):
     served = tmp_path / "served"
     served.mkdir()
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, directory=str(served)))
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_Handler, directory=str(served))
+    )
     httpd.paths = []
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield httpd, f"http://127.0.0.1:{httpd.server_address[1]}", served
     httpd.shutdown()
@@ -196,12 +204,18 @@ def test_quickdraw_downloads_once_and_splits(qd_server, tmp_path):
     train = load_dataset("quickdraw", data_dir=str(tmp_path), classes=classes)
     assert sorted(qd_server.paths) == ["/airplane.npy", "/alarm%20clock.npy", "/bee.npy"]
     folder = tmp_path / "quickdraw"
-    assert sorted(os.listdir(folder)) == ["airplane.npy", "alarm clock.npy", "bee.npy"]  # no .part leftovers
+    assert sorted(os.listdir(folder)) == [
+        "airplane.npy",
+        "alarm clock.npy",
+        "bee.npy",
+    ]  # no .part leftovers
 
     assert train.class_names == tuple(classes) and train.image_shape == (28, 28, 1)
     assert train.images.dtype == np.uint8 and train.labels.dtype == np.int32
     assert np.bincount(train.labels).tolist() == [45, 27, 18]  # last 10% of each file is test
-    assert (train.images[:, 0, 0, 0] == train.labels + 1).all()  # labels follow the order of `classes`
+    assert (
+        train.images[:, 0, 0, 0] == train.labels + 1
+    ).all()  # labels follow the order of `classes`
     assert train.images[train.labels == 1, 0, 1, 0].tolist() == list(range(27))
 
     test = load_dataset("quickdraw", split="test", data_dir=str(tmp_path), classes=classes)
@@ -211,7 +225,9 @@ def test_quickdraw_downloads_once_and_splits(qd_server, tmp_path):
 
     capped = load_dataset("quickdraw", data_dir=str(tmp_path), classes=classes, max_per_class=10)
     assert np.bincount(capped.labels).tolist() == [10, 10, 10]
-    capped = load_dataset("quickdraw", split="test", data_dir=str(tmp_path), classes=classes, max_per_class=4)
+    capped = load_dataset(
+        "quickdraw", split="test", data_dir=str(tmp_path), classes=classes, max_per_class=4
+    )
     assert np.bincount(capped.labels).tolist() == [4, 3, 2]
     assert len(qd_server.paths) == 3
 
@@ -221,7 +237,9 @@ def test_quickdraw_offline_names_every_missing_class(tmp_path, monkeypatch):
     (tmp_path / "quickdraw").mkdir()
     np.save(tmp_path / "quickdraw" / "bee.npy", _bitmaps(0, 20))
     with pytest.raises(UserError) as e:
-        load_dataset("quickdraw", data_dir=str(tmp_path), classes=["airplane", "bee", "alarm clock"])
+        load_dataset(
+            "quickdraw", data_dir=str(tmp_path), classes=["airplane", "bee", "alarm clock"]
+        )
     msg = _one_line(e)
     assert "): airplane, alarm clock;" in msg  # bee is cached, so not missing
     assert str(tmp_path / "quickdraw") in msg and "curl" in msg and "/airplane.npy'" in msg
@@ -311,15 +329,25 @@ def test_npz_gray_without_class_names(tmp_path):
     train = load_dataset(f"npz:{tmp_path / 'd.npz'}")
     test = load_dataset(f"npz:{tmp_path / 'd.npz'}", split="test")
     assert train.image_shape == (8, 6, 1) and train.class_names == ("0", "1")
-    assert np.bincount(train.labels).tolist() == [9, 23] and np.bincount(test.labels).tolist() == [1, 2]
-    assert (train.images[:, 0, 0, 0] == train.labels).all() and (test.images[:, 0, 0, 0] == test.labels).all()
+    assert np.bincount(train.labels).tolist() == [9, 23] and np.bincount(test.labels).tolist() == [
+        1,
+        2,
+    ]
+    assert (train.images[:, 0, 0, 0] == train.labels).all() and (
+        test.images[:, 0, 0, 0] == test.labels
+    ).all()
     capped = load_dataset(f"npz:{tmp_path / 'd.npz'}", max_per_class=5)
     assert np.bincount(capped.labels).tolist() == [5, 5]
 
 
 def test_npz_rgb_with_class_names(tmp_path):
     images = np.random.default_rng(0).integers(0, 256, (12, 4, 4, 3), dtype=np.uint8)
-    np.savez(tmp_path / "d.npz", images=images, labels=_labels(4, 4, 4), class_names=np.array(["a", "b", "c"]))
+    np.savez(
+        tmp_path / "d.npz",
+        images=images,
+        labels=_labels(4, 4, 4),
+        class_names=np.array(["a", "b", "c"]),
+    )
     data = load_dataset(f"npz:{tmp_path / 'd.npz'}")
     assert data.class_names == ("a", "b", "c") and data.image_shape == (4, 4, 3) and len(data) == 9
     assert np.array_equal(data.images[:3], images[:3])
@@ -331,16 +359,38 @@ NPZ_ERRORS = {
     "a .npy": ("npy", "single array"),
     "no images": (dict(labels=_labels(2, 2)), "no 'images' array"),
     "no labels": (dict(images=np.zeros((4, 2, 2), np.uint8)), "no 'labels' array"),
-    "float images": (dict(images=np.zeros((4, 2, 2), np.float32), labels=_labels(2, 2)), "float32, need uint8"),
-    "2-d images": (dict(images=np.zeros((4, 2), np.uint8), labels=_labels(2, 2)), r"shape \(4, 2\)"),
-    "4 channels": (dict(images=np.zeros((4, 2, 2, 4), np.uint8), labels=_labels(2, 2)), "4 channels"),
-    "negative label": (dict(images=np.zeros((4, 2, 2), np.uint8), labels=np.array([0, 1, -1, 1])), "negative"),
+    "float images": (
+        dict(images=np.zeros((4, 2, 2), np.float32), labels=_labels(2, 2)),
+        "float32, need uint8",
+    ),
+    "2-d images": (
+        dict(images=np.zeros((4, 2), np.uint8), labels=_labels(2, 2)),
+        r"shape \(4, 2\)",
+    ),
+    "4 channels": (
+        dict(images=np.zeros((4, 2, 2, 4), np.uint8), labels=_labels(2, 2)),
+        "4 channels",
+    ),
+    "negative label": (
+        dict(images=np.zeros((4, 2, 2), np.uint8), labels=np.array([0, 1, -1, 1])),
+        "negative",
+    ),
     "label beyond names": (
-        dict(images=np.zeros((4, 2, 2), np.uint8), labels=_labels(2, 2) * 2, class_names=np.array(["a", "b"])),
+        dict(
+            images=np.zeros((4, 2, 2), np.uint8),
+            labels=_labels(2, 2) * 2,
+            class_names=np.array(["a", "b"]),
+        ),
         "out of range",
     ),
-    "length mismatch": (dict(images=np.zeros((5, 2, 2), np.uint8), labels=_labels(2, 2)), "5 images but 4 labels"),
-    "one class": (dict(images=np.zeros((4, 2, 2), np.uint8), labels=np.ones(4, int)), "at least 2 classes"),
+    "length mismatch": (
+        dict(images=np.zeros((5, 2, 2), np.uint8), labels=_labels(2, 2)),
+        "5 images but 4 labels",
+    ),
+    "one class": (
+        dict(images=np.zeros((4, 2, 2), np.uint8), labels=np.ones(4, int)),
+        "at least 2 classes",
+    ),
     "float labels": (dict(images=np.zeros((4, 2, 2), np.uint8), labels=np.zeros(4)), "integer"),
 }
 
@@ -378,8 +428,13 @@ def test_folder_gray(tmp_path):
     train = load_dataset(f"folder:{tmp_path}")
     test = load_dataset(f"folder:{tmp_path}", split="test")
     assert train.class_names == ("cats", "dogs") and train.image_shape == (5, 6, 1)
-    assert np.bincount(train.labels).tolist() == [9, 2] and np.bincount(test.labels).tolist() == [1, 1]
-    assert train.images[train.labels == 0, 0, 0, 0].tolist() == list(range(10, 19))  # sorted file order
+    assert np.bincount(train.labels).tolist() == [9, 2] and np.bincount(test.labels).tolist() == [
+        1,
+        1,
+    ]
+    assert train.images[train.labels == 0, 0, 0, 0].tolist() == list(
+        range(10, 19)
+    )  # sorted file order
     assert test.images[0, 0, 0, 0] == 19 and test.images[1].min() == 200
 
 
@@ -501,7 +556,9 @@ def test_pipeline_batches_span_epochs_without_dropping():
 @pytest.mark.parametrize("start_step", [1, 2, 3, 7])
 def test_pipeline_resumes_the_same_stream(start_step):
     full, _ = _stream(make_pipeline(_indexed(n=10), batch=4, seed=5), 10)
-    resumed, _ = _stream(make_pipeline(_indexed(n=10), batch=4, seed=5, start_step=start_step), 10 - start_step)
+    resumed, _ = _stream(
+        make_pipeline(_indexed(n=10), batch=4, seed=5, start_step=start_step), 10 - start_step
+    )
     np.testing.assert_array_equal(resumed, full[start_step * 4 :])
 
 
@@ -513,6 +570,10 @@ def test_pipeline_rejects_batch_larger_than_data():
 
 def test_cifar10_without_tensorflow_datasets_is_one_line(monkeypatch, tmp_path):
     """A JAX-only install has no tensorflow-datasets: CIFAR-10 says what to install."""
-    monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # `import tensorflow_datasets` fails
-    with pytest.raises(UserError, match=r"cifar10 is read through tensorflow-datasets.*-e '\.\[tensorflow\]'"):
+    monkeypatch.setitem(
+        sys.modules, "tensorflow_datasets", None
+    )  # `import tensorflow_datasets` fails
+    with pytest.raises(
+        UserError, match=r"cifar10 is read through tensorflow-datasets.*-e '\.\[tensorflow\]'"
+    ):
         cifar10.load("train", data_dir=str(tmp_path))

@@ -1,4 +1,5 @@
 """The swatches dataset: 32x32x3 colour textures, deterministic, cached, class-interleaved, colourful."""
+
 import hashlib
 import os
 
