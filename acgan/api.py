@@ -215,15 +215,14 @@ def generate(
     python -m acgan.generate does: per_class images of every class from noise drawn with `seed`. out:
     also write them, a .png grid (row names unless labels=False) or an .npz (uint8 images, labels,
     class names). ema: from G's moving average where the run kept one (False: G's own). Returns Samples."""
-    _require_run(run)
-    best.check_checkpoint(checkpoint)
+    _require_run(run, checkpoint)
     if out is not None and Path(out).suffix.lower() not in (".png", ".npz"):
         raise UserError("--out must name a .png or .npz file")
     config_lib.check_int(
         "per_class", per_class, 1, f"--per_class must be a positive integer, got {per_class}"
     )
     config_lib.check_int("seed", seed, 0, f"--seed must be non-negative, got {seed}")
-    sampling = _use_for_run(backend, run, checkpoint).sampling
+    sampling = _keras_side(_backend_for_run(backend, run, checkpoint)).sampling
     with backend_lib.policy_restored():
         _, info, trainer = sampling.load_run(Path(run), ema=ema, checkpoint=checkpoint)
         class_names = tuple(info["class_names"])
@@ -263,8 +262,7 @@ def evaluate(
     quality_no_ema.json, beside the average's). ema_statistics: the average's batch-norm statistics
     (presets.EMA_STATISTICS; None: the run's own choice; another is recorded in quality_ema_CHOICE.json).
     checkpoint="best": the checkpoint --eval_every judged best (recorded in quality_best.json)."""
-    _require_run(run)
-    best.check_checkpoint(checkpoint)
+    _require_run(run, checkpoint)
     if ema_statistics is not None:
         config_lib.Config(ema_statistics=ema_statistics).validate()
     for name, lowest, why in (
@@ -284,7 +282,7 @@ def evaluate(
     if inception is not None:
         inception_lib.graph_path(inception)  # a missing file: refused before anything loads
         backend = inception_lib.backend_for(backend, run)
-    run_evaluation = _use_for_run(backend, run, checkpoint).run_evaluation
+    run_evaluation = _keras_side(_backend_for_run(backend, run, checkpoint)).run_evaluation
     # Loads TensorFlow:
     graph = inception_lib.read_graph(inception, inception_stats) if inception is not None else None
     with backend_lib.policy_restored():
@@ -385,8 +383,7 @@ def export(
     run's policy (default: float32). format="savedmodel": a SavedModel folder for TF Serving (needs
     TensorFlow); format="onnx": a .onnx file for onnxruntime (the onnx extra; float32 only). ema: the
     moving average of G's weights where the run kept one (False: G's own). Returns Exported."""
-    _require_run(run)
-    best.check_checkpoint(checkpoint)
+    _require_run(run, checkpoint)
     out = export_request.check_output(out, format, keep_policy)
     if not Path(run).is_dir():
         raise UserError(f"--run {os.fspath(run)} is not a folder")
@@ -403,16 +400,15 @@ def export(
 # ---- Settings, backend, policy ----
 
 
-_train_settings = config_lib.signature(Config, backend=None).parameters.values()
-train.__signature__ = inspect.Signature(
-    [*_train_settings, inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None)]
-)
+train.__signature__ = config_lib.signature(Config, more={"config": None}, backend=None)
 compare.__signature__ = config_lib.signature(CompareSettings, backend=None)
 
 
-def _require_run(run):
+def _require_run(run, checkpoint):
+    """UserError for no run folder or an unknown --checkpoint: the run commands' first checks."""
     if run is None or not os.fspath(run):
         raise UserError("--run is required: the folder of a training run")
+    best.check_checkpoint(checkpoint)
 
 
 def _backend_for_run(name, run, checkpoint="latest"):
@@ -423,11 +419,6 @@ def _backend_for_run(name, run, checkpoint="latest"):
     if checkpoint == "best":
         best.record_of(run)
     return name or backend_lib.running() or os.environ.get("KERAS_BACKEND") or config.backend
-
-
-def _use_for_run(name, run, checkpoint="latest"):
-    """_keras_side on the backend the run commands choose (_backend_for_run)."""
-    return _keras_side(_backend_for_run(name, run, checkpoint))
 
 
 def _keras_side(name):

@@ -45,13 +45,6 @@ def use(name):
     return name
 
 
-def current():
-    """The backend Keras runs on (imports Keras)."""
-    import keras  # here: Keras must load after use() sets its backend
-
-    return keras.backend.backend()
-
-
 @contextlib.contextmanager
 def tensorflow_hidden():
     """On the JAX backend, makes `import tensorflow` fail inside the block when TensorFlow is not loaded

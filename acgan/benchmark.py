@@ -51,18 +51,15 @@ SWEPT = ("backends", "policies", "batches", "jits")
 FLAGS = flags.FLAGS
 
 
-def settings_from_flags():
-    return cli.settings_from_flags(
+def main(argv):
+    settings = cli.settings_from_flags(
         SweepSettings,
         backends=parse_backends(FLAGS.backends),
         policies=tuple(dict.fromkeys(FLAGS.policies)),
         batches=parse_batches(FLAGS.batches),
         jits=parse_jit(FLAGS.jit),
     ).validate()
-
-
-def main(argv):
-    result = api.benchmark_with(settings_from_flags(), FLAGS.output_dir, command=cli.command_line())
+    result = api.benchmark_with(settings, FLAGS.output_dir, command=cli.command_line())
     print((result.folder / "benchmark.md").read_text())
     print(f"benchmark folder: {result.folder}  (report: {result.folder / 'benchmark.md'})")
 

@@ -13,8 +13,7 @@ import typing
 
 from absl import app, flags, logging
 
-from acgan import backend
-from acgan.config import Config, composed, setting_fields
+from acgan.config import composed, setting_fields
 from acgan.errors import (
     DISK_FULL_STATUS,
     LOST_WORKER_STATUS,
@@ -43,12 +42,11 @@ def define_setting_flags(record, names=None, choices=None, defaults=None):
         kind = next((t for t in typing.get_args(field.type) if t is not type(None)), field.type)
         if values:
             flags.DEFINE_enum(name, default, list(values), help_text)
-        elif kind is bool:
-            flags.DEFINE_boolean(name, default, help_text)
         elif kind is tuple:
             flags.DEFINE_list(name, None if default is None else list(default), help_text)
         else:
             define = {
+                bool: flags.DEFINE_boolean,
                 int: flags.DEFINE_integer,
                 float: flags.DEFINE_float,
                 str: flags.DEFINE_string,
@@ -56,38 +54,27 @@ def define_setting_flags(record, names=None, choices=None, defaults=None):
             define(name, default, help_text)
 
 
-def define_ema_flag():
-    """--ema / --no-ema: sample from G's average or from G's own weights, for the commands that read a run."""
+def define_run_flags():
+    """--ema, --checkpoint and --backend, for the commands that read a run (checked by the acgan.api call;
+    --backend is chosen before Keras loads, default: KERAS_BACKEND, else None: the run's own backend)."""
     flags.DEFINE_boolean(
         "ema",
         True,
         "Sample from the moving average of G's weights where the run kept one "
         "(--no-ema: from G's own weights).",
     )
-
-
-def define_checkpoint_flag():
-    """--checkpoint latest|best, for the commands that read a run (checked by the acgan.api call)."""
     flags.DEFINE_string(
         "checkpoint",
         "latest",
         "latest: the run's newest checkpoint; best: the one its --eval_every evaluations "
         "judged best (the lowest Fréchet distance).",
     )
-
-
-def define_backend_flag(of_run=False):
-    """--backend tensorflow|jax; the acgan.api call chooses it before Keras loads. Default: KERAS_BACKEND,
-    else tensorflow, or (of_run: commands that read a run) None, meaning the run's own backend."""
-    if of_run:
-        flags.DEFINE_string(
-            "backend",
-            os.environ.get("KERAS_BACKEND"),
-            "Keras backend: tensorflow or jax "
-            "(default: the KERAS_BACKEND environment variable, else the run's own).",
-        )
-    else:
-        define_setting_flags(Config, ["backend"], defaults={"backend": backend.default()})
+    flags.DEFINE_string(
+        "backend",
+        os.environ.get("KERAS_BACKEND"),
+        "Keras backend: tensorflow or jax "
+        "(default: the KERAS_BACKEND environment variable, else the run's own).",
+    )
 
 
 def settings_from_flags(settings_class, flag_values=flags.FLAGS, **given):
@@ -177,11 +164,6 @@ def command_line():
 _COMMAND_LINE = contextvars.ContextVar("acgan_command_line", default=None)
 
 
-def running_command_line():
-    """The command line of the command running now (run_main), or None when acgan is called from Python."""
-    return _COMMAND_LINE.get()
-
-
 def run_main(main, positional=False):
     """Runs `main(argv)` under absl after defining its module's flags (its define_flags); UserError
     becomes one line on stderr and exit status 2, DiskFull one line and exit status 4 (acgan.errors
@@ -213,7 +195,7 @@ def run_main(main, positional=False):
 
 def command_text(name, settings):
     """What a report records as its command: the command line under a command, else this call."""
-    line = running_command_line()
+    line = _COMMAND_LINE.get()  # set by run_main; None when acgan is called from Python
     if line:
         return line
     shown = ", ".join(

@@ -70,15 +70,13 @@ def define_flags():
         "With --inception: the real train images' statistics in TTUR's format (an .npz of mu and "
         "sigma), read as the FID's real side when FILE exists, else written there.",
     )
-    cli.define_ema_flag()
     flags.DEFINE_string(
         "ema_statistics",
         None,
         f"The average's batch-norm statistics: {', '.join(EMA_STATISTICS)} (default: the run's; "
         "another choice is recorded in quality_ema_CHOICE.json).",
     )
-    cli.define_checkpoint_flag()
-    cli.define_backend_flag(of_run=True)
+    cli.define_run_flags()
 
 
 FLAGS = flags.FLAGS

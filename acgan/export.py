@@ -34,9 +34,7 @@ def define_flags():
         "TensorFlow SavedModel folder for TF Serving (needs TensorFlow); onnx: one .onnx file for "
         "onnxruntime (float32; needs the onnx extra).",
     )
-    cli.define_ema_flag()
-    cli.define_checkpoint_flag()
-    cli.define_backend_flag(of_run=True)
+    cli.define_run_flags()
 
 
 FLAGS = flags.FLAGS

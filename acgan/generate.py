@@ -21,9 +21,7 @@ def define_flags():
     )
     flags.DEFINE_integer("seed", 0, "Seed for the noise.")
     cli.define_setting_flags(Config, ["labels"])
-    cli.define_ema_flag()
-    cli.define_checkpoint_flag()
-    cli.define_backend_flag(of_run=True)
+    cli.define_run_flags()
 
 
 FLAGS = flags.FLAGS

@@ -29,10 +29,6 @@ def define_flags():
 FLAGS = flags.FLAGS
 
 
-def config_from_flags():
-    return cli.settings_from_flags(Config)
-
-
 def _given_flags():
     names = {name for name in FLAGS if FLAGS[name].present}
     for name in ("jit", "sync_bn", "labels"):
@@ -42,7 +38,7 @@ def _given_flags():
 
 
 def main(argv):
-    config, given = config_from_flags(), _given_flags()
+    config, given = cli.settings_from_flags(Config), _given_flags()
     if FLAGS.config:
         config, given = start_from_file(FLAGS.config, config, given)
     config = api.resolve_config(config, given)

@@ -213,7 +213,7 @@ def worker_main(argv):
     try:
         # The parent set KERAS_BACKEND for this process, and Keras loaded on it: use() checks it is the job's.
         backend.use(job.backend)
-        print(f"worker: {job.mode} on Keras backend {backend.current()}", flush=True)
+        print(f"worker: {job.mode} on Keras backend {keras.backend.backend()}", flush=True)
         result = MODES[job.mode](job)
     except (
         UserError
