@@ -38,11 +38,10 @@ def use(name):
             raise UserError(
                 f"Keras already runs on {running} in this process; --backend {name} needs a new one"
             )
-        return name
+        return
     if importlib.util.find_spec(name) is None:
         raise UserError(f"--backend {name} needs {name}, which is not installed: {INSTALL[name]}")
     os.environ["KERAS_BACKEND"] = name
-    return name
 
 
 @contextlib.contextmanager

@@ -154,7 +154,7 @@ def command_line():
     """The command as typed, for reports."""
     argv = sys.argv
     name = os.path.basename(argv[0])
-    if name == "__main__.py" or name.endswith(".py"):
+    if name.endswith(".py"):
         name = "python -m " + (
             sys.modules["__main__"].__spec__.name if sys.modules["__main__"].__spec__ else name
         )

@@ -23,11 +23,6 @@ POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("auto", "default", "mirrored", "multi_worker", "tpu")
 
 
-def validate_loss(name):
-    if name not in ("auto",) + ADVERSARIAL_LOSSES:
-        raise UserError(f"unknown loss {name!r}: choose auto, {', '.join(ADVERSARIAL_LOSSES)}")
-
-
 def validate_policy(name):
     if name not in POLICIES:
         raise UserError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}")
@@ -41,13 +36,6 @@ def validate_backend(name, strategy="auto"):
             "--strategy tpu is TensorFlow's TPUStrategy; on JAX, --strategy auto or mirrored trains on "
             "every local TPU core"
         )
-
-
-def validate_strategy(name, devices=None):
-    if name not in STRATEGIES:
-        raise UserError(f"unknown strategy {name!r}: choose one of {', '.join(STRATEGIES)}")
-    if devices is not None and name not in ("auto", "mirrored"):
-        raise UserError(f"--devices applies to --strategy mirrored, not {name}")
 
 
 def setting(default, help, choices=None):
@@ -201,10 +189,18 @@ class Config:
     def validate(self):
         """Raises UserError on the first bad setting; cheap (loads no data, builds nothing)."""
         validate_policy(self.policy)
-        validate_strategy(self.strategy, self.devices)
+        if self.strategy not in STRATEGIES:
+            raise UserError(
+                f"unknown strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}"
+            )
+        if self.devices is not None and self.strategy not in ("auto", "mirrored"):
+            raise UserError(f"--devices applies to --strategy mirrored, not {self.strategy}")
         validate_backend(self.backend, self.strategy)
         validate_name(self.arch)
-        validate_loss(self.loss)
+        if self.loss not in ("auto",) + ADVERSARIAL_LOSSES:
+            raise UserError(
+                f"unknown loss {self.loss!r}: choose auto, {', '.join(ADVERSARIAL_LOSSES)}"
+            )
         for name, choices in (
             ("jax_conv_transpose", JAX_CONV_TRANSPOSE),
             ("jax_batch_norm", JAX_BATCH_NORM),
@@ -337,15 +333,13 @@ def start_from_file(path, config, given):
     path = Path(path)
     if not path.is_file():
         raise UserError(f"--config {path}: no such file")
-    try:
-        text = path.read_text()
-        values, saved = json.loads(text), Config.from_json(text, f"--config {path}")
+    try:  # from_json refuses a file whose keys are not exactly Config's fields
+        saved = Config.from_json(path.read_text(), f"--config {path}")
     except (ValueError, TypeError, AttributeError) as e:
         raise UserError(
             f"--config {path} is not a valid acgan config ({e.__class__.__name__})"
         ) from None
-    fields = {f.name for f in dataclasses.fields(Config)}
-    taken = (set(values) & fields) - set(RUN_PLACE) - set(given)
+    taken = {f.name for f in dataclasses.fields(Config)} - set(RUN_PLACE) - set(given)
     config = dataclasses.replace(config, **{name: getattr(saved, name) for name in taken})
     return config, set(given) | taken
 
@@ -441,5 +435,5 @@ def check_int(name, value, lowest, message):
     """UserError(message) for an integer below `lowest`; another for a value that is not an integer."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise UserError(f"--{name} must be an integer, got {value!r}")
-    if lowest is not None and value < lowest:
+    if value < lowest:
         raise UserError(message)

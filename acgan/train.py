@@ -29,16 +29,9 @@ def define_flags():
 FLAGS = flags.FLAGS
 
 
-def _given_flags():
-    names = {name for name in FLAGS if FLAGS[name].present}
-    for name in ("jit", "sync_bn", "labels"):
-        if "no" + name in names:
-            names.add(name)
-    return names
-
-
 def main(argv):
-    config, given = cli.settings_from_flags(Config), _given_flags()
+    # the flags typed (absl marks --nojit, and so --no-jit, as --jit present)
+    config, given = cli.settings_from_flags(Config), {name for name in FLAGS if FLAGS[name].present}
     if FLAGS.config:
         config, given = start_from_file(FLAGS.config, config, given)
     config = api.resolve_config(config, given)
