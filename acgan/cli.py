@@ -152,13 +152,12 @@ def _parse_flags(argv, main, positional=False):
 
 def command_line():
     """The command as typed, for reports."""
-    argv = sys.argv
-    name = os.path.basename(argv[0])
+    name = os.path.basename(sys.argv[0])
     if name.endswith(".py"):
         name = "python -m " + (
             sys.modules["__main__"].__spec__.name if sys.modules["__main__"].__spec__ else name
         )
-    return " ".join([name] + argv[1:])
+    return " ".join([name] + sys.argv[1:])
 
 
 _COMMAND_LINE = contextvars.ContextVar("acgan_command_line", default=None)
