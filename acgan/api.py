@@ -104,8 +104,7 @@ class Samples:
 
     def grid(self, labels=True):
         """One row per class as a PIL image, like the PNG acgan.generate writes (labels: class names beside)."""
-        rows = len(self.class_names)
-        grid = grids.make_grid(grids.to_uint8(self.images), rows)
+        grid = grids.make_grid(grids.to_uint8(self.images), len(self.class_names))
         return grids.grid_picture(grids.label_rows(grid, self.class_names) if labels else grid)
 
 

@@ -170,9 +170,7 @@ def run_main(main, positional=False):
     # Quieten TensorFlow's C++ start-up chatter unless the user asked for it.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # the module's, however it was loaded (-m, runpy)
-    define_flags = main.__globals__.get("define_flags")
-    if define_flags is not None:
-        define_flags()
+    main.__globals__["define_flags"]()
 
     def guarded(argv):
         # absl's app.run logs INFO to stderr (TensorFlow's checkpoint chatter among it); keep warnings.

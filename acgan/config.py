@@ -399,8 +399,6 @@ def flat_settings(settings):
 
 
 def as_tuple(value):
-    if value is None:
-        return None
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
     if isinstance(value, (list, tuple)):
