@@ -46,17 +46,15 @@ class BatchNorm(keras.layers.BatchNormalization):
         channels = inputs.shape[self.axis]
         gamma = ops.cast(self.gamma, dtype) if self.scale else ops.ones((channels,), dtype)
         beta = ops.cast(self.beta, dtype) if self.center else ops.zeros((channels,), dtype)
-        moving_mean = ops.cast(self.moving_mean, dtype)
-        moving_variance = ops.cast(self.moving_variance, dtype)
         axis = self.axis % len(inputs.shape)
         outputs, mean, variance = fused_batch_norm(axis, self.epsilon)(
-            inputs, gamma, beta, ops.stop_gradient(moving_mean)
+            inputs, gamma, beta, ops.stop_gradient(ops.cast(self.moving_mean, dtype))
         )
-        mean, variance = ops.stop_gradient(mean), ops.stop_gradient(variance)
-        self.moving_mean.assign(moving_mean * self.momentum + mean * (1.0 - self.momentum))
-        self.moving_variance.assign(
-            moving_variance * self.momentum + variance * (1.0 - self.momentum)
-        )
+        for moving, batch in ((self.moving_mean, mean), (self.moving_variance, variance)):
+            moving.assign(
+                ops.cast(moving, dtype) * self.momentum
+                + ops.stop_gradient(batch) * (1.0 - self.momentum)
+            )
         return ops.cast(outputs, self.compute_dtype)
 
 
@@ -69,8 +67,10 @@ def fused_batch_norm(axis, epsilon):
     import jax  # here: only the JAX backend calls this; a TensorFlow process never loads JAX
     import jax.numpy as jnp
 
-    def channel_shape(x):
-        return tuple(-1 if i == axis else 1 for i in range(x.ndim))
+    def layout(x):
+        """How many values each channel's statistics read, and the shape that lines a channel vector up
+        with x."""
+        return x.size // x.shape[axis], tuple(-1 if i == axis else 1 for i in range(x.ndim))
 
     def sums(a, b, x):
         """Per channel, (sum(a), sum(b)), a and b elementwise functions of the same arrays: XLA's GPU
@@ -81,8 +81,7 @@ def fused_batch_norm(axis, epsilon):
         return jnp.sum(a, axes), jnp.sum(b, axes)
 
     def forward(x, gamma, beta, shift):
-        count = x.size // x.shape[axis]
-        shape = channel_shape(x)
+        count, shape = layout(x)
         # One pass needs the sum of squares, and var = E[x^2] - E[x]^2 loses about log2(1 + mean^2/var)
         # bits to cancellation. Any per-channel k leaves var = E[(x-k)^2] - E[x-k]^2 exact and shrinks the
         # loss to log2(1 + (mean-k)^2/var): with k the moving mean, near the batch's once training has
@@ -106,8 +105,7 @@ def fused_batch_norm(axis, epsilon):
     def backward(saved, cotangents):
         x, gamma, mean, inv_std, shift = saved
         dy, dmean, dvariance = cotangents
-        count = x.size // x.shape[axis]
-        shape = channel_shape(x)
+        count, shape = layout(x)
         centred = x - jnp.reshape(mean, shape)
         xhat = centred * jnp.reshape(inv_std, shape)
         dbeta, dgamma = sums(dy, dy * xhat, x)

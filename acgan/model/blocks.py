@@ -8,7 +8,7 @@ inputs to the compute dtype (float16 / bfloat16), which is where Tensor Cores ea
 import math
 
 import keras
-from keras import layers
+from keras import layers, ops
 
 from acgan.model.batch_norm import BatchNorm
 from acgan.model.transposed_conv import TransposedConv2D
@@ -27,6 +27,7 @@ def channels(base, width):
 
 
 def dense(x, units, name, dtype=None):
+    """dtype "float32" for a final layer whose logits feed from_logits losses."""
     return layers.Dense(units, kernel_initializer=init(), dtype=dtype, name=name)(x)
 
 
@@ -63,7 +64,6 @@ class SpectralConv2D(layers.Conv2D):
         )
 
     def call(self, inputs, training=None):
-        ops = keras.ops
         kernel = ops.cast(self.kernel, "float32")
         w = ops.reshape(kernel, (-1, self.filters))
         v = _unit(ops.matmul(self.sn_u, ops.transpose(w)))
@@ -79,7 +79,7 @@ class SpectralConv2D(layers.Conv2D):
 
 
 def _unit(x):
-    return x / keras.ops.sqrt(keras.ops.sum(x * x) + 1e-12)
+    return x / ops.sqrt(ops.sum(x * x) + 1e-12)
 
 
 def conv_transpose(x, filters, name, kernel=4):
@@ -97,11 +97,6 @@ def upsample_conv(x, filters, name, kernel=5):
     return layers.Conv2D(filters, kernel, padding="same", kernel_initializer=init(), name=name)(x)
 
 
-def dropout(x, rate, name):
-    """Dropout in the compute dtype (active only in training mode)."""
-    return layers.Dropout(rate, name=name)(x)
-
-
 def batch_norm(x, name):
     """A float32 island: statistics of float16 activations overflow and lose precision.
 
@@ -109,10 +104,6 @@ def batch_norm(x, name):
     --jax_batch_norm fused takes the training statistics in one pass (batch_norm.BatchNorm).
     """
     return BatchNorm(momentum=BN_MOMENTUM, epsilon=BN_EPSILON, dtype="float32", name=name)(x)
-
-
-def relu(x, name):
-    return layers.ReLU(name=name)(x)
 
 
 def leaky_relu(x, name):
@@ -157,19 +148,17 @@ class MinibatchStddev(layers.Layer):
         self.group_size = group_size
 
     def call(self, x):
-        x = keras.ops.cast(x, "float32")
+        x = ops.cast(x, "float32")
         # None (TensorFlow) or a symbolic dimension (JAX) while Keras infers shapes
         batch = x.shape[0]
         if isinstance(batch, int):
             group = math.gcd(batch, self.group_size)
-            groups = keras.ops.reshape(x, (batch // group, group) + tuple(x.shape[1:]))
-            spread = keras.ops.mean(
-                keras.ops.sqrt(keras.ops.var(groups, axis=1) + 1e-8), axis=(1, 2, 3)
-            )
-            spread = keras.ops.repeat(spread, group, axis=0)[:, None, None, None]
+            groups = ops.reshape(x, (batch // group, group) + tuple(x.shape[1:]))
+            spread = ops.mean(ops.sqrt(ops.var(groups, axis=1) + 1e-8), axis=(1, 2, 3))
+            spread = ops.repeat(spread, group, axis=0)[:, None, None, None]
         else:
-            spread = keras.ops.mean(keras.ops.sqrt(keras.ops.var(x, axis=0) + 1e-8))
-        return keras.ops.concatenate([x, keras.ops.ones_like(x[..., :1]) * spread], axis=-1)
+            spread = ops.mean(ops.sqrt(ops.var(x, axis=0) + 1e-8))
+        return ops.concatenate([x, ops.ones_like(x[..., :1]) * spread], axis=-1)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (input_shape[-1] + 1,)
@@ -177,11 +166,6 @@ class MinibatchStddev(layers.Layer):
 
 def minibatch_stddev(x, name, group_size=4):
     return MinibatchStddev(group_size=group_size, dtype="float32", name=name)(x)
-
-
-def float32_logits(x, units, name):
-    """A final dense layer computed in float32: logits feed from_logits losses."""
-    return dense(x, units, name, dtype="float32")
 
 
 def class_projection(features, labels, num_classes, name, positions=1):
@@ -213,7 +197,6 @@ class SumOverPositions(layers.Layer):
         self.positions = positions
 
     def call(self, features):
-        ops = keras.ops
         features = ops.cast(features, "float32")
         return ops.sum(
             ops.reshape(features, (-1, self.positions, features.shape[-1] // self.positions)),

@@ -38,12 +38,12 @@ def build_generator(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
     z = keras.Input((noise_dim,), name="z")
     labels = keras.Input((), dtype="int32", name="labels")
     x = layers.Concatenate(name="z_label")([z, keras.ops.one_hot(labels, num_classes)])
-    x = blocks.relu(blocks.batch_norm(blocks.dense(x, c1024, "g_fc1"), "g_bn1"), "g_relu1")
+    x = layers.ReLU(name="g_relu1")(blocks.batch_norm(blocks.dense(x, c1024, "g_fc1"), "g_bn1"))
     x = blocks.dense(x, base * base * c128, "g_fc2")
-    x = blocks.relu(blocks.batch_norm(x, "g_bn2"), "g_relu2")
+    x = layers.ReLU(name="g_relu2")(blocks.batch_norm(x, "g_bn2"))
     x = layers.Reshape((base, base, c128), name="g_reshape")(x)
     x = blocks.conv_transpose(x, c64, "g_deconv1")
-    x = blocks.relu(blocks.batch_norm(x, "g_bn3"), "g_relu3")
+    x = layers.ReLU(name="g_relu3")(blocks.batch_norm(x, "g_bn3"))
     x = blocks.conv_transpose(x, depth, "g_deconv2")
     images = blocks.float32_activation(x, "sigmoid", "g_image")
     return keras.Model([z, labels], images, name="generator")
@@ -64,7 +64,9 @@ def build_trunk(image_shape, width=1.0):
 def build_d_head(feature_dim):
     """The reference model's D head: one float32 logit from the features alone (the classes are Q's)."""
     features = keras.Input((feature_dim,), name="features")
-    return keras.Model(features, blocks.float32_logits(features, 1, "d_logit"), name="d_head")
+    return keras.Model(
+        features, blocks.dense(features, 1, "d_logit", dtype="float32"), name="d_head"
+    )
 
 
 def d_head_inputs(d_head, features, labels):
@@ -84,7 +86,9 @@ def build_q_head(feature_dim, num_classes, width=1.0):
     features = keras.Input((feature_dim,), name="features")
     x = blocks.dense(features, blocks.channels(128, width), "q_fc1")
     x = blocks.leaky_relu(blocks.batch_norm(x, "q_bn1"), "q_lrelu1")
-    return keras.Model(features, blocks.float32_logits(x, num_classes, "q_logits"), name="q_head")
+    return keras.Model(
+        features, blocks.dense(x, num_classes, "q_logits", dtype="float32"), name="q_head"
+    )
 
 
 def build_models(image_shape, num_classes, width=1.0, noise_dim=None, arch="reference"):

@@ -49,12 +49,12 @@ def build_generator(image_shape, num_classes, knobs, width=1.0, noise_dim=None):
     z = keras.Input((noise_dim or knobs.noise_dim,), name="z")
     labels = keras.Input((), dtype="int32", name="labels")
     x = layers.Concatenate(name="z_label")([z, keras.ops.one_hot(labels, num_classes)])
-    x = blocks.relu(blocks.dense(x, base * base * c384, "g_fc1"), "g_relu1")
+    x = layers.ReLU(name="g_relu1")(blocks.dense(x, base * base * c384, "g_fc1"))
     x = layers.Reshape((base, base, c384), name="g_reshape")(x)
     up = blocks.upsample_conv if knobs.upsample == "resize" else blocks.conv_transpose
     for i, maps in enumerate((c192, c96), start=2):
         x = up(x, maps, f"g_deconv{i - 1}", kernel=knobs.g_kernel)
-        x = blocks.relu(blocks.batch_norm(x, f"g_bn{i}"), f"g_relu{i}")
+        x = layers.ReLU(name=f"g_relu{i}")(blocks.batch_norm(x, f"g_bn{i}"))
     x = up(x, depth, "g_deconv_out", kernel=knobs.g_kernel)
     images = blocks.float32_tanh_to_unit(x, "g_image")
     return keras.Model([z, labels], images, name="generator")
@@ -77,7 +77,7 @@ def build_trunk(image_shape, knobs, width=1.0):
             x = blocks.batch_norm(x, f"d_bn{i}")
         x = blocks.leaky_relu(x, f"d_lrelu{i}")
         if knobs.dropout:
-            x = blocks.dropout(x, knobs.dropout, f"d_dropout{i}")
+            x = layers.Dropout(knobs.dropout, name=f"d_dropout{i}")(x)
     if knobs.minibatch_stddev:
         x = blocks.minibatch_stddev(x, "d_minibatch_stddev")
     features = layers.Flatten(name="d_flatten")(x)
@@ -97,7 +97,7 @@ def build_d_head(feature_dim, num_classes, positions=1, projection=True):
     summed over the positions> (blocks.class_projection)."""
     features = keras.Input((feature_dim,), name="features")
     labels = keras.Input((), dtype="int32", name="labels")
-    logit = blocks.float32_logits(features, 1, "d_logit")
+    logit = blocks.dense(features, 1, "d_logit", dtype="float32")
     if projection:
         logit = layers.Add(dtype="float32", name="d_logit_projected")(
             [
@@ -111,5 +111,5 @@ def build_d_head(feature_dim, num_classes, positions=1, projection=True):
 def build_q_head(feature_dim, num_classes):
     features = keras.Input((feature_dim,), name="features")
     return keras.Model(
-        features, blocks.float32_logits(features, num_classes, "q_logits"), name="q_head"
+        features, blocks.dense(features, num_classes, "q_logits", dtype="float32"), name="q_head"
     )

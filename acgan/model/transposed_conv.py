@@ -73,9 +73,7 @@ def _adjoint_conv_transpose(strides, padding, which):
         (y,) = jax.linear_transpose(lambda z: strided(z, kernel), y_shape)(x)
         return y
 
-    @jax.custom_vjp
-    def conv_transpose(x, kernel):
-        return forward(x, kernel)
+    conv_transpose = jax.custom_vjp(forward)
 
     def fwd(x, kernel):
         return forward(x, kernel), (x, kernel)
