@@ -160,9 +160,6 @@ class MinibatchStddev(layers.Layer):
             spread = ops.mean(ops.sqrt(ops.var(x, axis=0) + 1e-8))
         return ops.concatenate([x, ops.ones_like(x[..., :1]) * spread], axis=-1)
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape[:-1]) + (input_shape[-1] + 1,)
-
 
 def minibatch_stddev(x, name, group_size=4):
     return MinibatchStddev(group_size=group_size, dtype="float32", name=name)(x)
@@ -202,6 +199,3 @@ class SumOverPositions(layers.Layer):
             ops.reshape(features, (-1, self.positions, features.shape[-1] // self.positions)),
             axis=1,
         )
-
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape[:-1]) + (input_shape[-1] // self.positions,)
