@@ -68,7 +68,6 @@ class SpectralConv2D(layers.Conv2D):
         w = ops.reshape(kernel, (-1, self.filters))
         v = _unit(ops.matmul(self.sn_u, ops.transpose(w)))
         u = _unit(ops.matmul(v, w))
-        u, v = ops.stop_gradient(u), ops.stop_gradient(v)
         sigma = ops.sum(ops.matmul(v, w) * u)
         if training:
             self.sn_u.assign(u)
@@ -79,7 +78,8 @@ class SpectralConv2D(layers.Conv2D):
 
 
 def _unit(x):
-    return x / ops.sqrt(ops.sum(x * x) + 1e-12)
+    """x / |x|, a constant to the gradient (the power iteration's vectors)."""
+    return ops.stop_gradient(x / ops.sqrt(ops.sum(x * x) + 1e-12))
 
 
 def conv_transpose(x, filters, name, kernel=4):
@@ -110,11 +110,6 @@ def leaky_relu(x, name):
     return layers.LeakyReLU(negative_slope=0.2, name=name)(x)
 
 
-def float32_activation(x, activation, name):
-    """A model output: cast to float32 first, so sigmoid/softmax saturate and sum in full precision."""
-    return layers.Activation(activation, dtype="float32", name=name)(x)
-
-
 class UnitRange(layers.Layer):
     """(x + 1) / 2: an image in [-1, 1] (a tanh output) as one in [0, 1]. Not keras.layers.Rescaling: that
     is a tf.data preprocessing layer and reaches for TensorFlow on the JAX backend."""
@@ -143,12 +138,11 @@ class MinibatchStddev(layers.Layer):
     batch norm, if any, which would subtract any value shared by the whole batch.
     """
 
-    def __init__(self, group_size=4, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, group_size=4, dtype="float32", **kwargs):
+        super().__init__(dtype=dtype, **kwargs)
         self.group_size = group_size
 
     def call(self, x):
-        x = ops.cast(x, "float32")
         # None (TensorFlow) or a symbolic dimension (JAX) while Keras infers shapes
         batch = x.shape[0]
         if isinstance(batch, int):
@@ -159,10 +153,6 @@ class MinibatchStddev(layers.Layer):
         else:
             spread = ops.mean(ops.sqrt(ops.var(x, axis=0) + 1e-8))
         return ops.concatenate([x, ops.ones_like(x[..., :1]) * spread], axis=-1)
-
-
-def minibatch_stddev(x, name, group_size=4):
-    return MinibatchStddev(group_size=group_size, dtype="float32", name=name)(x)
 
 
 def class_projection(features, labels, num_classes, name, positions=1):
@@ -194,7 +184,6 @@ class SumOverPositions(layers.Layer):
         self.positions = positions
 
     def call(self, features):
-        features = ops.cast(features, "float32")
         return ops.sum(
             ops.reshape(features, (-1, self.positions, features.shape[-1] // self.positions)),
             axis=1,

@@ -45,7 +45,8 @@ def build_generator(image_shape, num_classes, width=1.0, noise_dim=NOISE_DIM):
     x = blocks.conv_transpose(x, c64, "g_deconv1")
     x = layers.ReLU(name="g_relu3")(blocks.batch_norm(x, "g_bn3"))
     x = blocks.conv_transpose(x, depth, "g_deconv2")
-    images = blocks.float32_activation(x, "sigmoid", "g_image")
+    # a model output in float32, so the sigmoid saturates in full precision
+    images = layers.Activation("sigmoid", dtype="float32", name="g_image")(x)
     return keras.Model([z, labels], images, name="generator")
 
 
@@ -132,4 +133,6 @@ def build_classifier(models):
     """Q as a classifier: images -> class probabilities, softmax as a float32 island."""
     images = keras.Input(models.trunk.input.shape[1:], name="images")
     logits = models.q_head(models.trunk(images))
-    return keras.Model(images, blocks.float32_activation(logits, "softmax", "q_probs"), name="q")
+    return keras.Model(
+        images, layers.Activation("softmax", dtype="float32", name="q_probs")(logits), name="q"
+    )

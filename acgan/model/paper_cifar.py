@@ -79,7 +79,7 @@ def build_trunk(image_shape, knobs, width=1.0):
         if knobs.dropout:
             x = layers.Dropout(knobs.dropout, name=f"d_dropout{i}")(x)
     if knobs.minibatch_stddev:
-        x = blocks.minibatch_stddev(x, "d_minibatch_stddev")
+        x = blocks.MinibatchStddev(name="d_minibatch_stddev")(x)
     features = layers.Flatten(name="d_flatten")(x)
     return keras.Model(images, features, name="trunk")
 

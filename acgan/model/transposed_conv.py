@@ -80,8 +80,7 @@ def _adjoint_conv_transpose(strides, padding, which):
 
     def bwd(saved, dy):
         x, kernel = saved
-        dx = strided(dy, kernel)
-        _, pull = jax.vjp(lambda k: strided(dy, k), kernel)
+        dx, pull = jax.vjp(lambda k: strided(dy, k), kernel)
         (dkernel,) = pull(x)
         return dx.astype(x.dtype), dkernel.astype(kernel.dtype)
 

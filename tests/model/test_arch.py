@@ -88,7 +88,7 @@ def test_paper_preset_shapes_dtypes_and_float32_islands(policy, set_policy):
 def test_the_minibatch_stddev_channel_is_each_groups_spread_in_float32(policy, set_policy):
     set_policy(policy)
     inputs = keras.Input((2, 2, 3))
-    model = keras.Model(inputs, blocks.minibatch_stddev(inputs, "spread", group_size=4))
+    model = keras.Model(inputs, blocks.MinibatchStddev(group_size=4, name="spread")(inputs))
     x = np.random.default_rng(0).normal(0, 1, (8, 2, 2, 3)).astype(np.float32)
     out = np.asarray(model(x))
     assert out.shape == (8, 2, 2, 4) and out.dtype == np.float32
