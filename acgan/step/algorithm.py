@@ -106,10 +106,9 @@ class GQGradients(NamedTuple):
     q_cotangent: Optional[Any]  # None when G does not learn from Q
 
 
-D_MODELS = (
-    "trunk",
-    "d_head",
-)  # what D's optimizer trains (and G's, beside Q's, when G learns from Q)
+# The models whose weights D's loss and Q's loss train (StepBase.trained_models: Q's optimizer also
+# trains G, through its cotangent, when G learns from Q).
+D_MODELS = ("trunk", "d_head")
 Q_MODELS = ("trunk", "q_head")
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from acgan.data.batches import sample_noise
 from acgan.model import precision
+from acgan.step import algorithm
 from acgan.step.common import MODEL_NAMES, OPTIMIZER_NAMES
 
 
@@ -87,9 +88,9 @@ class StepBase(abc.ABC):
         # {optimizer name: the models (MODEL_NAMES) whose trainable weights it trains, in this order}. Q
         # trains the shared trunk, its head and (with g_learns_from_q) G: the mutual-information term.
         self.trained_models = {
-            "d": ("trunk", "d_head"),
+            "d": algorithm.D_MODELS,
             "g": ("generator",),
-            "q": ("trunk", "q_head") + (("generator",) if self.g_learns_from_q else ()),
+            "q": algorithm.Q_MODELS + (("generator",) if self.g_learns_from_q else ()),
         }
         models = dict(zip(MODEL_NAMES, self.models))
         self.d_variables, self.g_variables, self.q_variables = (
