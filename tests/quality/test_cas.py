@@ -9,10 +9,11 @@ PER_CLASS = 100  # doodles: 1,000 "samples" per case, 8 epochs of the judge's CN
 
 
 @pytest.fixture(scope="module")
-def splits(tmp_path_factory):
+def splits(doodles_cache):
+    """The doodles drawn once for the whole test process (conftest.doodles_cache), not again here."""
     from acgan.data import load_dataset
 
-    data_dir = str(tmp_path_factory.mktemp("data"))
+    data_dir = str(doodles_cache)
     train = load_dataset("doodles", split="train", data_dir=data_dir, max_per_class=400)
     test = load_dataset("doodles", split="test", data_dir=data_dir, max_per_class=PER_CLASS)
     return train, test
@@ -32,13 +33,17 @@ def _samples(train, pick):
 
 
 @pytest.mark.slow
-def test_real_images_score_their_reference_copies_and_wrong_classes_score_far_below(splits):
+def test_real_images_score_their_reference_copies_and_wrong_classes_score_far_below(
+    splits, tmp_path
+):
     """A generator drawing the data (other real train images than the reference's) scores about its
     reference; one that draws a single image per class (which the judge would name correctly every
-    time) scores far below it; one that draws each class as the next class's images scores near zero."""
+    time) scores far below it; one that draws each class as the next class's images scores near zero.
+    The reference trains once, and the other cases read it from the cache (that an uncached reference
+    trains the same again is test_the_reference_is_cached_by_its_data_seed_and_epochs's)."""
     train, test = splits
     faithful = cas.classification_accuracy_score(
-        *_samples(train, lambda c, i: 399 - i), test, train
+        *_samples(train, lambda c, i: 399 - i), test, train, cache_dir=tmp_path
     )
     reference = faithful["real_reference"]
     assert reference["num_train"] == faithful["num_train"] == 10 * PER_CLASS and faithful[
@@ -50,13 +55,20 @@ def test_real_images_score_their_reference_copies_and_wrong_classes_score_far_be
         list(faithful["per_class"]) == list(test.class_names) and faithful["epochs"] == cas.EPOCHS
     )
 
-    copies = cas.classification_accuracy_score(*_samples(train, lambda c, i: 0), test, train)
+    copies = cas.classification_accuracy_score(
+        *_samples(train, lambda c, i: 0), test, train, cache_dir=tmp_path
+    )
     assert copies["accuracy"] < reference["accuracy"] - 0.2
-    # same seed, same data
-    assert copies["real_reference"]["accuracy"] == pytest.approx(reference["accuracy"])
+    assert copies["real_reference"]["cached"]  # the same real images: the same reference
 
     images, labels = _samples(train, lambda c, i: i)
-    shifted = cas.classification_accuracy_score(images, (labels + 1) % 10, test, train)
+    shifted = cas.classification_accuracy_score(
+        images, (labels + 1) % 10, test, train, cache_dir=tmp_path
+    )
+    assert (
+        shifted["real_reference"]["cached"]
+        and shifted["real_reference"]["accuracy"] == (reference["accuracy"])
+    )
     assert shifted["accuracy"] < 0.1 and max(shifted["per_class"].values()) < 0.2
 
 
@@ -91,6 +103,12 @@ def test_the_reference_is_cached_by_its_data_seed_and_epochs(splits, tmp_path):
     assert {k: again["real_reference"][k] for k in ("accuracy", "per_class", "num_train")} == {
         k: first["real_reference"][k] for k in ("accuracy", "per_class", "num_train")
     }
+    # Without the cache it trains again, to the same classifier: same seed, same data.
+    uncached = cas.classification_accuracy_score(images, labels, test, train, epochs=1)
+    assert not uncached["real_reference"]["cached"]
+    assert uncached["real_reference"]["accuracy"] == pytest.approx(
+        first["real_reference"]["accuracy"]
+    )
     other_seed = cas.classification_accuracy_score(
         images, labels, test, train, epochs=1, seed=1, cache_dir=tmp_path
     )
