@@ -206,6 +206,18 @@ def test_two_processes_train_one_run_together(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", JAX_PLATFORMS="cpu")
     env.pop("KERAS_BACKEND", None)
     env["XLA_FLAGS"] = FAST_XLA
+    # One process on two devices first: the two processes then find its step in the compilation cache
+    # rather than both compiling it at once.
+    done = _train_jax(
+        "--strategy",
+        "mirrored",
+        "--devices",
+        "cpu:0,cpu:1",
+        "--output_dir",
+        str(tmp_path / "one"),
+        *common,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
     # Process 0 told by flags, process 1 by the environment (JAX's JAX_COORDINATOR_ADDRESS, acgan's other two).
     where = [
         ["--coordinator_address", f"localhost:{port}", "--num_processes", "2", "--process_id", "0"],
@@ -265,17 +277,6 @@ def test_two_processes_train_one_run_together(tmp_path):
     ]
     assert len(list((run_dir / "tensorboard").iterdir())) == 1  # one writer
     assert not list(tmp_path.glob("outputs"))  # process 1 made no folder of its own
-
-    done = _train_jax(
-        "--strategy",
-        "mirrored",
-        "--devices",
-        "cpu:0,cpu:1",
-        "--output_dir",
-        str(tmp_path / "one"),
-        *common,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
     assert (
         json.loads((tmp_path / "one" / "report.json").read_text())["weights_fingerprint"]
         == fingerprints.pop()
@@ -365,16 +366,16 @@ def test_a_lost_process_is_one_line_with_its_own_status_and_the_run_resumes_on_o
             f"checkpoint is {checkpoint}; {resume}"
         )
     resumed_step = int(checkpoint.removesuffix(".npz").split("-")[-1])
-    done = _train_jax(
-        "--resume",
-        "--output_dir",
-        str(run_dir),
-        "--strategy",
-        "default",
-        "--steps",
-        str(resumed_step + 2),
+    # The resume the line asks for, in this process (one device, as --strategy default is): the process
+    # boundary was the lost peer's, not the resume's. Its data folder is the processes' (their cwd's data/).
+    run = acgan.train(
+        resume=True,
+        output_dir=str(run_dir),
+        strategy="default",
+        steps=resumed_step + 2,
+        data_dir=str(tmp_path / "data"),
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert run.status == "completed", run.message
     report = json.loads((run_dir / "report.json").read_text())
     assert report["status"] == "completed" and report["steps"] == resumed_step + 2
     assert report["resumed_from"]["step"] == resumed_step
