@@ -5,7 +5,8 @@ at start-up, and it wraps acgan's functions as their modules are imported. acgan
 - FAULTS="oom:16,kill:32": the worker timing the bare step at batch 16 raises its backend's own
   out-of-memory error (tf.errors.ResourceExhaustedError; on JAX a JaxRuntimeError saying
   RESOURCE_EXHAUSTED, as XLA does) once it has built its models and step; the one at batch 32 kills
-  itself with SIGKILL, as the kernel's out-of-memory killer would.
+  itself with SIGKILL, as the kernel's out-of-memory killer would. A third field names one policy:
+  "kill:12:float32,oom:12:mixed_float16" fails batch 12's two policies each its own way.
 - LOG_DELAY=SECONDS: every metrics read of the training loop (each ends in SummaryWriter.scalars)
   sleeps that long first: a known logging cost for the trainer-overhead measurement to find.
 """
@@ -34,14 +35,16 @@ def injected_env(faults=None, log_delay=None, pythonpath=None):
     return env
 
 
-def _bare_job_batch():
-    """The batch of this worker's job when it times the bare step (python -m acgan.bench.worker JOB.json
-    RESULT.json), else None."""
+def _bare_job():
+    """(batch, policy) of this worker's job when it times the bare step (python -m acgan.bench.worker
+    JOB.json RESULT.json), else (None, None)."""
     try:
         job = json.loads(Path(sys.argv[1]).read_text())
     except (IndexError, OSError, ValueError):
-        return None
-    return job["config"]["batch"] if job.get("mode") == "bare" else None
+        return None, None
+    if job.get("mode") != "bare":
+        return None, None
+    return job["config"]["batch"], job["config"]["policy"]
 
 
 def _out_of_memory(message):
@@ -55,14 +58,17 @@ def _out_of_memory(message):
 
 
 def _faulty_build_step(module):
-    wanted = dict(
-        reversed(w.strip().split(":")) for w in os.environ[FAULTS].split(",") if w.strip()
-    )
+    wanted = {}  # (batch, policy or None for every policy): fault
+    for w in os.environ[FAULTS].split(","):
+        if w.strip():
+            fault, batch, *policy = w.strip().split(":")
+            wanted[(batch, *policy) if policy else (batch, None)] = fault
     honest = module.build_step
 
     def build_step(*args, **kwargs):
         trainer = honest(*args, **kwargs)
-        fault = wanted.get(str(_bare_job_batch()))
+        batch, policy = _bare_job()
+        fault = wanted.get((str(batch), policy), wanted.get((str(batch), None)))
         if fault == "oom":
             raise _out_of_memory(f"injected out-of-memory ({FAULTS})")
         if fault == "kill":

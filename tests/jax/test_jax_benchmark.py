@@ -9,8 +9,10 @@ own process imported. Its configurations (--jit on: JAX compiles the whole step 
   reader) with the trainer-overhead and G-EMA runs at its configuration;
 - mixed_float16 at batch 8: the loss-scaled step under XLA (loss scales and skipped steps);
 - every configuration under --jax_batch_norm fused, which the rows and the page record;
-- batch 12, a worker killed by SIGKILL, and batch 16, JAX's out-of-memory error (tests/injection/sitecustomize.py), each
-  injected once the worker has built its models: failures become rows, and the sweep goes on.
+- batch 12: its float32 worker killed by SIGKILL, its mixed_float16 worker failing with JAX's out-of-memory
+  error (tests/injection/sitecustomize.py), each injected once the worker has built its models: failures
+  become rows, and the sweep goes on. A failure is one policy's only: what makes it a row happens after
+  the worker dies, whatever its policy, so a batch of its own per fault would time two more workers.
 The TensorFlow sweeps, and the pure checks of merged documents (the "Backends side by side" table among them),
 are tests/measure/test_benchmark.py's. Every worker costs seconds of CPU to import JAX and compile the step,
 hence one sweep and tiny sizes.
@@ -27,8 +29,9 @@ from acgan.measure import advice
 from api_runs import BENCHMARK_FIGURES, run_parent_probe
 from injection.sitecustomize import injected_env
 
-OK, KILLED, OOM = 8, 12, 16
+OK, FAULTY = 8, 12
 POLICIES = ("float32", "mixed_float16")
+KILLED, OOM = ("float32", FAULTY), ("mixed_float16", FAULTY)  # the rows a fault ends
 STEPS, WARMUP, REPEATS = 2, 1, 2
 
 
@@ -49,7 +52,7 @@ def sweep(tmp_path_factory):
         "--policies",
         ",".join(POLICIES),
         "--batches",
-        f"{OK},{KILLED},{OOM}",
+        f"{OK},{FAULTY}",
         "--jit",
         "on",
         "--steps",
@@ -72,7 +75,10 @@ def sweep(tmp_path_factory):
         "fused",
         env={
             "JAX_PLATFORMS": "cpu",
-            **injected_env(faults=f"oom:{OOM},kill:{KILLED}", pythonpath=str(blocker.parent)),
+            **injected_env(
+                faults=f"kill:{FAULTY}:{KILLED[0]},oom:{FAULTY}:{OOM[0]}",
+                pythonpath=str(blocker.parent),
+            ),
         },
         timeout=900,
     )
@@ -93,7 +99,7 @@ def test_jax_sweep_never_imports_tensorflow(sweep):
     # One log per worker: the probe, each configuration, the trainer-overhead and G-EMA runs.
     assert {p.name for p in (out / "logs").iterdir()} == {
         "probe-jax.log",
-        *(f"jax-{p}-b{b}-xla_on.log" for p in POLICIES for b in (OK, KILLED, OOM)),
+        *(f"jax-{p}-b{b}-xla_on.log" for p in POLICIES for b in (OK, FAULTY)),
         f"overhead-trainer-jax-float32-b{OK}-xla_on.log",
         f"overhead-ema-jax-float32-b{OK}-xla_on.log",
     }
@@ -108,7 +114,7 @@ def test_jax_rows_name_their_backend_precision_and_memory_counter(sweep):
     (run,) = doc["runs"]
     assert run["matmul_precision"] == run["machine"]["jax_matmul_precision"] == "default"
     assert {(r["policy"], r["batch"], r["jit"]) for r in doc["results"]} == {
-        (p, b, True) for p in POLICIES for b in (OK, KILLED, OOM)
+        (p, b, True) for p in POLICIES for b in (OK, FAULTY)
     }
     # --jax_batch_norm fused: every worker traced the fused batch norm, and each row and the page say so.
     assert (
@@ -206,19 +212,14 @@ def test_mixed_float16_with_xla_reports_loss_scales_and_skipped_steps(sweep):
 
 def test_failing_configurations_are_recorded_and_the_sweep_goes_on(sweep):
     """A worker killed by SIGKILL (as the kernel's out-of-memory killer does) and JAX's out-of-memory error
-    (XLA's RESOURCE_EXHAUSTED, classified without TensorFlow) each become a row in one line, at every policy
-    of their batch; the sweep goes on to time the rest and write its tables and figures."""
+    (XLA's RESOURCE_EXHAUSTED, classified without TensorFlow) each become a row in one line, at the policy
+    it was injected at; the sweep goes on to time the rest and write its tables and figures."""
     out, _, rows, _ = sweep
-    for policy in POLICIES:
-        killed, oom = rows[(policy, KILLED)], rows[(policy, OOM)]
-        assert killed["status"] == "failed" and "SIGKILL" in killed["reason"]
-        assert (
-            oom["status"] == "oom" and "RESOURCE_EXHAUSTED: injected out-of-memory" in oom["reason"]
-        )
-        assert "\n" not in killed["reason"] + oom["reason"]
-        assert (
-            killed["time_per_1000_samples_ms"] is None and oom["time_per_1000_samples_ms"] is None
-        )
+    killed, oom = rows[KILLED], rows[OOM]
+    assert killed["status"] == "failed" and "SIGKILL" in killed["reason"]
+    assert oom["status"] == "oom" and "RESOURCE_EXHAUSTED: injected out-of-memory" in oom["reason"]
+    assert "\n" not in killed["reason"] + oom["reason"]
+    assert killed["time_per_1000_samples_ms"] is None and oom["time_per_1000_samples_ms"] is None
     md = (out / "benchmark.md").read_text()
     assert (
         "**failed**: worker killed by SIGKILL" in md
