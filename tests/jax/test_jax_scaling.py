@@ -1,7 +1,10 @@
 """The trainer on JAX over several devices: --strategy on JAX (validation), a run that moves from one
 device to four and back (virtual CPU devices, XLA_FLAGS), and the one-line errors. A run on several
 devices or processes, or one whose error is how a process ends, is a child process (jax_train_runner.py,
-where TensorFlow cannot be imported either); this process has one CPU device and trains on it."""
+where TensorFlow cannot be imported either); this process has one CPU device and trains on it (the resumes
+on one device among them). Sizes: the smallest model (width 0.125) at batch 16, which splits over 2 and 4
+devices, and a few steps: a child's cost is importing JAX and compiling its step, so the runs share
+settings, and the compilation cache gives a later process the step an earlier one compiled."""
 
 import json
 import os
