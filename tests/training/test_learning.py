@@ -6,7 +6,10 @@ generate) read too, so no tiny run is trained beside them.
 Why this size: width 0.5, batch 32, 400 steps (500 under mixed_bfloat16), 5,000 doodles. It is the
 cheapest run seen to learn with a margin over the 0.6 bar: on a 2-core AVX-512 EPYC (2026-12-06, float32
 on TensorFlow) 300 steps reached 0.55, batch 16 at 400 steps 0.63, width 0.375 at 400 steps collapsed to
-chance (0.10); 350 steps left the JAX run at 0.744. Each run is a child process because the command end
+chance (0.10); 350 steps left the JAX run at 0.744. Cheaper shapes of the same run (2026-12-07, same
+machine kind, float32 on TensorFlow, judged as here): batch 16 for 500 steps reached 0.78 for 14% less
+CPU (float32 at 400 x 32: 0.92), too thin a margin for mixed_bfloat16's scatter; batch 64 for 200 steps
+collapsed to chance. Each run is a child process because the command end
 to end is what is tested, and because it trains with XLA at its default optimisation: the test process's
 level 0 (conftest.py) compiles faster but runs these long steps up to 1.8x slower.
 """
