@@ -179,14 +179,16 @@ BENCHMARK_FIGURES = (
     "cost_per_million_batches.png",
     "tflops.png",
 )
-# Runs python -m acgan.benchmark in this process's place and prints, at exit, which of Keras, TensorFlow
-# and JAX the sweep's own (parent) process imported: none, as the workers load their backends.
+# Runs python -m acgan.benchmark in this process's place, as `python -m` runs it (alter_sys: sys.argv[0] the
+# module's file, the module as __main__, so the command line it records is the user's), and prints, at exit,
+# which of Keras, TensorFlow and JAX the sweep's own (parent) process imported: none, as the workers load
+# their backends.
 PARENT_PROBE = """
 import atexit, runpy, sys
 atexit.register(lambda: print("parent imported:", sorted(m for m in ("keras", "tensorflow", "jax")
                                                           if sys.modules.get(m) is not None)))
 sys.argv = ["acgan.benchmark"] + sys.argv[1:]
-runpy.run_module("acgan.benchmark", run_name="__main__")
+runpy.run_module("acgan.benchmark", run_name="__main__", alter_sys=True)
 """
 
 

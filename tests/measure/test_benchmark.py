@@ -1,13 +1,19 @@
 """The benchmark sweep, its files and figures, merging, failures, bad flags and the hardware advice, in the
 TensorFlow session; the JAX sweep is tests/jax/test_jax_benchmark.py's.
 
-The CLIs run as subprocesses: each sweep configuration runs in a worker process anyway, and this
-keeps TensorFlow's device setup and the dtype policy of this test process untouched. Every worker costs
-seconds of CPU just to import its framework, so this file runs two TensorFlow sweeps, each read by several
-tests: `bench` (one device, XLA off, with a logging delay in its trainer-overhead run) and `replicas` (two
-CPU replicas, with an injected out-of-memory error, run through PARENT_PROBE). Everything else is pure.
+Two TensorFlow sweeps, each read by several tests. `replicas` (two CPU replicas, with an injected
+out-of-memory error) runs as users run it, `python -m acgan.benchmark` through PARENT_PROBE, each
+configuration in its own worker process: it is this session's sweep for what the process boundary does (the
+parent imports no framework, a worker's failure becomes a row, the command line recorded). `bench` (one
+device, XLA off, with a logging delay in its trainer-overhead run) tests what the workers measure and what
+the sweep writes of it: it runs through acgan.benchmark in this process, and so do its workers' jobs
+(`workers_in_this_process`: acgan.bench.worker's main where a worker process would start), as every
+TensorFlow worker would otherwise cost about 6 CPU-s to import TensorFlow, 7 workers a sweep. The CLIs' bad
+flags and a refused folder are checked on the commands as run; everything else is pure. Sizes: width 0.125,
+batches 8 and 16, two steps a window, the least that gives every row a real timing, FLOP count and profile.
 """
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -16,18 +22,21 @@ import os
 import statistics
 import subprocess
 import sys
+import time
+import types
 from pathlib import Path
 
+import keras
 import pytest
 
-from acgan.bench import jobs, plots, results, sweep, sweep_runs, tables
+import acgan
+from acgan.bench import jobs, plots, results, sweep, sweep_runs, tables, worker
 from acgan.config import Config
 from acgan.measure import advice
 from api_runs import BENCHMARK_FIGURES, run_parent_probe
 from injection.sitecustomize import injected_env
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--width", "0.125", "--steps", "2", "--warmup", "1", "--repeats", "2", "--jit", "off"]
 
 
 def run_cli(module, *args, env=None, cwd=None):
@@ -45,42 +54,72 @@ def run_cli(module, *args, env=None, cwd=None):
     )
 
 
-# The sweep of the `bench` fixture; its trainer-overhead run reads the metrics at every step (--log_every 1),
-# each read slowed by LOG_DELAY_MS (tests/injection/sitecustomize.py), so the logging-delay test needs no sweep of
-# its own: the delay gives the trainer's windows lower bounds, and no test compares the trainer's speed
-# with anything else (its other checks are of structure: windows, medians, the ratio's definition).
-BENCH_DATA = ["--dataset", "doodles", "--max_per_class", "2"]
-BENCH_OVERHEAD = ["--overhead_batch", "8", "--log_every", "1"]
+# The sweep of the `bench` fixture; its trainer-overhead run reads the metrics at every step (log_every=1),
+# each read slowed by LOG_DELAY_MS (as tests/injection/sitecustomize.py slows a worker process's), so the
+# logging-delay test needs no sweep of its own: the delay gives the trainer's windows lower bounds, and no
+# test compares the trainer's speed with anything else (its other checks are of structure: windows, medians,
+# the ratio's definition).
 LOG_DELAY_MS = 400.0
+
+
+@contextlib.contextmanager
+def workers_in_this_process(log_delay):
+    """Runs each job the sweep hands a worker process (`python -m acgan.bench.worker JOB RESULT`, started by
+    sweep_runs.run_worker) through acgan.bench.worker's main in this process instead, its output into the
+    worker's log; run_worker's own files, logs and results are untouched. Every metrics read of the training
+    loop sleeps `log_delay` seconds first. The dtype policy goes back to float32 after."""
+    from acgan.training import tensorboard
+
+    def run(command, stdout, stderr, env, timeout):
+        assert command[:3] == [sys.executable, "-m", "acgan.bench.worker"], command
+        assert env["KERAS_BACKEND"] == keras.backend.backend() and stderr == subprocess.STDOUT
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stdout):
+            worker.worker_main(command[2:])
+        return subprocess.CompletedProcess(command, 0)
+
+    honest = tensorboard.SummaryWriter.scalars
+
+    def slow_scalars(self, values, step):
+        time.sleep(log_delay)
+        honest(self, values, step)
+
+    in_process = types.SimpleNamespace(
+        run=run, STDOUT=subprocess.STDOUT, TimeoutExpired=subprocess.TimeoutExpired
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sweep_runs, "subprocess", in_process)
+        patch.setattr(tensorboard.SummaryWriter, "scalars", slow_scalars)
+        try:
+            yield
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     """2 policies x 2 batches on 20 doodles, plus the trainer-overhead run at batch 8 (its metrics reads slowed
-    by LOG_DELAY_MS) and its G-EMA run."""
+    by LOG_DELAY_MS) and its G-EMA run: (output folder, benchmark.json, the Report acgan.benchmark returned)."""
     tmp = tmp_path_factory.mktemp("bench")
     out = tmp / "out"
-    proc = run_cli(
-        "acgan.benchmark",
-        "--policies",
-        "float32,mixed_bfloat16",
-        "--batches",
-        "8,16",
-        *TINY,
-        *BENCH_DATA,
-        "--data_dir",
-        str(tmp / "data"),
-        *BENCH_OVERHEAD,
-        "--output_dir",
-        str(out),
-        "--profile",
-        str(tmp / "profiles"),
-        "--profile_length",
-        "2",
-        env=injected_env(log_delay=LOG_DELAY_MS / 1e3),
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, json.loads((out / "benchmark.json").read_text()), proc
+    with workers_in_this_process(log_delay=LOG_DELAY_MS / 1e3):
+        report = acgan.benchmark(
+            policies=("float32", "mixed_bfloat16"),
+            batches=(8, 16),
+            width=0.125,
+            steps=2,
+            warmup=1,
+            repeats=2,
+            jit="off",
+            dataset="doodles",
+            max_per_class=2,
+            data_dir=str(tmp / "data"),
+            overhead_batch=8,
+            log_every=1,
+            output_dir=str(out),
+            profile=str(tmp / "profiles"),
+            profile_length=2,
+        )
+    return out, json.loads((out / "benchmark.json").read_text()), report
 
 
 @pytest.mark.slow
@@ -115,12 +154,13 @@ def test_rows_give_flops_tflops_and_a_profile(bench):
 
 
 def test_sweep_writes_every_file(bench):
-    out, doc, proc = bench
+    out, doc, report = bench
     for name in ("benchmark.json", "benchmark.csv", "benchmark.md") + BENCHMARK_FIGURES:
         assert (out / name).stat().st_size > 0, name
     for name in BENCHMARK_FIGURES:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "benchmark folder" in proc.stdout
+    # The Python call's Report: the folder and benchmark.json (the command's last line: `replicas`).
+    assert report.folder == out and report.report == doc
     # One log per worker: the probe, each configuration, and the overhead section's trainer and G-EMA runs.
     assert {p.name for p in (out / "logs").iterdir()} == {
         "probe-tensorflow.log",
@@ -137,7 +177,8 @@ def test_sweep_writes_every_file(bench):
 def test_results_record_machine_command_and_measurements(bench):
     out, doc, _ = bench
     (run,) = doc["runs"]
-    assert run["command"].startswith("python -m acgan.benchmark --policies float32,mixed_bfloat16")
+    # The Python call, as it was made (the command line's: `replicas`).
+    assert run["command"].startswith("acgan.benchmark(policies=('float32', 'mixed_bfloat16'), ")
     assert run["machine"]["cpu_cores"] >= 1 and run["device"] == run["machine"]["name"]
     assert {"kind", "compute_capability", "tensorflow", "keras", "cpu_model", "cpu_flags"} <= set(
         run["machine"]
@@ -457,13 +498,16 @@ def replicas(tmp_path_factory):
         "float32",
         "--batches",
         "8,16",
-        *TINY,
+        "--width",
+        "0.125",
         "--steps",
         "1",
         "--repeats",
         "1",
         "--warmup",
         "0",
+        "--jit",
+        "off",
         "--no-overhead",
         "--devices",
         "cpu:0,cpu:1",
@@ -482,6 +526,15 @@ def test_the_sweeps_own_process_imports_no_framework(replicas):
     memory and one sweep can time both backends; the JAX sweep checks the same on JAX."""
     *_, proc = replicas
     assert "parent imported: []" in proc.stdout
+
+
+def test_the_command_records_its_command_line_and_prints_its_folder(replicas):
+    out, doc, _, proc = replicas
+    assert doc["runs"][0]["command"].startswith(
+        "python -m acgan.benchmark --synthetic --policies float32 --batches 8,16 --width 0.125"
+    )
+    assert all(r["command"] == doc["runs"][0]["command"] for r in doc["results"])
+    assert f"benchmark folder: {out}" in proc.stdout
 
 
 def test_sweep_on_two_cpu_replicas_reports_global_and_per_replica_figures(replicas):
