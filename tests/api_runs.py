@@ -4,7 +4,7 @@ fixtures), and helpers for tests that start acgan's commands:
 - tf_run: the reference preset on doodles, mixed_float16 with XLA (the fastest mixed run on a CPU),
   trained by acgan.train in the test process (TensorFlow);
 - jax_run: acgan_cifar on swatches in float32 on JAX, in a child process of its own (one backend per
-  process): trained by acgan.train, sampled by acgan.generate, exported by acgan.export as a .keras file
+  process): trained by acgan.train for one step (JAX_TINY), sampled by acgan.generate, exported by acgan.export as a .keras file
   and by the `acgan export --format onnx` command as an ONNX file (jax2onnx).
 """
 
@@ -28,6 +28,10 @@ TINY = dict(
     log_every=1,
     ema_decay=0.9,
 )
+# The JAX run trains one step, its checkpoint and grid at the end: a JAX run's second step compiles the step
+# again (its state's arrays are committed to the device after the first, a new input signature to jit:
+# ~5 CPU-s), and what the export tests read (a checkpoint of G's average) needs only one.
+JAX_TINY = dict(TINY, steps=1, sample_every=None, checkpoint_every=1)
 # XLA's backend unoptimized, for the test process and every child (conftest.py sets it): a small step
 # compiles in about half the CPU time; what it computes is the same up to float rounding.
 FAST_XLA = "--xla_backend_optimization_level=0"
@@ -75,7 +79,7 @@ class JaxRun:
     def __init__(self, folder):
         self.folder = folder
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", JAX_RUN, str(folder), json.dumps(TINY)],
+            [sys.executable, "-c", JAX_RUN, str(folder), json.dumps(JAX_TINY)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -2,7 +2,12 @@
 on TensorFlow or on JAX (without TensorFlow there), and that samples what acgan.generate samples from the
 same noise and labels: both presets, both training backends, a mixed_float16 run exported in float32 and
 with its policy kept; SavedModel for TF Serving; ONNX from both backends, read by onnxruntime; one-line
-errors."""
+errors.
+
+Sizes: the runs are api_runs' shared tiny runs (width 0.125, ten images a class; the JAX run one step, as a
+second compiles its step again), since what is checked is the exported computation, not what it learned;
+the child processes are the ones a boundary asks for: the JAX run (the other backend) and one loader per
+backend (acgan, and on JAX TensorFlow, unimportable), each loader reading every exported file at once."""
 
 import json
 import subprocess
@@ -75,7 +80,7 @@ def exported(jax_run, tf_run, tmp_path_factory):
     )
     jax_dir, out = jax_run.finished()
     assert (
-        f"wrote {jax_dir / 'generator.onnx'}: G's moving average at step 2, float32; noise 100 (uniform in [-1, 1]), "
+        f"wrote {jax_dir / 'generator.onnx'}: G's moving average at step 1, float32; noise 100 (uniform in [-1, 1]), "
         "10 classes, images 32x32x3 in [0, 1] (acgan.json inside)" in out
     )
     # training, sampling, both exports on JAX
@@ -166,7 +171,7 @@ def test_the_metadata_travels_in_the_file(exported):
         "jax",
         "jax",
     )
-    # the run's average of G (api_runs.TINY)
+    # the run's average of G (api_runs.JAX_TINY)
     assert (jax_meta["generator"], jax_meta["ema_decay"]) == (
         "ema",
         0.9,
