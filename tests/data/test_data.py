@@ -1,4 +1,8 @@
-"""Tests for acgan.data: every source offline (local HTTP server, tfds mock_data), plus the tf.data pipeline."""
+"""Tests for acgan.data: every source offline (local HTTP server, tfds mock_data), plus the tf.data pipeline.
+
+Sizes: the doodles' checks read the full splits users train on (2,000 and 500 a class), a copy of the ones
+conftest.py's doodles_cache draws once per test process for every file that asks, not a drawing of this file's own; everything else is a handful
+of images."""
 
 from __future__ import annotations
 
@@ -48,8 +52,11 @@ def _one_line(e: pytest.ExceptionInfo) -> str:
 
 
 @pytest.fixture(scope="module")
-def doodle_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("doodles"))
+def doodle_dir(tmp_path_factory, data_dir_with_doodles):
+    """A data folder holding a copy of the session's doodles splits (conftest.py's doodles_cache, drawn by
+    load_dataset once per test process: most processes draw them for other tests anyway), which the
+    damaged-cache test may overwrite."""
+    return str(data_dir_with_doodles(tmp_path_factory.mktemp("doodles")))
 
 
 @pytest.fixture(scope="module")
