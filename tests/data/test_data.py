@@ -1,8 +1,8 @@
 """Tests for acgan.data: every source offline (local HTTP server, tfds mock_data), plus the tf.data pipeline.
 
 Sizes: the doodles' checks read the full splits users train on (2,000 and 500 a class), a copy of the ones
-conftest.py's doodles_cache draws once per test process for every file that asks, not a drawing of this file's own; everything else is a handful
-of images."""
+conftest.py's doodles_cache draws once per test process for every file that asks, not a drawing of this
+file's own; everything else is a handful of images."""
 
 from __future__ import annotations
 
