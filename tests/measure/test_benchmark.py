@@ -8,8 +8,9 @@ parent imports no framework, a worker's failure becomes a row, the command line 
 device, XLA off, with a logging delay in its trainer-overhead run) tests what the workers measure and what
 the sweep writes of it: it runs through acgan.benchmark in this process, and so do its workers' jobs
 (`workers_in_this_process`: acgan.bench.worker's main where a worker process would start), as every
-TensorFlow worker would otherwise cost about 6 CPU-s to import TensorFlow, 7 workers a sweep. The CLIs' bad
-flags and a refused folder are checked on the commands as run; everything else is pure. Sizes: width 0.125,
+TensorFlow worker would otherwise cost about 6 CPU-s to import TensorFlow, 7 workers a sweep. The bad flags
+run through the command's main, all in one child process (`bad_flag_runs`); a refused folder and the merge
+command's refusals are the exit statuses of processes of their own; everything else is pure. Sizes: width 0.125,
 batches 8 and 16, two steps a window, the least that gives every row a real timing, FLOP count and profile.
 """
 
@@ -33,7 +34,7 @@ import acgan
 from acgan.bench import jobs, plots, results, sweep, sweep_runs, tables, worker
 from acgan.config import Config
 from acgan.measure import advice
-from api_runs import BENCHMARK_FIGURES, run_parent_probe
+from api_runs import BENCHMARK_FIGURES, child_env, run_parent_probe
 from injection.sitecustomize import injected_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -425,38 +426,75 @@ def test_a_configuration_past_max_seconds_is_stopped_and_reported_too_slow(tmp_p
     assert row["status"] == "too_slow" and row["time_per_batch_ms"] is None
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--max_seconds", "0"], "--max_seconds must be a positive number, got 0.0"),
-        (["--profile_length", "0"], "--profile_length must be a positive integer"),
-        (["--policies", "float64"], "unknown policy 'float64'"),
-        (["--batches", "0"], "--batches must be positive integers, got '0'"),
-        (["--batches", "64,lots"], "--batches must be positive integers, got 'lots'"),
-        (["--jit", "maybe"], "--jit takes on, off or on,off, got 'maybe'"),
-        (["--steps", "0"], "--steps must be a positive integer"),
-        (["--warmup", "-1"], "--warmup must be a non-negative integer"),
-        (["--dataset", "mnist"], "unknown dataset 'mnist'"),
-        (["--batches"], "error:"),
-        (
-            ["--devices", "cpu:0,cpu:1", "--batches", "64,15"],
-            "batch 15 does not divide by the 2 replicas",
-        ),
-        (["--strategy", "multi_worker"], "--strategy"),
-        (["--backends", "torch"], "unknown backend 'torch': choose one of tensorflow, jax"),
-        (["--backends", ""], "--backends is empty"),
-        (["--backends", "jax", "--strategy", "tpu"], "--strategy tpu needs --backends tensorflow"),
-        (
-            ["--backends", "jax", "--devices", "cpu:0,cpu:1", "--batches", "15"],
-            "batch 15 does not divide by the 2 replicas",
-        ),
-    ],
-)
-def test_bad_flags_are_one_line_and_exit_2(args, message):
-    proc = run_cli("acgan.benchmark", *args)
-    assert proc.returncode == 2
-    assert message in proc.stderr
-    assert proc.stderr.startswith("error:") and proc.stderr.count("\n") == 1, proc.stderr
+BAD_FLAGS = [
+    (["--max_seconds", "0"], "--max_seconds must be a positive number, got 0.0"),
+    (["--profile_length", "0"], "--profile_length must be a positive integer"),
+    (["--policies", "float64"], "unknown policy 'float64'"),
+    (["--batches", "0"], "--batches must be positive integers, got '0'"),
+    (["--batches", "64,lots"], "--batches must be positive integers, got 'lots'"),
+    (["--jit", "maybe"], "--jit takes on, off or on,off, got 'maybe'"),
+    (["--steps", "0"], "--steps must be a positive integer"),
+    (["--warmup", "-1"], "--warmup must be a non-negative integer"),
+    (["--dataset", "mnist"], "unknown dataset 'mnist'"),
+    (["--batches"], "error:"),
+    (
+        ["--devices", "cpu:0,cpu:1", "--batches", "64,15"],
+        "batch 15 does not divide by the 2 replicas",
+    ),
+    (["--strategy", "multi_worker"], "--strategy"),
+    (["--backends", "torch"], "unknown backend 'torch': choose one of tensorflow, jax"),
+    (["--backends", ""], "--backends is empty"),
+    (["--backends", "jax", "--strategy", "tpu"], "--strategy tpu needs --backends tensorflow"),
+    (
+        ["--backends", "jax", "--devices", "cpu:0,cpu:1", "--batches", "15"],
+        "batch 15 does not divide by the 2 replicas",
+    ),
+]
+
+# Runs each BAD_FLAGS case (a JSON list of argument lists) through the command's main as `python -m
+# acgan.benchmark` does (cli.run_main), the flags reset between cases; prints [exit status, stderr] a case.
+BAD_FLAGS_CHILD = """
+import contextlib, importlib, io, json, sys
+from absl import flags
+from acgan import cli
+command = importlib.import_module("acgan.benchmark")  # the module (acgan.benchmark is also the API's call)
+results = []
+for args in json.loads(sys.argv[1]):
+    sys.argv, stderr, status = [command.__file__, *args], io.StringIO(), None
+    with contextlib.redirect_stderr(stderr):
+        try:
+            cli.run_main(command.main)
+        except SystemExit as e:
+            status = e.code
+    flags.FLAGS.unparse_flags()
+    results.append([status, stderr.getvalue()])
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_flag_runs():
+    """[(exit status, stderr)] of every BAD_FLAGS case, all in one child process: a process a case would
+    cost ~0.3 CPU-s each (Python and acgan start; the command imports no framework) to run the same lines
+    of cli.run_main. test_existing_benchmark_folder_is_refused checks a process's own exit status."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BAD_FLAGS_CHILD, json.dumps([args for args, _ in BAD_FLAGS])],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("args, message", BAD_FLAGS)
+def test_bad_flags_are_one_line_and_exit_2(bad_flag_runs, args, message):
+    status, stderr = bad_flag_runs[BAD_FLAGS.index((args, message))]
+    assert status == 2
+    assert message in stderr
+    assert stderr.startswith("error:") and stderr.count("\n") == 1, stderr
 
 
 def test_existing_benchmark_folder_is_refused(tmp_path):
