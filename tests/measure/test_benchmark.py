@@ -8,10 +8,11 @@ parent imports no framework, a worker's failure becomes a row, the command line 
 device, XLA off, with a logging delay in its trainer-overhead run) tests what the workers measure and what
 the sweep writes of it: it runs through acgan.benchmark in this process, and so do its workers' jobs
 (`workers_in_this_process`: acgan.bench.worker's main where a worker process would start), as every
-TensorFlow worker would otherwise cost about 6 CPU-s to import TensorFlow, 7 workers a sweep. The bad flags
-run through the command's main, all in one child process (`bad_flag_runs`); a refused folder and the merge
-command's refusals are the exit statuses of processes of their own; everything else is pure. Sizes: width 0.125,
-batches 8 and 16, two steps a window, the least that gives every row a real timing, FLOP count and profile.
+TensorFlow worker would otherwise cost about 6 CPU-s to import TensorFlow, 7 workers a sweep. The bad
+flags run through the command's main, all in one child process (`bad_flag_runs`); a refused folder and
+the merge command's refusals are the exit statuses of processes of their own; everything else is pure.
+Sizes: width 0.125, batches 8 and 16, two steps a window, the least that gives every row a real timing,
+FLOP count and profile, and two batches and two policies to compare.
 """
 
 import contextlib
