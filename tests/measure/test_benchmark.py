@@ -1,18 +1,19 @@
 """The benchmark sweep, its files and figures, merging, failures, bad flags and the hardware advice, in the
 TensorFlow session; the JAX sweep is tests/jax/test_jax_benchmark.py's.
 
-Two TensorFlow sweeps, each read by several tests. `replicas` (two CPU replicas, with an injected
-out-of-memory error) runs as users run it, `python -m acgan.benchmark` through PARENT_PROBE, each
-configuration in its own worker process: it is this session's sweep for what the process boundary does (the
-parent imports no framework, a worker's failure becomes a row, the command line recorded). `bench` (one
-device, XLA off, with a logging delay in its trainer-overhead run) tests what the workers measure and what
-the sweep writes of it: it runs through acgan.benchmark in this process, and so do its workers' jobs
-(`workers_in_this_process`: acgan.bench.worker's main where a worker process would start), as every
-TensorFlow worker would otherwise cost about 6 CPU-s to import TensorFlow, 7 workers a sweep. The bad
-flags run through the command's main, all in one child process (`bad_flag_runs`); a refused folder and
-the merge command's refusals are the exit statuses of processes of their own; everything else is pure.
-Sizes: width 0.125, batches 8 and 16, two steps a window, the least that gives every row a real timing,
-FLOP count and profile, and two batches and two policies to compare.
+Three TensorFlow sweeps, each read by several tests. `worker_processes` runs as users run it, `python -m
+acgan.benchmark` through PARENT_PROBE, its configuration in a worker process of its own: this session's
+sweep for what the process boundary does (the parent imports no framework, a worker's out-of-memory error
+becomes a row, the command line recorded), with the cheapest configuration there is (it fails once its
+models are built). `bench` (one device, XLA off, with a logging delay in its trainer-overhead run) and
+`replicas` (two CPU replicas) test what the workers measure and what the sweep writes of it: they run
+through acgan.benchmark in this process, and so do their workers' jobs (`workers_in_this_process`:
+acgan.bench.worker's main where a worker process would start), as every TensorFlow worker process would
+add about 6 CPU-s to import TensorFlow, 8 workers in all. The bad flags run through the command's main,
+all in one child process (`bad_flag_runs`); a refused folder and the merge command's refusals are the exit
+statuses of processes of their own; everything else is pure. Sizes: width 0.125, batches 8 and 16, two
+steps a window (one for `replicas`, whose rows only need to exist), the least that gives every row a real
+timing, FLOP count and profile, and two batches and two policies to compare.
 """
 
 import contextlib
@@ -65,11 +66,11 @@ LOG_DELAY_MS = 400.0
 
 
 @contextlib.contextmanager
-def workers_in_this_process(log_delay):
+def workers_in_this_process(log_delay=None):
     """Runs each job the sweep hands a worker process (`python -m acgan.bench.worker JOB RESULT`, started by
     sweep_runs.run_worker) through acgan.bench.worker's main in this process instead, its output into the
-    worker's log; run_worker's own files, logs and results are untouched. Every metrics read of the training
-    loop sleeps `log_delay` seconds first. The dtype policy goes back to float32 after."""
+    worker's log; run_worker's own files, logs and results are untouched. With `log_delay`, every metrics
+    read of the training loop sleeps that many seconds first. The dtype policy goes back to float32 after."""
     from acgan.training import tensorboard
 
     def run(command, stdout, stderr, env, timeout):
@@ -90,7 +91,8 @@ def workers_in_this_process(log_delay):
     )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sweep_runs, "subprocess", in_process)
-        patch.setattr(tensorboard.SummaryWriter, "scalars", slow_scalars)
+        if log_delay:
+            patch.setattr(tensorboard.SummaryWriter, "scalars", slow_scalars)
         try:
             yield
         finally:
@@ -161,7 +163,7 @@ def test_sweep_writes_every_file(bench):
         assert (out / name).stat().st_size > 0, name
     for name in BENCHMARK_FIGURES:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # The Python call's Report: the folder and benchmark.json (the command's last line: `replicas`).
+    # The Python call's Report: the folder and benchmark.json (the command's: `worker_processes`).
     assert report.folder == out and report.report == doc
     # One log per worker: the probe, each configuration, and the overhead section's trainer and G-EMA runs.
     assert {p.name for p in (out / "logs").iterdir()} == {
@@ -179,7 +181,7 @@ def test_sweep_writes_every_file(bench):
 def test_results_record_machine_command_and_measurements(bench):
     out, doc, _ = bench
     (run,) = doc["runs"]
-    # The Python call, as it was made (the command line's: `replicas`).
+    # The Python call, as it was made (the command line's: `worker_processes`).
     assert run["command"].startswith("acgan.benchmark(policies=('float32', 'mixed_bfloat16'), ")
     assert run["machine"]["cpu_cores"] >= 1 and run["device"] == run["machine"]["name"]
     assert {"kind", "compute_capability", "tensorflow", "keras", "cpu_model", "cpu_flags"} <= set(
@@ -523,20 +525,22 @@ def test_report_rejects_missing_and_foreign_files(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-# The `replicas` sweep: float32 on two CPU replicas at batch 8, and at batch 16 an out-of-memory error injected
-# (tests/injection/sitecustomize.py) once the worker has built its models; synthetic inputs, through PARENT_PROBE.
-REPLICAS_INJECT = "oom:16"
+# The `worker_processes` sweep, as users run it (through PARENT_PROBE): its one configuration, float32 at batch
+# 16 on synthetic inputs, fails with an out-of-memory error injected (tests/injection/sitecustomize.py) once
+# its worker process has built its models: the cheapest TensorFlow worker there is (no step traced).
+PROCESS_INJECT = "oom:16"
 
 
 @pytest.fixture(scope="module")
-def replicas(tmp_path_factory):
-    out = tmp_path_factory.mktemp("replicas") / "out"
+def worker_processes(tmp_path_factory):
+    """(output folder, benchmark.json, {batch: row}, the parent's CompletedProcess)."""
+    out = tmp_path_factory.mktemp("worker-processes") / "out"
     proc = run_parent_probe(
         "--synthetic",
         "--policies",
         "float32",
         "--batches",
-        "8,16",
+        "16",
         "--width",
         "0.125",
         "--steps",
@@ -548,11 +552,9 @@ def replicas(tmp_path_factory):
         "--jit",
         "off",
         "--no-overhead",
-        "--devices",
-        "cpu:0,cpu:1",
         "--output_dir",
         str(out),
-        env=injected_env(faults=REPLICAS_INJECT),
+        env=injected_env(faults=PROCESS_INJECT),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((out / "benchmark.json").read_text())
@@ -560,41 +562,31 @@ def replicas(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_the_sweeps_own_process_imports_no_framework(replicas):
+def test_the_sweeps_own_process_imports_no_framework(worker_processes):
     """The parent only starts workers (a probe per backend describes the machine), so it holds no accelerator
     memory and one sweep can time both backends; the JAX sweep checks the same on JAX."""
-    *_, proc = replicas
+    *_, proc = worker_processes
     assert "parent imported: []" in proc.stdout
 
 
-def test_the_command_records_its_command_line_and_prints_its_folder(replicas):
-    out, doc, _, proc = replicas
+@pytest.mark.slow
+def test_the_command_records_its_command_line_and_prints_its_folder(worker_processes):
+    out, doc, _, proc = worker_processes
     assert doc["runs"][0]["command"].startswith(
-        "python -m acgan.benchmark --synthetic --policies float32 --batches 8,16 --width 0.125"
+        "python -m acgan.benchmark --synthetic --policies float32 --batches 16 --width 0.125"
     )
     assert all(r["command"] == doc["runs"][0]["command"] for r in doc["results"])
     assert f"benchmark folder: {out}" in proc.stdout
 
 
-def test_sweep_on_two_cpu_replicas_reports_global_and_per_replica_figures(replicas):
-    out, doc, rows, _ = replicas
-    row = rows[8]
-    assert row["status"] == "ok", row["reason"]
-    assert (
-        row["replicas"] == 2
-        and row["device"].endswith(" x2")
-        and doc["runs"][0]["strategy"] == "auto"
-    )
-    assert row["samples_per_second_per_replica"] == pytest.approx(row["samples_per_second"] / 2)
-    assert "2 replicas: batch and samples/s are global" in (out / "benchmark.md").read_text()
-
-
-def test_failing_configurations_are_recorded_and_the_sweep_goes_on(replicas):
-    """TensorFlow's own out-of-memory error (ResourceExhaustedError) becomes an "oom" row in one line, and the
-    sweep goes on to write its tables and figures; a worker killed by SIGKILL, and JAX's out-of-memory error,
-    are the JAX sweep's (tests/jax/test_jax_benchmark.py)."""
-    out, _, rows, _ = replicas
-    assert set(rows) == {8, 16} and rows[8]["status"] == "ok"
+@pytest.mark.slow
+def test_failing_configurations_are_recorded_and_the_sweep_goes_on(worker_processes):
+    """TensorFlow's own out-of-memory error (ResourceExhaustedError), raised in a worker process, becomes an
+    "oom" row in one line, and the sweep goes on to write its tables and figures; a worker killed by SIGKILL,
+    and JAX's out-of-memory error, are the JAX sweep's (tests/jax/test_jax_benchmark.py), which also has
+    rows that succeed after a failed one."""
+    out, _, rows, _ = worker_processes
+    assert set(rows) == {16}
     assert rows[16]["status"] == "oom" and rows[16]["reason"].startswith(
         "ResourceExhaustedError: injected"
     )
@@ -604,6 +596,45 @@ def test_failing_configurations_are_recorded_and_the_sweep_goes_on(replicas):
     assert "**oom**: ResourceExhaustedError: injected" in md
     for name in BENCHMARK_FIGURES:
         assert (out / name).exists()
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory):
+    """float32 on two CPU replicas at batch 8 on synthetic inputs, through acgan.benchmark in this process
+    with its worker's job too (workers_in_this_process; this process has two logical CPUs, conftest.py): a
+    step traced for two replicas costs ~12 CPU-s, which a worker process would add ~6 to.
+    (output folder, benchmark.json, {batch: row})."""
+    out = tmp_path_factory.mktemp("replicas") / "out"
+    with workers_in_this_process():
+        acgan.benchmark(
+            synthetic=True,
+            policies=("float32",),
+            batches=(8,),
+            width=0.125,
+            steps=1,
+            repeats=1,
+            warmup=0,
+            jit="off",
+            overhead=False,
+            devices=("cpu:0", "cpu:1"),
+            output_dir=str(out),
+        )
+    doc = json.loads((out / "benchmark.json").read_text())
+    return out, doc, {r["batch"]: r for r in doc["results"]}
+
+
+def test_sweep_on_two_cpu_replicas_reports_global_and_per_replica_figures(replicas):
+    out, doc, rows = replicas
+    assert set(rows) == {8}
+    row = rows[8]
+    assert row["status"] == "ok", row["reason"]
+    assert (
+        row["replicas"] == 2
+        and row["device"].endswith(" x2")
+        and doc["runs"][0]["strategy"] == "auto"
+    )
+    assert row["samples_per_second_per_replica"] == pytest.approx(row["samples_per_second"] / 2)
+    assert "2 replicas: batch and samples/s are global" in (out / "benchmark.md").read_text()
 
 
 def test_a_table_price_is_paid_once_per_replica():
