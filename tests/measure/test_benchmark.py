@@ -583,8 +583,8 @@ def test_the_command_records_its_command_line_and_prints_its_folder(worker_proce
 def test_failing_configurations_are_recorded_and_the_sweep_goes_on(worker_processes):
     """TensorFlow's own out-of-memory error (ResourceExhaustedError), raised in a worker process, becomes an
     "oom" row in one line, and the sweep goes on to write its tables and figures; a worker killed by SIGKILL,
-    and JAX's out-of-memory error, are the JAX sweep's (tests/jax/test_jax_benchmark.py), which also has
-    rows that succeed after a failed one."""
+    and JAX's out-of-memory error, are the JAX sweep's (tests/jax/test_jax_benchmark.py), where a worker
+    also starts after another was killed."""
     out, _, rows, _ = worker_processes
     assert set(rows) == {16}
     assert rows[16]["status"] == "oom" and rows[16]["reason"].startswith(
