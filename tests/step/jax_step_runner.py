@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.modules["tensorflow"] = None  # `import tensorflow` now raises ImportError
 
+import jax.numpy as jnp  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -141,32 +142,43 @@ def _steps(trainer, batch, steps):
     return out
 
 
+# A loss-scale counter no honest step reaches here (it doubles the scale at 2000): set in a victim's state,
+# it makes that optimizer's loss overflow (_overflow).
+OVERFLOW_AT = 1000
+
+
 def _overflow(trainer, batch):
     """For each optimizer in turn, from one settled state: a step whose loss for that optimizer is
-    scaled to inf. Saves the state before and after each injected step, and its metrics."""
-    for _ in range(3):  # pinned scales of 256 leave no natural overflow; settle anyway
-        trainer.train_step(*batch).read()
+    scaled to inf. Saves the state before and after each injected step, and its metrics.
+
+    One compiled step serves the honest steps and every injected one (as the TF tests' injection does):
+    each loss is multiplied by inf when its optimizer's LossScaleOptimizer counter (step_counter, finite
+    steps since the scale last moved: state handed to the jitted step, as its scale is) is OVERFLOW_AT,
+    and by exactly 1 (x * 1 rounds to x) otherwise. Each victim starts from the settled state with its
+    counter set there; the skip resets it to 0, as it resets any count."""
     honest_scale_loss = precision.scale_loss
-    out = {"settled_metrics": np.asarray(trainer.train_step(*batch).vector)}
-    settled = trainer.state()
-    for victim in NAMES:
-        victim_optimizer = getattr(trainer, f"{victim}_optimizer")
 
-        def overflowing_scale_loss(optimizer, loss, victim_optimizer=victim_optimizer):
-            scaled = honest_scale_loss(optimizer, loss)
-            return scaled * np.float32("inf") if optimizer is victim_optimizer else scaled
+    def overflowing_scale_loss(optimizer, loss):
+        # JaxStep.scaled calls this in a StatelessScope mapping the optimizer's variables to the step's state
+        at = jnp.equal(optimizer.step_counter.value, OVERFLOW_AT)
+        return honest_scale_loss(optimizer, loss) * jnp.where(at, jnp.inf, 1.0).astype(loss.dtype)
 
-        trainer.load_state(settled)
-        jax_step.precision.scale_loss = overflowing_scale_loss
-        trainer.retrace()
-        try:
+    jax_step.precision.scale_loss = overflowing_scale_loss
+    trainer.retrace()
+    try:
+        for _ in range(3):  # pinned scales of 256 leave no natural overflow; settle anyway
+            trainer.train_step(*batch).read()
+        out = {"settled_metrics": np.asarray(trainer.train_step(*batch).vector)}
+        settled = trainer.state()
+        for victim in NAMES:
+            counter = f"optimizers/{victim}_optimizer/step_counter"
+            trainer.load_state(dict(settled, **{counter: np.asarray(OVERFLOW_AT, np.int32)}))
             out[f"{victim}/metrics"] = np.asarray(trainer.train_step(*batch).vector)
-        finally:
-            jax_step.precision.scale_loss = honest_scale_loss
-            trainer.retrace()
-        out.update({f"{victim}/after/{key}": value for key, value in trainer.state().items()})
-        # The streak: one more honest step resets the victim's skipped_in_a_row.
-        out[f"{victim}/next_metrics"] = np.asarray(trainer.train_step(*batch).vector)
+            out.update({f"{victim}/after/{key}": value for key, value in trainer.state().items()})
+            # The streak: one more honest step resets the victim's skipped_in_a_row.
+            out[f"{victim}/next_metrics"] = np.asarray(trainer.train_step(*batch).vector)
+    finally:
+        jax_step.precision.scale_loss = honest_scale_loss
     out.update({f"settled/{key}": value for key, value in settled.items()})
     return out
 
