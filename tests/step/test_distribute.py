@@ -7,6 +7,10 @@ trainers are shared: the overflows are injected, and the guard switched off, thr
 trainer's honest steps, every injected overflow and the unguarded step; the synchronized one also serves the one-device
 comparison under mixed_float16, restarting from its saved initial state. One pair of worker processes
 shows both what a two-worker run writes and how SIGTERM stops it.
+
+Sizes: width 0.25 and batch 16 for the step comparisons (the sizes their tolerances were measured at),
+width 0.125 for the runs, whose checks do not depend on the networks; the runs are as short as their
+checkpoints allow (every 2 steps), and only the workers of one multi-worker run are processes.
 """
 
 import contextlib
@@ -31,11 +35,16 @@ from acgan.errors import LOST_WORKER_STATUS
 from acgan.model.networks import build_models
 from acgan.step import distribute, tf_step
 from acgan.training import tf_strategy
-from conftest import CPU_REPLICAS, POLICIES
+from conftest import CPU_REPLICAS
 
 DEVICES = [f"/cpu:{i}" for i in range(CPU_REPLICAS)]
 BATCH = 16
-MIN_COSINE_TO_ONE_DEVICE = {"mixed_float16": 0.85, "mixed_bfloat16": 0.75}  # measured: see its test
+MIN_COSINE_TO_ONE_DEVICE = {"mixed_float16": 0.85}  # measured: see its test
+# The policies the two-replica step is compared under: float32 (tight tolerances) and mixed_float16 (the
+# loss-scale wrappers and agree_on_finite on two replicas). mixed_bfloat16 takes float32's path through
+# the distributed step (no loss scaling, no guard: precision.needs_loss_scaling) with mixed_float16's
+# casts, so it adds a compile and no code (measured when it ran here: cosine >= 0.837, bound 0.75).
+REPLICA_POLICIES = ("float32", "mixed_float16")
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +183,7 @@ def synchronized_float16(mirrored, overflows):
 # trainer's step runs again soon after its first use (after other trainers' steps on the strategy, its
 # next call costs TensorFlow seconds of CPU to set the function up again; measured ~5 s).
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", sorted(POLICIES, key=lambda policy: policy == "mixed_float16"))
+@pytest.mark.parametrize("policy", REPLICA_POLICIES)
 def test_two_replicas_match_one_device(policy, mirrored, set_policy, request):
     set_policy(policy)
     single = _trainer(tf.distribute.get_strategy())
@@ -517,7 +526,10 @@ def test_cost_counts_every_device():
 def test_a_run_moves_between_two_replicas_and_one_device(
     tmp_path, set_policy, data_dir_with_doodles
 ):
-    """Preempted on one machine, resumed on another: the checkpoint does not depend on the replicas."""
+    """Preempted on one machine, resumed on another: the checkpoint does not depend on the replicas.
+
+    One device, then two replicas, then one device again: both moves (a one-device checkpoint into
+    mirrored variables, a mirrored one into plain variables) with one distributed run, the costly one."""
     from acgan.config import Config
     from acgan.training import loop
 
@@ -533,12 +545,16 @@ def test_a_run_moves_between_two_replicas_and_one_device(
         output_dir=str(tmp_path / "run"),
         policy="mixed_float16",
     )
-    two = loop.run(dataclasses.replace(config, steps=2, devices=("cpu:0", "cpu:1")))
-    one = loop.run(dataclasses.replace(config, steps=4, strategy="default", resume=True))
-    again = loop.run(dataclasses.replace(config, steps=6, devices=("cpu:0", "cpu:1"), resume=True))
-    assert [r.status for r in (two, one, again)] == ["completed"] * 3
-    report = json.loads((tmp_path / "run" / "report.json").read_text())
-    assert report["steps"] == 6 and report["distribution"]["replicas"] == 2
+    report_path = tmp_path / "run" / "report.json"
+    one = loop.run(dataclasses.replace(config, steps=2, strategy="default"))
+    two = loop.run(dataclasses.replace(config, steps=4, devices=("cpu:0", "cpu:1"), resume=True))
+    report = json.loads(report_path.read_text())
+    assert report["steps"] == 4 and report["distribution"]["replicas"] == 2
+    assert report["resumed_from"]["step"] == 2
+    again = loop.run(dataclasses.replace(config, steps=6, strategy="default", resume=True))
+    assert [r.status for r in (one, two, again)] == ["completed"] * 3
+    report = json.loads(report_path.read_text())
+    assert report["steps"] == 6 and report["distribution"]["replicas"] == 1
     assert report["resumed_from"]["step"] == 4
     saved = tf.train.load_checkpoint(str(tmp_path / "run" / "checkpoints" / "ckpt-4"))
     scale = saved.get_tensor("gan/d_optimizer/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE")
@@ -547,11 +563,12 @@ def test_a_run_moves_between_two_replicas_and_one_device(
 
 @pytest.mark.slow
 def test_a_lost_worker_is_one_line_with_its_own_status_and_the_run_resumes_on_one_process(
-    tmp_path, data_dir_with_doodles
+    tmp_path, data_dir_with_doodles, monkeypatch
 ):
     """SIGKILL to worker 1 once the first checkpoint is written: worker 0's next collective fails at once
     (the dead process's connections close), and it ends with one line naming the worker, the step and the
-    last intact checkpoint, exit status 5, the report saying so. Then the run resumes on one process."""
+    last intact checkpoint, exit status 5, the report saying so. Then the run resumes on one process (this
+    one: the workers are processes because a lost worker is what is tested; the resume is not)."""
     run_dir = tmp_path / "run"
     data_dir_with_doodles(tmp_path / "data")
     processes = _start_two_workers(
@@ -584,27 +601,12 @@ def test_a_lost_worker_is_one_line_with_its_own_status_and_the_run_resumes_on_on
         f"is {checkpoint}; resume on one process with python -m acgan.train --resume --output_dir "
         f"{run_dir} --strategy default, or start every process again with --resume"
     )
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TF_CONFIG", None)
-    resumed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "acgan.train",
-            "--resume",
-            "--output_dir",
-            str(run_dir),
-            "--strategy",
-            "default",
-            "--steps",
-            str(step + 2),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # The resume the line asks for (python -m acgan.train's flags as acgan.train's arguments, one code path),
+    # here in this process, alone as that command is: no TF_CONFIG.
+    import acgan
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    acgan.train(resume=True, output_dir=str(run_dir), strategy="default", steps=step + 2)
     report = json.loads((run_dir / "report.json").read_text())
     assert report["status"] == "completed" and report["steps"] == step + 2
     assert report["resumed_from"]["step"] == int(checkpoint.split("-")[-1])
