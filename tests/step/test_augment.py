@@ -1,5 +1,9 @@
 """DiffAugment (acgan.step.augment): the draws both backends share, each transformation, and the step
-feeding D's trunk augmented images while G's samples stay unaugmented."""
+feeding D's trunk augmented images while G's samples stay unaugmented.
+
+Sizes: the step's test runs the smallest acgan_cifar networks (width 0.125) on a batch of 16: D's losses
+with and without the augmentation then differ by 8.6e-4 (float32; 8.3e-4 mixed_bfloat16), 8x the 1e-4
+the test asks (on a batch of 8: 7.7e-5 and 8.4e-5, under it)."""
 
 import keras
 import numpy as np
@@ -115,7 +119,7 @@ def test_the_preset_step_trains_d_on_augmented_images_and_samples_stay_unaugment
     d_losses, samples = [], []
     for preset in (presets.ACGAN_CIFAR, dataclasses.replace(presets.ACGAN_CIFAR, augment=None)):
         keras.utils.set_random_seed(5)
-        models = networks.build_models((32, 32, 3), 10, width=0.25, arch="acgan_cifar")
+        models = networks.build_models((32, 32, 3), 10, width=0.125, arch="acgan_cifar")
         trainer = build_step(preset, "tensorflow", models, 10, jit=False)
         # the step the factory builds for the preset takes its policy
         assert trainer.augment == preset.augment

@@ -1,10 +1,16 @@
 """The TensorFlow step: one G forward per iteration, batch-norm statistics that move once per batch,
-and metrics as one vector read with one host copy; the policy taken from the models."""
+and metrics as one vector read with one host copy; the policy taken from the models.
+
+Sizes: width 0.125 and batch 16, small networks on a small batch; what is checked (which statistics move
+and how often, which weights an update reaches, the metrics' layout) does not depend on them. Tracing a
+trainer's step is most of a test's cost, so a test that compares two steps runs both on one trainer,
+restarting it from its saved state (overflow_injection.save_state)."""
 
 import dataclasses
 
 import keras
 import numpy as np
+import overflow_injection
 import pytest
 
 from acgan import presets
@@ -54,7 +60,11 @@ def test_g_batch_norm_moves_once_per_step_with_momentum_0_9(policy, jit, set_pol
 
 
 @pytest.mark.slow
-def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch(set_policy):
+def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch_and_metrics_are_one_vector(
+    set_policy,
+):
+    """One float32 step (its trainer built and traced once for both checks): the trunk's statistics, and
+    the step's metrics as one vector read at once."""
     set_policy("float32")
     trainer = _trainer(jit=False)
     images, labels, z, fake_labels = _batch()
@@ -63,19 +73,13 @@ def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch(se
     with keras.StatelessScope():
         fake = np.asarray(g([z, fake_labels], training=True))
     m_real, m_fake = (_batch_mean(trunk, "d_bn3", x) for x in (real, fake))
-    trainer.train_step(images, labels, z, fake_labels).read()
+    metrics = trainer.train_step(images, labels, z, fake_labels)
     # D's pass: trunk(real) then trunk(fake), from a zero start; G/Q's pass adds nothing.
     expected = (1 - BN_MOMENTUM) * (BN_MOMENTUM * m_real + m_fake)
     np.testing.assert_allclose(
         trunk.get_layer("d_bn3").moving_mean.numpy(), expected, rtol=2e-2, atol=1e-6
     )
-
-
-@pytest.mark.slow
-def test_metrics_are_one_vector_read_at_once(set_policy):
-    set_policy("float32")
-    trainer = _trainer(jit=False)
-    metrics = trainer.train_step(*_batch())
+    # The metrics: one vector, read with one host copy.
     assert metrics.vector.shape == (len(METRIC_NAMES),)
     values = metrics.read()
     assert list(values) == list(METRIC_NAMES)
@@ -145,20 +149,23 @@ def test_without_g_learns_from_q_the_class_loss_does_not_reach_g(g_learns_from_q
     set_policy("float32")
     batch = _batch()
 
+    keras.utils.set_random_seed(3)
+    preset = dataclasses.replace(
+        presets.REFERENCE, q_learns_from_fakes=False, g_learns_from_q=g_learns_from_q
+    )
+    trainer = TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, preset, jit=False)
+    initial = overflow_injection.save_state(trainer)  # one trainer (one trace) for both steps
+
     def g_after_one_step(q_head_factor):
-        keras.utils.set_random_seed(3)
-        preset = dataclasses.replace(
-            presets.REFERENCE, q_learns_from_fakes=False, g_learns_from_q=g_learns_from_q
-        )
-        trainer = TensorFlowStep(build_models((28, 28, 1), 10, width=0.125), 10, preset, jit=False)
+        overflow_injection.restore_state(trainer, initial)
         for variable in trainer.models.q_head.trainable_variables:
             variable.assign(variable * q_head_factor)
         values = trainer.train_step(*batch).read()
         assert np.isfinite(values["q_accuracy_fake"]) and values["q_loss"] > 0
-        return trainer, [np.asarray(v) for v in trainer.models.generator.trainable_variables]
+        return [np.asarray(v) for v in trainer.models.generator.trainable_variables]
 
-    trainer, g = g_after_one_step(1.0)
-    _, g_other_q = g_after_one_step(3.0)
+    g = g_after_one_step(1.0)
+    g_other_q = g_after_one_step(3.0)
     m = trainer.models
     in_q = {id(v) for v in trainer.q_variables}
     assert all(id(v) in in_q for v in m.trunk.trainable_variables + m.q_head.trainable_variables)
