@@ -40,11 +40,26 @@ def _batch_mean(model, layer, inputs):
         return np.mean(np.asarray(source(inputs, training=True), np.float64), axis=0)
 
 
+@pytest.fixture(scope="module")
+def xla_trainer():
+    """The float32 trainer compiled by XLA, and its initial state: built and compiled once for the two
+    tests that step one (each restarts it from that state)."""
+    from acgan.model import precision
+
+    with precision.float32_policy():
+        trainer = _trainer(jit=True)
+    return trainer, overflow_injection.save_state(trainer)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("policy,jit", [("float32", True), ("mixed_float16", False)])
-def test_g_batch_norm_moves_once_per_step_with_momentum_0_9(policy, jit, set_policy):
+def test_g_batch_norm_moves_once_per_step_with_momentum_0_9(policy, jit, set_policy, request):
     set_policy(policy)
-    trainer = _trainer(jit)
+    if jit:  # the shared one, as built
+        trainer, initial = request.getfixturevalue("xla_trainer")
+        overflow_injection.restore_state(trainer, initial)
+    else:
+        trainer = _trainer(jit)
     images, labels, z, fake_labels = _batch()
     g = trainer.models.generator
     expected = {
@@ -84,6 +99,8 @@ def test_trunk_batch_norm_moves_once_for_the_real_and_once_for_the_fake_batch_an
     values = metrics.read()
     assert list(values) == list(METRIC_NAMES)
     assert float(metrics["d_loss"]) == values["d_loss"] and values["d_skipped_in_a_row"] == 0.0
+    # float32 scales no loss (moved here from test_loss_scaling's test_no_loss_scaling_outside_float16)
+    assert values["d_loss_scale"] == 1.0 and values["q_skipped"] == 0.0
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
@@ -178,7 +195,9 @@ def test_without_g_learns_from_q_the_class_loss_does_not_reach_g(g_learns_from_q
 
 
 @pytest.mark.slow
-def test_learning_rate_scale_sets_every_optimizers_rate_and_zero_stops_the_weights(set_policy):
+def test_learning_rate_scale_sets_every_optimizers_rate_and_zero_stops_the_weights(
+    set_policy, xla_trainer
+):
     """set_learning_rate_scale(f): each optimizer's rate is its preset rate times f, read by the compiled
     step without a retrace; at 0 a step leaves every trainable weight where it was."""
     from acgan.model import precision
@@ -194,7 +213,8 @@ def test_learning_rate_scale_sets_every_optimizers_rate_and_zero_stops_the_weigh
     )
     assert trainer.learning_rate_scale == 0.25
     set_policy("float32")  # no loss scaling: no step is skipped for an overflow below
-    trainer = _trainer(jit=True)
+    trainer, initial = xla_trainer
+    overflow_injection.restore_state(trainer, initial)
     trainer.train_step(*_batch()).read()  # compiled at the full rates
     trainer.set_learning_rate_scale(0.0)
     models = trainer.models
