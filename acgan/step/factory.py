@@ -3,7 +3,16 @@ the benchmark. A step built for a preset's weights anywhere is the step training
 
 
 def build_step(
-    preset, backend, models, num_classes, *, jit=True, strategy=None, sync_bn=True, mesh=None
+    preset,
+    backend,
+    models,
+    num_classes,
+    *,
+    jit=True,
+    strategy=None,
+    sync_bn=True,
+    mesh=None,
+    device=None,
 ):
     """The train step (base.py's contract) of `backend` for `models`, built from `preset`.
 
@@ -12,7 +21,7 @@ def build_step(
     models: built under the run's dtype policy (the step takes it from them); jit: compile the step with XLA.
     TensorFlow only: strategy, the tf.distribute strategy (None: the current one), and sync_bn, batch-norm
     statistics over the global batch with several replicas. JAX only: mesh, a jax.sharding.Mesh with a
-    "data" axis (None: one device); the step always sees the global batch.
+    "data" axis (None: one device, `device`, default the first); the step always sees the global batch.
     """
     if backend == "tensorflow":
         if mesh is not None:
@@ -29,5 +38,5 @@ def build_step(
         # Imported here, once the backend is chosen: importing jax_step loads JAX.
         from acgan.step.jax_step import JaxStep
 
-        return JaxStep(models, num_classes, preset, jit=jit, mesh=mesh)
+        return JaxStep(models, num_classes, preset, jit=jit, mesh=mesh, device=device)
     raise ValueError(f"unknown backend {backend!r}: tensorflow or jax")

@@ -76,7 +76,9 @@ class JaxStep(StepBase):
     data parallel, over the devices of `mesh`. `preset`: the acgan.presets.Preset whose settings it trains
     with (its loss resolved; factory.build_step gives it)."""
 
-    def __init__(self, models, num_classes, preset=presets.REFERENCE, jit=True, mesh=None):
+    def __init__(
+        self, models, num_classes, preset=presets.REFERENCE, jit=True, mesh=None, device=None
+    ):
         if keras.backend.backend() != "jax":
             raise RuntimeError(
                 f"JaxStep needs KERAS_BACKEND=jax; Keras runs on {keras.backend.backend()}"
@@ -99,7 +101,10 @@ class JaxStep(StepBase):
             for n, o in self._optimizers.items()
         }
         # Several devices: the state replicated on each, every batch input split along its first axis.
+        # One: the state committed to `device` (default: the first local one), as the step's outputs are;
+        # an uncommitted first state is another signature to jax.jit, which compiled the step twice.
         self.mesh = mesh
+        self._device = device or jax.local_devices()[0]
         if mesh is not None:
             self._replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
             self._split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
@@ -162,10 +167,10 @@ class JaxStep(StepBase):
         return keys
 
     def _place(self, tree):
-        """`tree` with every array replicated over the mesh (those already so are kept as they are); as it
-        is on one device. Works across processes: each process places its own copies of the same values."""
+        """`tree` with every array replicated over the mesh (those already so are kept as they are), or on
+        the step's one device. Works across processes: each process places its own copies of the same values."""
         if self.mesh is None:
-            return tree
+            return jax.device_put(tree, self._device)
 
         def place(x):
             if isinstance(x, jax.Array) and x.sharding == self._replicated:

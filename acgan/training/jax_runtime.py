@@ -141,7 +141,13 @@ class JaxRuntime:
 
     def make_step(self, preset, models, num_classes, config):
         self.trainer = build_step(
-            preset, self.name, models, num_classes, jit=config.jit, mesh=self.mesh
+            preset,
+            self.name,
+            models,
+            num_classes,
+            jit=config.jit,
+            mesh=self.mesh,
+            device=self.devices[0],
         )
         return self.trainer
 
