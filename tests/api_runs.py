@@ -8,8 +8,10 @@ fixtures), and helpers for tests that start acgan's commands:
   and by the `acgan export --format onnx` command as an ONNX file (jax2onnx).
 """
 
+import functools
 import json
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -218,3 +220,30 @@ def newest_checkpoint_step(run_dir):
 
     latest = checkpoints.newest_intact(Path(run_dir) / "checkpoints")
     return None if latest is None else checkpoints.step_of(latest)
+
+
+@functools.cache
+def _train_main():
+    """The train command module's main, its module run once per process: runpy, as `python -m acgan.train`
+    runs it, so `acgan.train` stays the Python call (importing the module would bind that name to it), and
+    once, as absl refuses a second definition of its flags."""
+    return runpy.run_module("acgan.train")["main"]
+
+
+def train_command_in_process(argv, monkeypatch, capsys):
+    """`python -m acgan.train ARGV` in this process, through cli.run_main as the command runs (its one-line
+    errors and exit statuses; TensorFlow is loaded once, not per run): (exit status, stdout, stderr), 0 for
+    a run that completed. capsys: pytest's; what it held before is dropped."""
+    import pytest
+    from absl import flags
+
+    from acgan import cli
+
+    capsys.readouterr()
+    flags.FLAGS.unparse_flags()
+    monkeypatch.setattr(sys, "argv", ["acgan.train", *[str(a) for a in argv]])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run_main(_train_main())
+    flags.FLAGS.unparse_flags()
+    out, err = capsys.readouterr()
+    return exit_info.value.code or 0, out, err

@@ -1,9 +1,13 @@
-"""The CLIs end to end on doodles: train per policy, then generate from the run."""
+"""The train command end to end: bad input (one line, exit status 2), a diverged run (exit status 3), the
+acgan_cifar preset's learning-rate decay across a resume, with evaluate --inception on its run.
 
-import functools
+The train command runs in this process (api_runs.train_command_in_process: cli.run_main, as the command
+runs, with its exit statuses and one-line errors), so TensorFlow loads once; a process is started only
+for the generate and evaluate commands, whose own output is tested. Sizes: width 0.125, batch 16, eager
+steps, 20 swatches a class, 8 + 4 steps (the decay's last quarter has to show two distinct rates)."""
+
 import json
 import os
-import runpy
 import subprocess
 import sys
 
@@ -11,6 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from api_runs import train_command_in_process
 from inception_graph import write_graph
 
 TINY = [
@@ -163,25 +168,10 @@ BAD_INPUTS = {
 }
 
 
-@functools.cache
-def _train_command():
-    """The train command module's namespace, run once: runpy, as `python -m acgan.train` runs it, so
-    `acgan.train` stays the Python call (importing the module would bind that name to it)."""
-    return runpy.run_module("acgan.train")
-
-
 def _run_in_process(argv, monkeypatch, capsys):
     """The train CLI in this process (TensorFlow is loaded once): (exit status, stderr)."""
-    from absl import flags
-
-    from acgan import cli
-
-    flags.FLAGS.unparse_flags()
-    monkeypatch.setattr(sys, "argv", ["acgan.train", *argv])
-    with pytest.raises(SystemExit) as exit_info:
-        cli.run_main(_train_command()["main"])
-    flags.FLAGS.unparse_flags()
-    return exit_info.value.code, capsys.readouterr().err
+    status, _, err = train_command_in_process(argv, monkeypatch, capsys)
+    return status, err
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
@@ -257,10 +247,16 @@ def test_generate_refuses_a_folder_without_a_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path):
+def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(
+    tmp_path, monkeypatch, capsys, set_policy
+):
     """The preset's decay in a real run (8 steps): full rates to step 6, then 50% and 0 at steps 7 and 8,
     logged to TensorBoard; the report says so. Resumed to 12 steps, the rates are set from the new length
-    (the checkpoint held the last step's zero): full again at step 8, then down to 0 at step 12."""
+    (the checkpoint held the last step's zero): full again at step 8, then down to 0 at step 12.
+
+    The two training sessions are the train command in this process (train_command_in_process: a process
+    each would load TensorFlow twice more for nothing it tests); evaluate is a process of its own, as its
+    command's printed lines are tested (its flags and train's cannot both be defined in one process)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_dir = tmp_path / "run"
@@ -279,21 +275,24 @@ def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path)
         "--warmup_steps",
         "1",
     ]
-    result = _run(
-        "acgan.train",
-        "--dataset",
-        "swatches",
-        "--arch",
-        "acgan_cifar",
-        "--max_per_class",
-        "20",
-        "--data_dir",
-        str(tmp_path / "data"),
-        "--steps",
-        "8",
-        *common,
+    status, _, err = train_command_in_process(
+        [
+            "--dataset",
+            "swatches",
+            "--arch",
+            "acgan_cifar",
+            "--max_per_class",
+            "20",
+            "--data_dir",
+            str(tmp_path / "data"),
+            "--steps",
+            "8",
+            *common,
+        ],
+        monkeypatch,
+        capsys,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert status == 0, err[-3000:]
     report = json.loads((run_dir / "report.json").read_text())
     assert report["learning_rate_decay"] == 0.25 and report["final_learning_rate_scale"] == 0.0
     assert (
@@ -332,8 +331,10 @@ def test_acgan_cifar_learning_rates_fall_to_zero_over_the_last_quarter(tmp_path)
     )
     assert "| D's class margin (mean over classes) |" in (run_dir / "report.md").read_text()
     _check_inception(quality["inception"], run_dir, graph, result.stdout, tmp_path)
-    result = _run("acgan.train", "--resume", "--steps", "12", *common)
-    assert result.returncode == 0, result.stderr[-3000:]
+    status, _, err = train_command_in_process(
+        ["--resume", "--steps", "12", *common], monkeypatch, capsys
+    )
+    assert status == 0, err[-3000:]
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
     events.Reload()
     # Each session sets the rates before its first step, then after every step that changes them.
