@@ -1,10 +1,18 @@
-"""Faults made for real on `python -m acgan.train` processes: damaged checkpoints, a full disk, two
-processes on one run folder, a stale lock from a SIGKILLed process. After each: no traceback, one
-clear line, the documented exit status, and a resume that reaches the requested step."""
+"""Faults made for real on acgan.train runs: damaged checkpoints, a full disk, two processes on one run
+folder, a stale lock from a SIGKILLed process. After each: no traceback, one clear line, the documented
+exit status, and a resume that reaches the requested step.
+
+A `python -m acgan.train` process runs only where the process is what is tested: the run holding the lock
+that another refuses and that is then SIGKILLed, and the run stopped by its own file-size limit (a process
+limit: past it the kernel sends SIGXFSZ, which the command ignores). The other runs go through the train
+command's main in this process (cli.run_main: its one-line errors and exit statuses), from copies of one
+module run (`trained`). Sizes: width 0.125, batch 16, eager steps, two steps a checkpoint: the faults need
+a few checkpoints, not learning."""
 
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,7 +24,7 @@ import tensorflow as tf
 
 from acgan.errors import DISK_FULL_STATUS, USER_ERROR_STATUS, UserError
 from acgan.training import checkpoints
-from api_runs import newest_checkpoint_step
+from api_runs import child_env, newest_checkpoint_step, train_command_in_process
 
 TINY = [
     "--batch",
@@ -31,11 +39,11 @@ TINY = [
 ]
 
 
-def _train(*args, preexec_fn=None):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+def _train(data_dir, *args, preexec_fn=None):
+    """`python -m acgan.train ARGS` in a child process, on the doodles of `data_dir`."""
     return subprocess.Popen(
-        [sys.executable, "-m", "acgan.train", *args, *TINY],
-        env=env,
+        [sys.executable, "-m", "acgan.train", *args, *TINY, "--data_dir", str(data_dir)],
+        env=child_env(),
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -52,13 +60,62 @@ def _error_lines(err):
     return [line for line in err.splitlines() if line.startswith("error:")]
 
 
-def _ok(run_dir, args, steps):
-    code, out, err = _finish(_train("--steps", str(steps), "--output_dir", str(run_dir), *args))
-    assert code == 0, err[-3000:]
-    assert "Traceback" not in err
-    report = json.loads((run_dir / "report.json").read_text())
-    assert report["status"] == "completed" and report["steps"] == steps
-    return report, out, err
+class Command:
+    """The train command in this process (api_runs.train_command_in_process) on one data folder."""
+
+    def __init__(self, data_dir, monkeypatch, capsys):
+        self.data_dir, self.monkeypatch, self.capsys = data_dir, monkeypatch, capsys
+
+    def __call__(self, *args):
+        """(exit status, stdout, stderr)."""
+        argv = [*args, *TINY, "--data_dir", self.data_dir]
+        return train_command_in_process(argv, self.monkeypatch, self.capsys)
+
+    def ok(self, run_dir, args, steps):
+        code, out, err = self("--steps", steps, "--output_dir", run_dir, *args)
+        assert code == 0, err[-3000:]
+        assert "Traceback" not in err
+        report = json.loads((run_dir / "report.json").read_text())
+        assert report["status"] == "completed" and report["steps"] == steps
+        return report, out, err
+
+
+@pytest.fixture
+def command(data_dir, monkeypatch, capsys):
+    return Command(data_dir, monkeypatch, capsys)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory, data_dir_with_doodles):
+    return data_dir_with_doodles(tmp_path_factory.mktemp("faults-data"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, data_dir):
+    """One run, through the train command in this process, copied at step 2 (ckpt-2) and at step 6
+    (ckpt-2, ckpt-4, ckpt-6): {2: folder, 6: folder}. A test copies the one it starts from."""
+    folder = tmp_path_factory.mktemp("faults-trained")
+    run_dir = folder / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        capture = _Discard()
+        command = Command(data_dir, patch, capture)
+        for steps in (2, 6):
+            args = ["--checkpoint_every", "2"] + (["--resume"] if steps > 2 else [])
+            command.ok(run_dir, args, steps=steps)
+            shutil.copytree(run_dir, folder / f"at-{steps}")
+    return {steps: folder / f"at-{steps}" for steps in (2, 6)}
+
+
+class _Discard:
+    """capsys's readouterr for a module fixture (capsys is per test): the command's output, unread."""
+
+    def readouterr(self):
+        return "", ""
+
+
+def _copy(run, to):
+    shutil.copytree(run, to)
+    return to
 
 
 def _overwrite_with_noise(path, start=64, length=4096):
@@ -68,14 +125,14 @@ def _overwrite_with_noise(path, start=64, length=4096):
 
 
 @pytest.mark.slow
-def test_damaged_checkpoints_resume_from_the_newest_intact_one(tmp_path):
-    run_dir, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
-    _ok(run_dir, ["--checkpoint_every", "2"], steps=6)  # ckpt-2, ckpt-4, ckpt-6
+def test_damaged_checkpoints_resume_from_the_newest_intact_one(tmp_path, trained, command):
+    run_dir = _copy(trained[6], tmp_path / "run")  # ckpt-2, ckpt-4, ckpt-6
+    ckpts = run_dir / "checkpoints"
     data6 = ckpts / "ckpt-6.data-00000-of-00001"
     os.truncate(data6, data6.stat().st_size // 2)  # a crash mid-copy
     _overwrite_with_noise(ckpts / "ckpt-4.data-00000-of-00001")  # a bad disk
 
-    report, _, err = _ok(run_dir, ["--resume"], steps=8)
+    report, _, err = command.ok(run_dir, ["--resume"], steps=8)
     warnings = [line for line in err.splitlines() if line.startswith("warning: checkpoint")]
     assert len(warnings) == 2, err[-3000:]
     assert "ckpt-6.data-00000-of-00001" in warnings[0] and "resuming from ckpt-2" in warnings[0]
@@ -106,7 +163,7 @@ def test_damaged_checkpoints_resume_from_the_newest_intact_one(tmp_path):
     data4 = ckpts / "ckpt-4.data-00000-of-00001"
     os.truncate(data4, data4.stat().st_size - 10)
     before = sorted(p.name for p in ckpts.rglob("*"))
-    code, out, err = _finish(_train("--steps", "10", "--resume", "--output_dir", str(run_dir)))
+    code, out, err = command("--steps", "10", "--resume", "--output_dir", run_dir)
     assert code == USER_ERROR_STATUS and "Traceback" not in err
     [line] = _error_lines(err)
     assert "no intact checkpoint" in line
@@ -145,34 +202,28 @@ def _file_size_limit(limit):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["tmpfs", "file_size_limit"])
-def test_a_full_disk_stops_clearly_and_keeps_the_last_checkpoint(tmp_path, how):
+def test_a_full_disk_stops_clearly_and_keeps_the_last_checkpoint(
+    tmp_path, how, trained, data_dir, command
+):
+    """The run from ckpt-2 to 6 fails to write ckpt-4. On a full tmpfs it runs in this process; under a
+    file-size limit it is a process of its own, as the limit is a process's (and the command must ignore
+    the SIGXFSZ that would kill it), so that one also shows the exit status of the command itself."""
     mount = tmp_path / "disk"
     if how == "tmpfs" and not _mount_tmpfs(mount, "16m"):
         pytest.skip("cannot mount a tmpfs here (not root?); the file-size limit variant covers it")
     mount.mkdir(exist_ok=True)
-    run_dir, ckpts = mount / "run", mount / "run" / "checkpoints"
     try:
-        _ok(run_dir, ["--checkpoint_every", "2"], steps=2)
-        preexec = None
-        if (
-            how == "tmpfs"
-        ):  # fill the disk but for 128 KiB: enough for the small files, not a checkpoint
+        run_dir = _copy(trained[2], mount / "run")
+        ckpts = run_dir / "checkpoints"
+        args = ["--steps", "6", "--checkpoint_every", "2", "--resume", "--output_dir", run_dir]
+        if how == "tmpfs":
+            # fill the disk but for 128 KiB: enough for the small files, not a checkpoint
             free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
             with open(mount / "filler", "wb") as f:
                 f.write(b"\0" * (free - 128 * 1024))
+            code, out, err = command(*args)
         else:  # each file at most 1 MiB: a checkpoint's data (~4 MiB) cannot be written
-            preexec = _file_size_limit(1 << 20)
-        proc = _train(
-            "--steps",
-            "6",
-            "--checkpoint_every",
-            "2",
-            "--resume",
-            "--output_dir",
-            str(run_dir),
-            preexec_fn=preexec,
-        )
-        code, out, err = _finish(proc)
+            code, out, err = _finish(_train(data_dir, *args, preexec_fn=_file_size_limit(1 << 20)))
         assert code == DISK_FULL_STATUS, err[-3000:]
         assert "Traceback" not in err
         [line] = _error_lines(err)
@@ -188,7 +239,7 @@ def test_a_full_disk_stops_clearly_and_keeps_the_last_checkpoint(tmp_path, how):
         assert checkpoints.damage(str(ckpts / "ckpt-2")) is None
 
         (mount / "filler").unlink(missing_ok=True)  # space again: the run goes on from step 2
-        report, _, _ = _ok(run_dir, ["--checkpoint_every", "2", "--resume"], steps=6)
+        report, _, _ = command.ok(run_dir, ["--checkpoint_every", "2", "--resume"], steps=6)
         assert report["resumed_from"]["step"] == 2 and newest_checkpoint_step(run_dir) == 6
     finally:
         if how == "tmpfs":
@@ -206,18 +257,21 @@ def _wait_for(condition, proc, timeout=240):
 
 
 @pytest.mark.slow
-def test_one_writer_per_run_folder_and_a_stale_lock_is_taken_over(tmp_path):
+def test_one_writer_per_run_folder_and_a_stale_lock_is_taken_over(tmp_path, data_dir, command):
+    """The lock's holder is a training process of its own, as it must be to be SIGKILLed; the run it
+    refuses and the one that takes over its stale lock are the command in this process (a lock held by
+    another process refuses this one all the same: flock)."""
     run_dir = tmp_path / "run"
-    first = _train("--steps", "100000", "--checkpoint_every", "2", "--output_dir", str(run_dir))
+    first = _train(
+        data_dir, "--steps", "100000", "--checkpoint_every", "2", "--output_dir", run_dir
+    )
     try:
         _wait_for(lambda: (newest_checkpoint_step(run_dir) or 0) >= 2, first)
         lock = json.loads((run_dir / ".lock").read_text())
         assert lock["pid"] == first.pid and lock["host"] == socket.gethostname()
 
-        # A second process on the same folder refuses, naming the holder; the first runs on.
-        code, out, err = _finish(
-            _train("--steps", "100000", "--resume", "--output_dir", str(run_dir))
-        )
+        # A second run on the same folder refuses, naming the holder; the first runs on.
+        code, out, err = command("--steps", "100000", "--resume", "--output_dir", run_dir)
         assert code == USER_ERROR_STATUS and "Traceback" not in err
         [line] = _error_lines(err)
         assert (
@@ -233,7 +287,7 @@ def test_one_writer_per_run_folder_and_a_stale_lock_is_taken_over(tmp_path):
             first.kill()
             first.wait()
     killed_at = newest_checkpoint_step(run_dir)
-    report, out, err = _ok(run_dir, ["--resume"], steps=killed_at + 2)
+    report, out, err = command.ok(run_dir, ["--resume"], steps=killed_at + 2)
     assert (
         f"note: took over a stale lock left by pid {first.pid} on host {socket.gethostname()}"
         in out
