@@ -6,8 +6,8 @@ A `python -m acgan.train` process runs only where the process is what is tested:
 that another refuses and that is then SIGKILLed, and the run stopped by its own file-size limit (a process
 limit: past it the kernel sends SIGXFSZ, which the command ignores). The other runs go through the train
 command's main in this process (cli.run_main: its one-line errors and exit statuses), from copies of one
-module run (`trained`). Sizes: width 0.125, batch 16, eager steps, two steps a checkpoint: the faults need
-a few checkpoints, not learning."""
+module run (`trained`, 6 steps). Sizes: width 0.125, batch 16, eager steps, two steps a checkpoint: the
+faults need a few checkpoints, not learning."""
 
 import json
 import os
@@ -92,18 +92,12 @@ def data_dir(tmp_path_factory, data_dir_with_doodles):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, data_dir):
-    """One run, through the train command in this process, copied at step 2 (ckpt-2) and at step 6
-    (ckpt-2, ckpt-4, ckpt-6): {2: folder, 6: folder}. A test copies the one it starts from."""
-    folder = tmp_path_factory.mktemp("faults-trained")
-    run_dir = folder / "run"
+    """One run of 6 steps (ckpt-2, ckpt-4, ckpt-6) through the train command in this process; a test copies
+    it to start from."""
+    run_dir = tmp_path_factory.mktemp("faults-trained") / "run"
     with pytest.MonkeyPatch.context() as patch:
-        capture = _Discard()
-        command = Command(data_dir, patch, capture)
-        for steps in (2, 6):
-            args = ["--checkpoint_every", "2"] + (["--resume"] if steps > 2 else [])
-            command.ok(run_dir, args, steps=steps)
-            shutil.copytree(run_dir, folder / f"at-{steps}")
-    return {steps: folder / f"at-{steps}" for steps in (2, 6)}
+        Command(data_dir, patch, _Discard()).ok(run_dir, ["--checkpoint_every", "2"], steps=6)
+    return run_dir
 
 
 class _Discard:
@@ -126,7 +120,7 @@ def _overwrite_with_noise(path, start=64, length=4096):
 
 @pytest.mark.slow
 def test_damaged_checkpoints_resume_from_the_newest_intact_one(tmp_path, trained, command):
-    run_dir = _copy(trained[6], tmp_path / "run")  # ckpt-2, ckpt-4, ckpt-6
+    run_dir = _copy(trained, tmp_path / "run")  # ckpt-2, ckpt-4, ckpt-6
     ckpts = run_dir / "checkpoints"
     data6 = ckpts / "ckpt-6.data-00000-of-00001"
     os.truncate(data6, data6.stat().st_size // 2)  # a crash mid-copy
@@ -205,17 +199,17 @@ def _file_size_limit(limit):
 def test_a_full_disk_stops_clearly_and_keeps_the_last_checkpoint(
     tmp_path, how, trained, data_dir, command
 ):
-    """The run from ckpt-2 to 6 fails to write ckpt-4. On a full tmpfs it runs in this process; under a
+    """The run from ckpt-6 to 8 fails to write ckpt-8. On a full tmpfs it runs in this process; under a
     file-size limit it is a process of its own, as the limit is a process's (and the command must ignore
     the SIGXFSZ that would kill it), so that one also shows the exit status of the command itself."""
     mount = tmp_path / "disk"
-    if how == "tmpfs" and not _mount_tmpfs(mount, "16m"):
+    if how == "tmpfs" and not _mount_tmpfs(mount, "32m"):
         pytest.skip("cannot mount a tmpfs here (not root?); the file-size limit variant covers it")
     mount.mkdir(exist_ok=True)
     try:
-        run_dir = _copy(trained[2], mount / "run")
+        run_dir = _copy(trained, mount / "run")  # ckpt-2, ckpt-4, ckpt-6
         ckpts = run_dir / "checkpoints"
-        args = ["--steps", "6", "--checkpoint_every", "2", "--resume", "--output_dir", run_dir]
+        args = ["--steps", "8", "--resume", "--output_dir", run_dir]
         if how == "tmpfs":
             # fill the disk but for 128 KiB: enough for the small files, not a checkpoint
             free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
@@ -228,19 +222,22 @@ def test_a_full_disk_stops_clearly_and_keeps_the_last_checkpoint(
         assert "Traceback" not in err
         [line] = _error_lines(err)
         reason = "no space left on device" if how == "tmpfs" else "file too large"
-        assert f"could not write checkpoint {ckpts / 'ckpt-4'}: {reason}" in line, line
-        assert " free on " in line and "ckpt-2 is intact" in line
+        assert f"could not write checkpoint {ckpts / 'ckpt-8'}: {reason}" in line, line
+        assert " free on " in line and "ckpt-6 is intact" in line
         # No half-written checkpoint for the next resume to pick up; the last good one reads whole.
         assert sorted(p.name for p in ckpts.iterdir()) == [
             "checkpoint",
-            "ckpt-2.data-00000-of-00001",
-            "ckpt-2.index",
+            *(
+                f"ckpt-{step}.{part}"
+                for step in (2, 4, 6)
+                for part in ("data-00000-of-00001", "index")
+            ),
         ]
-        assert checkpoints.damage(str(ckpts / "ckpt-2")) is None
+        assert checkpoints.damage(str(ckpts / "ckpt-6")) is None
 
-        (mount / "filler").unlink(missing_ok=True)  # space again: the run goes on from step 2
-        report, _, _ = command.ok(run_dir, ["--checkpoint_every", "2", "--resume"], steps=6)
-        assert report["resumed_from"]["step"] == 2 and newest_checkpoint_step(run_dir) == 6
+        (mount / "filler").unlink(missing_ok=True)  # space again: the run goes on from step 6
+        report, _, _ = command.ok(run_dir, ["--resume"], steps=8)
+        assert report["resumed_from"]["step"] == 6 and newest_checkpoint_step(run_dir) == 8
     finally:
         if how == "tmpfs":
             _unmount(mount)
