@@ -46,8 +46,8 @@ def pytest_configure(config):
 
     Then the environment every process of the test run inherits (set in the controller, before xdist
     starts its workers). JAX's persistent compilation cache, one per test run: the suite's JAX runs compile
-    the same programs again and again (a run and its resume, the benchmark's bare step and trainer, the
-    honest step between injected overflows). EPATH_USE_TF=false: JAX reads that cache through etils.epath,
+    the same programs again and again (a run and its resume, the benchmark's bare step and trainer, a
+    two-process run and its one-process twin). EPATH_USE_TF=false: JAX reads that cache through etils.epath,
     which otherwise looks for TensorFlow, and the JAX-only test processes make that import fail.
     """
     if BACKEND == "tensorflow":
