@@ -7,22 +7,28 @@ from acgan.data.batches import BatchPlan, training_batch
 from acgan.data.image_set import ImageSet
 
 
-def _stream(data, plan, start_step, with_noise):
-    shape = (plan.batch,) + tuple(data.image_shape)
+def training_batches(
+    data: ImageSet, batch: int, seed: int, noise_dim: int, start_step: int = 0
+) -> tf.data.Dataset:
+    """Endless (images, labels, z, fake_labels) global batches from step `start_step` on (batches.py).
 
-    def make(step):
-        if with_noise:
-            return training_batch(data, plan, int(step))
-        idx = plan.indices(int(step))
-        return data.images[idx], data.labels[idx]
-
-    types = (tf.uint8, tf.int32) + ((tf.float32, tf.int32) if with_noise else ())
-    shapes = (shape, (plan.batch,)) + (
-        ((plan.batch, plan.noise_dim), (plan.batch,)) if with_noise else ()
+    The noise travels with its batch, so a distributed dataset hands each replica its own slice of both.
+    """
+    plan = BatchPlan(len(data), batch, seed, noise_dim, data.num_classes)
+    shapes = (
+        (batch,) + tuple(data.image_shape),
+        (batch,),
+        (batch, noise_dim),
+        (batch,),
     )
 
     def inputs(step):
-        tensors = tf.numpy_function(make, [step], types, stateful=False)
+        tensors = tf.numpy_function(
+            lambda step: training_batch(data, plan, int(step)),
+            [step],
+            (tf.uint8, tf.int32, tf.float32, tf.int32),
+            stateful=False,
+        )
         for tensor, known in zip(tensors, shapes):
             tensor.set_shape(known)
         return tuple(tensors)
@@ -31,27 +37,4 @@ def _stream(data, plan, start_step, with_noise):
         tf.data.Dataset.counter(start=start_step, dtype=tf.int64)
         .map(inputs, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .prefetch(tf.data.AUTOTUNE)
-    )
-
-
-def make_pipeline(data: ImageSet, batch: int, seed: int, start_step: int = 0) -> tf.data.Dataset:
-    """Endless (uint8 images [batch,H,W,C], int32 labels [batch]) batches, reshuffled every epoch from `seed`.
-
-    `start_step` resumes the same stream after that many batches.
-    """
-    return _stream(data, BatchPlan(len(data), batch, seed), start_step, with_noise=False)
-
-
-def training_batches(
-    data: ImageSet, batch: int, seed: int, noise_dim: int, start_step: int = 0
-) -> tf.data.Dataset:
-    """Endless (images, labels, z, fake_labels) global batches from step `start_step` on (batches.py).
-
-    The noise travels with its batch, so a distributed dataset hands each replica its own slice of both.
-    """
-    return _stream(
-        data,
-        BatchPlan(len(data), batch, seed, noise_dim, data.num_classes),
-        start_step,
-        with_noise=True,
     )

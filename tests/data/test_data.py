@@ -30,7 +30,8 @@ from acgan.data import (
     quickdraw_class_names,
     validate_dataset_name,
 )
-from acgan.data.pipeline import make_pipeline
+from acgan.data.batches import BatchPlan
+from acgan.data.pipeline import training_batches
 from acgan.errors import UserError
 
 
@@ -526,9 +527,15 @@ def _indexed(n=10, classes=3):
     return ImageSet(images, (idx % classes).astype(np.int32), tuple("abc"[:classes]))
 
 
+def make_pipeline(data, batch, seed, start_step=0):
+    """The trainer's stream (images, labels, z, fake labels), two-dimensional noise: the tests read the
+    first two."""
+    return training_batches(data, batch, seed, noise_dim=2, start_step=start_step)
+
+
 def _stream(ds, batches):
     images, labels = [], []
-    for x, y in ds.take(batches):
+    for x, y, *_ in ds.take(batches):
         images.append(x.numpy())
         labels.append(y.numpy())
     return np.concatenate(images), np.concatenate(labels)
@@ -556,8 +563,12 @@ def test_pipeline_batches_shuffle_and_repeat():
 
 def test_pipeline_batches_span_epochs_without_dropping():
     images, _ = _stream(make_pipeline(_indexed(n=10), batch=4, seed=0), 5)  # 20 images = 2 epochs
-    ids = images[:, 0, 0, 0].reshape(2, 10)
-    assert all(sorted(e) == list(range(10)) for e in ids)
+    ids = images[:, 0, 0, 0].astype(int)
+    # Each batch is the plan's (ordered by class within it), the third straddling the two epochs.
+    plan = BatchPlan(10, 4, 0)
+    assert all(sorted(ids[4 * s : 4 * s + 4]) == sorted(plan.indices(s)) for s in range(5))
+    epochs = np.concatenate([plan.indices(s) for s in range(5)]).reshape(2, 10)
+    assert all(sorted(e) == list(range(10)) for e in epochs)
 
 
 @pytest.mark.parametrize("start_step", [1, 2, 3, 7])
