@@ -30,11 +30,11 @@ from acgan import backend as backend_lib
 from acgan.errors import UserError
 from acgan.quality import inception_ops, inception_stats
 from acgan.quality.metrics import (
-    Moments,
     class_counts,
     frechet_distance,
     inception_score,
     kernel_distance,
+    moments,
     per_class_frechet,
 )
 from acgan.training.run_dir import read_run
@@ -197,14 +197,6 @@ def softmax(logits):
     return z / z.sum(axis=-1, keepdims=True)
 
 
-def moments(features, chunk=10 * BATCH):
-    """(mean [F], covariance [F, F]) of features [N, F] in float64, a chunk at a time (no [N, F] copy)."""
-    total = Moments()
-    for i in range(0, len(features), chunk):
-        total.add(features[i : i + chunk])
-    return total.mean, total.covariance()
-
-
 def scores(graph, fake, labels, train_set, dataset, cache_dir=None, stats=None, echo=print, seed=0):
     """The result's "inception" entry: the standard FID, KID and per-class FID (StudioGAN's iFID) of
     `fake` (uint8 [N, H, W, 3], generated for `labels`) against every image of `train_set` (an ImageSet),
@@ -278,8 +270,8 @@ def _against_features(graph, real, train_set, features, labels, seed):
         "kernel_distance": kernel_distance(real, features, seed=seed),
         "fid_per_class": dict(zip(train_set.class_names, per_class)),
         "fid_class_mean": class_mean,
-        "real_inception_score": _number(real_score),
-        "real_inception_score_std": _number(real_std),
+        "real_inception_score": None if np.isnan(real_score) else real_score,
+        "real_inception_score_std": None if np.isnan(real_std) else real_std,
         "num_real": int(len(real)),
         "real": "every image of the train split",
         "num_real_per_class": class_counts(train_set.labels, train_set.num_classes).tolist(),
@@ -320,11 +312,6 @@ def comparability(dataset, num_generated, num_real, stats_file=None):
         "comparable with papers' CIFAR-10 FID and Inception score (50,000 generated against the 50,000 "
         "train images)"
     )
-
-
-def _number(value):
-    value = float(value)
-    return None if np.isnan(value) else value
 
 
 def real_features(graph, images, cache_dir=None, echo=print):

@@ -10,7 +10,6 @@ def conditional_accuracy(probs, labels, num_classes=None):
 
     probs [N, K], labels int [N]. A class with no samples gets None.
     """
-    probs, labels = np.asarray(probs), np.asarray(labels)
     num_classes = num_classes or probs.shape[-1]
     hits = np.argmax(probs, axis=-1) == labels
     per_class = [
@@ -43,32 +42,19 @@ def inception_score(probs, splits=10):
     return float(np.mean(scores)), float(np.std(scores))
 
 
-class Moments:
-    """Mean and covariance of feature rows added batch by batch (float64, batches merged exactly: Chan et
-    al.'s pairwise update), so 50,000 2048-d features need no [N, F] array."""
-
-    def __init__(self):
-        self.count, self.mean, self.scatter = (
-            0,
-            0.0,
-            0.0,
-        )  # the first batch merges into nothing exactly
-
-    def add(self, features):
-        x = np.asarray(features, np.float64)
-        mean = x.mean(axis=0)
-        centred = x - mean
-        total, delta = self.count + len(x), mean - self.mean
-        self.scatter = (
-            self.scatter
-            + centred.T @ centred
-            + np.outer(delta, delta) * (self.count * len(x) / total)
-        )
-        self.mean = self.mean + delta * (len(x) / total)
-        self.count = total
-
-    def covariance(self):
-        return self.scatter / (self.count - 1)  # np.cov's normalisation
+def moments(features, chunk=1000):
+    """(mean [F], covariance [F, F]) of features [N, F] in float64, `chunk` rows at a time (batches merged
+    exactly: Chan et al.'s pairwise update), so 50,000 2048-d features need no [N, F] float64 copy."""
+    count, mean, scatter = 0, 0.0, 0.0  # the first chunk merges into nothing exactly
+    for i in range(0, len(features), chunk):
+        x = np.asarray(features[i : i + chunk], np.float64)
+        part_mean = x.mean(axis=0)
+        centred = x - part_mean
+        total, delta = count + len(x), part_mean - mean
+        scatter = scatter + centred.T @ centred + np.outer(delta, delta) * (count * len(x) / total)
+        mean = mean + delta * (len(x) / total)
+        count = total
+    return mean, scatter / (count - 1)  # np.cov's normalisation
 
 
 def statistics(features):
@@ -119,22 +105,21 @@ def kernel_distance(features1, features2, subsets=KID_SUBSETS, subset_size=KID_S
     can fall below 0 and does not grow as samples shrink, unlike the Fréchet distance. Returns {"mean",
     "std" (over the subsets), "subsets", "subset_size"}."""
     # float64 a subset at a time: 50,000 Inception features would take 820 MB each as float64
-    x_all, y_all = np.asarray(features1), np.asarray(features2)
-    m = min(subset_size, len(x_all), len(y_all))
+    m = min(subset_size, len(features1), len(features2))
     if m < 2:
         raise ValueError(
-            f"the kernel distance needs 2 or more features a side, got {len(x_all)} and {len(y_all)}"
+            f"the kernel distance needs 2 or more features a side, got {len(features1)} and {len(features2)}"
         )
     if (
-        m == len(x_all) == len(y_all)
+        m == len(features1) == len(features2)
     ):  # every subset is the whole of both sets, in another order: one will do
         subsets = 1
-    dims = x_all.shape[1]
+    dims = features1.shape[1]
     rng = np.random.default_rng(seed)
     values = []
     for _ in range(subsets):
-        x = x_all[rng.choice(len(x_all), m, replace=False)].astype(np.float64)
-        y = y_all[rng.choice(len(y_all), m, replace=False)].astype(np.float64)
+        x = features1[rng.choice(len(features1), m, replace=False)].astype(np.float64)
+        y = features2[rng.choice(len(features2), m, replace=False)].astype(np.float64)
         k_xx, k_yy, k_xy = ((a @ b.T / dims + 1) ** 3 for a, b in ((x, x), (y, y), (x, y)))
         within = (k_xx.sum() - np.trace(k_xx) + k_yy.sum() - np.trace(k_yy)) / (m * (m - 1))
         values.append(within - 2 * k_xy.mean())
@@ -164,8 +149,6 @@ def per_class_frechet(features1, labels1, features2, labels2, num_classes):
     mean over the classes that have one, or None). A generator that collapses one class to a single
     image scores a large distance for that class alone, which the overall distance dilutes K-fold.
     """
-    features1, features2 = np.asarray(features1), np.asarray(features2)
-    labels1, labels2 = np.asarray(labels1), np.asarray(labels2)
     out = []
     for c in range(num_classes):
         a, b = features1[labels1 == c], features2[labels2 == c]

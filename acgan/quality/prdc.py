@@ -82,8 +82,6 @@ def prdc(real, fake, k=NEAREST_K, chunk_elements=CHUNK_ELEMENTS):
 def per_class_prdc(real, real_labels, fake, fake_labels, num_classes, k=NEAREST_K):
     """prdc of each class c: fake[fake_labels == c] against real[real_labels == c] (None where a side
     has k or fewer of the class)."""
-    real, fake = np.asarray(real), np.asarray(fake)
-    real_labels, fake_labels = np.asarray(real_labels), np.asarray(fake_labels)
     return [prdc(real[real_labels == c], fake[fake_labels == c], k) for c in range(num_classes)]
 
 

@@ -157,12 +157,9 @@ def test_the_inception_score_runs_from_1_to_the_number_of_classes(tmp_path):
 
 def test_moments_merged_batch_by_batch_are_the_mean_and_covariance():
     x = np.random.default_rng(2).normal(1000.0, 0.5, (103, 7))  # a large mean: no cancellation
-    moments = metrics.Moments()
-    for i in range(0, 103, 10):
-        moments.add(x[i : i + 10])
-    assert moments.count == 103
-    np.testing.assert_allclose(moments.mean, x.mean(axis=0), rtol=1e-12)
-    np.testing.assert_allclose(moments.covariance(), np.cov(x, rowvar=False), rtol=1e-9, atol=1e-12)
+    mean, covariance = metrics.moments(x, chunk=10)
+    np.testing.assert_allclose(mean, x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(covariance, np.cov(x, rowvar=False), rtol=1e-9, atol=1e-12)
 
 
 def test_a_missing_wrong_or_incomplete_graph_file_is_a_one_line_error(graph_file, tmp_path):
