@@ -97,10 +97,8 @@ def _reference_path(cache_dir, real, test_set, seed, epochs):
 
 def _read_cached(path):
     """The cached reference, or None when it is missing or damaged (only a cache: train again)."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         score = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(score, dict) or not {"accuracy", "per_class", "num_train"} <= score.keys():
-        return None
-    return score
+        if isinstance(score, dict) and {"accuracy", "per_class", "num_train"} <= score.keys():
+            return score
+    return None

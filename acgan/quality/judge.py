@@ -91,7 +91,6 @@ class Judge:
 
     def predict(self, images, batch=PREDICT_BATCH):
         """uint8 images [N, H, W, C] -> (features float64 [N, 128], probabilities float64 [N, K])."""
-        images = np.asarray(images)
         batches = [  # (features, probabilities) of each batch
             [
                 np.asarray(x, np.float64)
