@@ -21,19 +21,20 @@ def caption(row):
     else:
         cost = "cost: n/a (too few steps to time)"
     class_fd = row.get("frechet_distance_class_mean")
-    lines = [
-        f"{'DIVERGED at ' if row.get('status') == 'diverged' else ''}{row['steps']:,} steps, "
-        + (f"{ms:,.1f} ms/batch" if ms is not None else "too few steps to time"),
-        cost,
-        f"cond. acc. {row['conditional_accuracy']:.1%}, FD {row['frechet_distance']:.1f}"
-        + (f", per class {class_fd:.1f}" if class_fd is not None else ""),
-        *(
-            [f"Inception FID {row['inception_fid']:.1f}"]
-            if row["inception_fid"] is not None
-            else []
-        ),
-    ]
-    return "\n".join(lines)
+    return "\n".join(
+        [
+            f"{'DIVERGED at ' if row.get('status') == 'diverged' else ''}{row['steps']:,} steps, "
+            + (f"{ms:,.1f} ms/batch" if ms is not None else "too few steps to time"),
+            cost,
+            f"cond. acc. {row['conditional_accuracy']:.1%}, FD {row['frechet_distance']:.1f}"
+            + (f", per class {class_fd:.1f}" if class_fd is not None else ""),
+            *(
+                [f"Inception FID {row['inception_fid']:.1f}"]
+                if row["inception_fid"] is not None
+                else []
+            ),
+        ]
+    )
 
 
 def write_figure(rows, path, title):

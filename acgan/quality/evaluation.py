@@ -40,8 +40,7 @@ def q_accuracy(classifier, images, labels, class_names, batch=500):
         np.asarray(classifier(images[i : i + batch].astype(np.float32) / 255.0, training=False))
         for i in range(0, len(images), batch)
     ]
-    probs = np.concatenate(probs) if probs else np.zeros((0, len(class_names)), np.float32)
-    overall, per_class = conditional_accuracy(probs, labels, len(class_names))
+    overall, per_class = conditional_accuracy(np.concatenate(probs), labels, len(class_names))
     return overall, dict(zip(class_names, per_class))
 
 
@@ -84,7 +83,7 @@ def d_class_margins(models, images, labels, num_classes, batch=500):
                 axis=1,
             )
         )
-    logits = np.concatenate(logits) if logits else np.zeros((0, num_classes))
+    logits = np.concatenate(logits)
     present = np.array([np.any(labels == c) for c in range(num_classes)])
     means = np.array(
         [

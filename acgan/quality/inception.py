@@ -123,12 +123,10 @@ class InceptionGraph:
         import tensorflow as tf  # here: as in read_graph
 
         self.path, self.sha256, self.stats = path, sha256, None
-        for (
-            node
-        ) in graph_def.node:  # devices and shapes written in 2015 would pin ops or say batch 1
+        # devices and shapes written in 2015 would pin ops or say batch 1
+        for node in graph_def.node:
             node.device = ""
-            if "_output_shapes" in node.attr:
-                del node.attr["_output_shapes"]
+            node.attr.pop("_output_shapes", None)
         self.graph = tf.Graph()
         try:
             with self.graph.as_default():
@@ -172,11 +170,7 @@ class InceptionGraph:
                 echo(
                     f"  {i + len(features[-1]):,} of {len(images):,} {what} ({shown - started:.0f} s)"
                 )
-        return (
-            np.concatenate(features)
-            if features
-            else np.zeros((0, self.weight.shape[0]), np.float32)
-        )
+        return np.concatenate(features)
 
     def inception_score(self, features):
         """(mean, standard deviation) over SPLITS splits of the Inception score of softmax(features @ W);

@@ -98,8 +98,6 @@ class Judge:
             ]
             for i in range(0, len(images), batch)
         ]
-        if not batches:
-            return np.zeros((0, FEATURE_DIM)), np.zeros((0, int(self.classifier.output.shape[-1])))
         return tuple(map(np.concatenate, zip(*batches)))
 
     def real_reference(self, test_set, num_samples, seed=0):
@@ -163,11 +161,11 @@ def train(train_set, test_set, epochs=EPOCHS, batch=BATCH, seed=0, echo=print):
 
 def fingerprint(image_set):
     """sha1 of an ImageSet's images, labels and class names (a few ms for 5k 28x28 images)."""
-    h = hashlib.sha1()
-    h.update(np.ascontiguousarray(image_set.images).tobytes())
-    h.update(np.ascontiguousarray(image_set.labels).tobytes())
-    h.update("\n".join(image_set.class_names).encode())
-    return h.hexdigest()
+    return hashlib.sha1(
+        np.ascontiguousarray(image_set.images).tobytes()
+        + np.ascontiguousarray(image_set.labels).tobytes()
+        + "\n".join(image_set.class_names).encode()
+    ).hexdigest()
 
 
 def cache_key(dataset, classes, max_per_class, test_set, epochs=EPOCHS, seed=0):

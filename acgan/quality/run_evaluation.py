@@ -67,7 +67,11 @@ def evaluate_run(
         run_dir, ema=ema, ema_statistics=ema_statistics, checkpoint=checkpoint
     )
     data_dir = data_dir or config.data_dir
-    test_set, train_set = _splits(config, info, data_dir, run_dir)
+    test_set, train_set = load_splits(config, data_dir)
+    if list(test_set.class_names) != list(info["class_names"]):
+        raise UserError(
+            f"the test split of {config.dataset} has other classes than {run_dir} was trained on"
+        )
 
     # the judge of a seed, loaded or trained once and cached
     cached_judge = functools.partial(
@@ -79,8 +83,6 @@ def evaluate_run(
         test_set,
     )
     judge = judge or cached_judge(seed=judge_seed, echo=echo)
-    if judge.info.get("class_names") != list(test_set.class_names):
-        raise ValueError("the judge passed in was trained on other classes than this run's")
     # The samples, once: every judge (and Inception) scores these same images.
     z, labels = sample_inputs(test_set.num_classes, trainer.noise_dim, num_samples, seed)
     fake = sampling.generate_images(trainer, z, labels)
@@ -110,16 +112,6 @@ def evaluate_run(
     result["seconds"] = time.perf_counter() - started
     record(run_dir, result)
     return result
-
-
-def _splits(config, info, data_dir, run_dir):
-    """The run's test and train splits; UserError when the data's classes are not the run's."""
-    test_set, train_set = load_splits(config, data_dir)
-    if list(test_set.class_names) != list(info["class_names"]):
-        raise UserError(
-            f"the test split of {config.dataset} has other classes than {run_dir} was trained on"
-        )
-    return test_set, train_set
 
 
 JUDGE_FIELDS = (

@@ -119,9 +119,11 @@ def combine_seeds(runs):
 def frechet_limit(base_distance, reference_distance=None):
     """The largest Fréchet distance that still counts as held against a baseline's."""
     limit = base_distance * (1.0 + FD_RELATIVE_TOLERANCE)
-    if reference_distance is not None:
-        limit = max(limit, base_distance + FD_REFERENCE_MULTIPLE * reference_distance)
-    return limit
+    return (
+        limit
+        if reference_distance is None
+        else max(limit, base_distance + FD_REFERENCE_MULTIPLE * reference_distance)
+    )
 
 
 def add_baseline(rows):
@@ -174,17 +176,14 @@ def add_baseline(rows):
         paired = (
             seeds and base_seeds and [a["seed"] for a in seeds] == [b["seed"] for b in base_seeds]
         )
-        for key, change in (
-            ("conditional_accuracy", lambda a, b: a - b),
-            ("frechet_distance", _relative),
-            ("frechet_distance_class_mean", _relative),
+        # The seeds' paired changes also as a mean and its standard error, placed against each margin,
+        # so a reader sees whether this many seeds can decide the verdict at all.
+        for (key, margin, held_above), change in zip(
+            PAIRED_MARGINS, (lambda a, b: a - b, _relative, _relative)
         ):
             r[f"{key}_change_across_seeds"] = (
                 [change(a[key], b[key]) for a, b in zip(seeds, base_seeds)] if paired else None
             )
-        # The seeds' paired changes as a mean and its standard error, placed against each margin, so a
-        # reader sees whether this many seeds can decide the verdict at all.
-        for key, margin, held_above in PAIRED_MARGINS:
             r[f"{key}_change_paired"] = paired_summary(
                 r[f"{key}_change_across_seeds"], margin, held_above
             )
