@@ -15,26 +15,14 @@ from acgan.training import tf_strategy
 from acgan.training.stop_signals import agree
 
 
-class TimingHistory(tf.Module):
-    """The timing of every session so far (JSON list of session_record dicts), kept in the checkpoint."""
-
-    def __init__(self):
-        super().__init__(name="history")
-        self.sessions_json = tf.Variable("[]", dtype=tf.string, trainable=False)
-
-    def sessions(self):
-        return json.loads(self.sessions_json.numpy().decode())
-
-    def store(self, sessions):
-        self.sessions_json.assign(json.dumps(sessions))
-
-
 class TensorFlowCheckpoints:
     """ckpt-N.index/.data files through a tf.train.CheckpointManager, the timing history with them."""
 
     def __init__(self, trainer, directory, keep):
         self.trainer, self.directory, self.keep = trainer, directory, keep
-        self.history = TimingHistory()
+        # The timing of every session so far (JSON list of session_record dicts), kept in the checkpoint.
+        self.history = tf.Module(name="history")
+        self.history.sessions_json = tf.Variable("[]", dtype=tf.string, trainable=False)
         self.checkpoint = tf.train.Checkpoint(
             gan=trainer, history=self.history, g_ema=trainer.ema_checkpointable
         )
@@ -52,17 +40,17 @@ class TensorFlowCheckpoints:
         """Restores the newest intact checkpoint in `resume_from` (checkpoints.restore_newest_intact);
         returns (its prefix or None, the timing history saved with it)."""
         latest = checkpoint_files.restore_newest_intact(self.checkpoint, resume_from, move_damaged)
-        return latest, self.history.sessions()
+        return latest, json.loads(self.history.sessions_json.numpy().decode())
 
     def save(self, step, sessions):
-        self.history.store(sessions)
+        self.history.sessions_json.assign(json.dumps(sessions))
         # a full disk: DiskFull, the previous checkpoint intact
         checkpoint_files.save(self.manager, step)
 
     def save_apart(self, prefix, sessions):
         """The same checkpoint at `prefix`, outside the state file and the rotation (the best one,
         best.py); returns its prefix."""
-        self.history.store(sessions)
+        self.history.sessions_json.assign(json.dumps(sessions))
         # Readers restore a save counter, which save() makes and write() does not: asking for it makes it
         # (the best checkpoint can come before the first save).
         _ = self.checkpoint.save_counter
