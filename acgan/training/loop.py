@@ -238,15 +238,15 @@ class Session:
                 return False
             self.pending = None
         if sample:
-            with self.observers.maintenance("grids"):
+            with self.clock.maintenance_of("grids"):
                 self.grids.save(step)
         if evaluate:
-            with self.observers.maintenance("evaluation"):
+            with self.clock.maintenance_of("evaluation"):
                 self.setup.evaluator.evaluate(self.trainer, step, self.writer)
-            with self.observers.maintenance("checkpoints"):
+            with self.clock.maintenance_of("checkpoints"):
                 self.setup.best.offer(self.setup.evaluator.last, step, self._sessions())
         if checkpoint:
-            with self.observers.maintenance("checkpoints"):
+            with self.clock.maintenance_of("checkpoints"):
                 self.save_checkpoint()
 
         # -- stop? --

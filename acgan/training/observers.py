@@ -8,7 +8,7 @@ The loop runs one step per turn and tells its observers at named points:
     train_ends(session)     after the last step's read
 
 and wraps the work it does besides training (grids, evaluations, checkpoints, profiling) in
-`maintenance(kind)`, so the timing takes it out of the step time.
+the clock's `maintenance_of(kind)`, so the timing takes it out of the step time.
 
 The timing: the first step is the compile step, timed from the loop's start to its read; --warmup_steps
 ordinary steps follow, untimed; then every step is timed, loop top to loop top (session_timing.py says
@@ -49,7 +49,7 @@ class Observers:
         if session.step > self.untimed:
             self.clock.lap()
         if self.window is not None:
-            with self.maintenance("profiling"):
+            with self.clock.maintenance_of("profiling"):
                 self.window.before(session.step)
 
     def after_read(self):
@@ -60,7 +60,7 @@ class Observers:
 
     def after_step(self, session):
         if self.window is not None:
-            with self.maintenance("profiling"):
+            with self.clock.maintenance_of("profiling"):
                 if self.window.after(session.step, session.metrics.read):
                     print(
                         f"\nprofile of steps {self.window.first}:{self.window.last}: "
@@ -71,6 +71,3 @@ class Observers:
         self.clock.stop()
         if self.window is not None:  # a session that ended inside the range: what it holds
             self.window.after(session.step, session.metrics.read, final=True)
-
-    def maintenance(self, kind):
-        return self.clock.maintenance_of(kind)

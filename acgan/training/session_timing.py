@@ -51,11 +51,9 @@ class SessionClock:
         self._synced = True
 
     def stop(self):
-        """Ends the timed region without opening a new interval; nothing to do when a session ended before
-        its timed steps began."""
-        if self._top is not None:
-            self.lap()
-            self._top = None
+        """Ends the timed region without opening a new interval."""
+        self.lap()
+        self._top = None
 
     @contextlib.contextmanager
     def maintenance_of(self, what):
