@@ -14,7 +14,6 @@ from acgan.model import jax_formulations, precision
 from acgan.model.networks import build_models
 from acgan.step.factory import build_step
 from acgan.training import best, checkpoints, grids, jax_checkpoints
-from acgan.training.checkpoints import first_line
 from acgan.training.run_dir import read_run
 from acgan.util.files import write_atomically
 
@@ -93,7 +92,7 @@ def _mismatch_as_user_error(run_dir, checkpoint, config):
     except ValueError as e:
         raise UserError(
             f"{run_dir}: {Path(checkpoint).name} does not fit the {config.arch} model this version "
-            f"builds from its config ({first_line(e)})"
+            f"builds from its config ({checkpoints.first_line(e)})"
         ) from None
 
 
@@ -145,11 +144,10 @@ GRID_COLUMNS = 10
 
 def grid_inputs(num_classes, noise_dim, seed):
     """Fixed grid noise: row r is class r, column c uses noise vector c in every row."""
-    rng = np.random.default_rng(seed + 1)
-    z = rng.uniform(-1.0, 1.0, (GRID_COLUMNS, noise_dim)).astype(np.float32)
-    z = np.tile(z, (num_classes, 1))
-    labels = np.repeat(np.arange(num_classes, dtype=np.int32), GRID_COLUMNS)
-    return z, labels
+    z, _ = generator_inputs(1, noise_dim, GRID_COLUMNS, seed + 1)
+    return np.tile(z, (num_classes, 1)), np.repeat(
+        np.arange(num_classes, dtype=np.int32), GRID_COLUMNS
+    )
 
 
 class TrainingGrids:
