@@ -54,6 +54,11 @@ from acgan.util import disk
 
 METADATA_FORMAT = "acgan-generator/1"
 METADATA_NAME = "acgan.json"
+# acgan's layers that differ from their built-in base only where sampling never goes (see above).
+BUILT_IN = {
+    TransposedConv2D: keras.layers.Conv2DTranspose,
+    BatchNorm: keras.layers.BatchNormalization,
+}
 
 
 def portable_layer(layer, dtype=None):
@@ -62,20 +67,17 @@ def portable_layer(layer, dtype=None):
     config = layer.get_config()
     if dtype is not None:
         config["dtype"] = dtype
-    if isinstance(layer, TransposedConv2D):
-        return keras.layers.Conv2DTranspose.from_config(config)
-    if isinstance(layer, BatchNorm):
-        return keras.layers.BatchNormalization.from_config(config)
     if isinstance(
         layer, UnitRange
     ):  # a float32 output whatever the policy (blocks.float32_tanh_to_unit)
         return lambda x: keras.ops.add(keras.ops.multiply(x, 0.5), 0.5)
-    if not type(layer).__module__.startswith("keras."):
+    built_in = BUILT_IN.get(type(layer), type(layer))
+    if not built_in.__module__.startswith("keras."):
         raise RuntimeError(
             f"cannot export layer {layer.name!r}: {type(layer).__name__} is acgan's own and has no "
             "built-in Keras equivalent in acgan/training/export.py"
         )
-    return type(layer).from_config(config)
+    return built_in.from_config(config)
 
 
 def portable_generator(generator, keep_policy=False):
