@@ -91,29 +91,17 @@ def _strategy(name, devices):
     if name == "mirrored":
         if devices:
             split_host_cpu(sum(1 for d in devices if short_device_name(d).startswith("cpu:")))
-            _check_devices_exist(devices)
+            known = {short_device_name(d.name) for d in tf.config.list_logical_devices()}
+            for d in devices:
+                if short_device_name(d) not in known:
+                    raise UserError(
+                        f"--devices: no device {d!r} on this machine (it has {', '.join(sorted(known))})"
+                    )
         return tf.distribute.MirroredStrategy(devices=list(devices) if devices else None)
     if name == "multi_worker":
         tf_config()
         # Each worker process has its own devices; --devices does not apply across hosts.
         return tf.distribute.MultiWorkerMirroredStrategy()
-    return _tpu_strategy()
-
-
-def _check_devices_exist(devices):
-    import tensorflow as tf
-
-    known = {short_device_name(d.name) for d in tf.config.list_logical_devices()}
-    for d in devices:
-        if short_device_name(d) not in known:
-            raise UserError(
-                f"--devices: no device {d!r} on this machine (it has {', '.join(sorted(known))})"
-            )
-
-
-def _tpu_strategy():
-    import tensorflow as tf
-
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
             tpu=os.environ.get("TPU_NAME", "local")
