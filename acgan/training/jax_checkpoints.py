@@ -89,9 +89,9 @@ class JaxCheckpoints:
         history = []
 
         def load(arrays):
-            self.trainer.load_state({k: v for k, v in arrays.items() if k != HISTORY_KEY})
-            if HISTORY_KEY in arrays:
-                history[:] = json.loads(str(arrays[HISTORY_KEY]))
+            sessions = arrays.pop(HISTORY_KEY, "[]")
+            self.trainer.load_state(arrays)
+            history[:] = json.loads(str(sessions))
 
         good, _ = newest_of(
             resume_from,

@@ -20,7 +20,6 @@ from acgan.errors import UserError
 from acgan.step.distribute import check_global_batch, short_device_name
 from acgan.step.factory import build_step
 from acgan.training import jax_checkpoints
-from acgan.training.jax_checkpoints import JaxCheckpoints
 from acgan.training.lost_worker import HEARTBEAT_SECONDS
 from acgan.training.stop_signals import agree
 
@@ -74,11 +73,10 @@ def pick_devices(strategy, devices=None):
         if cpus > 1 and "xla_force_host_platform_device_count" not in os.environ.get(
             "XLA_FLAGS", ""
         ):
-            try:
-                # splits the host CPU, as TensorFlow's does
+            # Splits the host CPU, as TensorFlow's does. A RuntimeError: JAX's devices are already set
+            # up, and the check below names what there is.
+            with contextlib.suppress(RuntimeError):
                 jax.config.update("jax_num_cpu_devices", cpus)
-            except RuntimeError:
-                pass  # JAX's devices are already set up: the check below names what there is
         known = {
             f"{platform}:{i}": device
             for platform in dict.fromkeys(("cpu", jax.default_backend()))
@@ -169,7 +167,7 @@ class JaxRuntime:
             ),
         }
 
-    checkpoints = JaxCheckpoints  # (trainer, directory, keep)
+    checkpoints = jax_checkpoints.JaxCheckpoints  # (trainer, directory, keep)
 
     def _place(self, batch, global_batch=None):
         """A batch where the step reads it: on the device, or split over the mesh (from this process's

@@ -7,6 +7,7 @@ without releasing) says it took over a stale lock. A clean release empties the f
 runs only the chief, the one process that writes the folder, takes the lock.
 """
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -72,10 +73,8 @@ class RunLock:
     def release(self):
         if self.fd is None:  # never acquired (a non-chief task's), or released
             return
-        try:
+        with contextlib.suppress(OSError):
             os.ftruncate(self.fd, 0)  # an empty lock file: released cleanly
-        except OSError:
-            pass
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
         self.fd = None
