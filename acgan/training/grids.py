@@ -61,8 +61,12 @@ def save_grid(images, rows, path, scale=2, class_names=None):
     grid = make_grid(images, rows)
     if class_names is not None:
         grid = label_rows(grid, class_names)
-    picture = grid_picture(grid, scale)
+    write_atomically(path, png(grid_picture(grid, scale)))
+    return grid
+
+
+def png(picture):
+    """A PIL image as the bytes of a PNG file."""
     buffer = io.BytesIO()
     picture.save(buffer, format="PNG")
-    write_atomically(path, buffer.getvalue())
-    return grid
+    return buffer.getvalue()

@@ -8,17 +8,16 @@ drops such errors).
 """
 
 import contextlib
-import io
 import os
 import socket
 import time
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
 
+from acgan.training import grids
 from acgan.util import disk
 
 
@@ -33,7 +32,7 @@ class SummaryWriter:
         self.path = Path(logdir) / name
         self._file = open(self.path, "wb")
         self._records = RecordWriter(self._file)
-        self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+        self._write(file_version="brain.Event:2")
         self.flush()
 
     @contextlib.contextmanager
@@ -45,38 +44,35 @@ class SummaryWriter:
             disk.raise_if_full(e, None, self.path)
             raise
 
-    def _write(self, event):
+    def _write(self, **fields):
+        """One Event record of `fields`, stamped with the time now."""
         with self._reported():
-            self._records.write(event.SerializeToString())
-
-    def _value(self, step, value):
-        self._write(
-            event_pb2.Event(
-                wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value])
+            self._records.write(
+                event_pb2.Event(wall_time=time.time(), **fields).SerializeToString()
             )
-        )
 
     def scalars(self, values, step):
         for tag, value in values.items():
-            self._value(step, summary_pb2.Summary.Value(tag=tag, simple_value=float(value)))
+            self._write(
+                step=int(step),
+                summary=summary_pb2.Summary(
+                    value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))]
+                ),
+            )
         self.flush()  # readable now: a few records every --log_every steps
 
     def image(self, tag, image, step):
         """`image`: uint8 [H, W, C] with C 1 or 3, stored as a PNG."""
         image = np.asarray(image)
-        buffer = io.BytesIO()
-        Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image).save(buffer, format="PNG")
-        self._value(
-            step,
-            summary_pb2.Summary.Value(
-                tag=tag,
-                image=summary_pb2.Summary.Image(
-                    height=image.shape[0],
-                    width=image.shape[1],
-                    colorspace=image.shape[-1],
-                    encoded_image_string=buffer.getvalue(),
-                ),
-            ),
+        picture = summary_pb2.Summary.Image(
+            height=image.shape[0],
+            width=image.shape[1],
+            colorspace=image.shape[-1],
+            encoded_image_string=grids.png(grids.grid_picture(image, scale=1)),
+        )
+        self._write(
+            step=int(step),
+            summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, image=picture)]),
         )
         self.flush()
 
