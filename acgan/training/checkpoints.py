@@ -11,6 +11,7 @@ TensorFlow is imported inside the functions that need it: move_aside and the mes
 backend's checkpoints too (jax_checkpoints.py).
 """
 
+import contextlib
 import re
 import sys
 from pathlib import Path
@@ -34,12 +35,10 @@ def candidates(directory):
     directory = Path(directory)
     prefixes = {str(p.with_suffix("")) for p in directory.glob("ckpt-*.index")}
     prefixes |= {str(p).split(".data-")[0] for p in directory.glob("ckpt-*.data-*-of-*")}
-    try:
+    with contextlib.suppress(Exception):  # an unreadable state file: the files on disk still count
         state = tf.train.get_checkpoint_state(str(directory))
-    except Exception:  # noqa: BLE001 - an unreadable state file: the files on disk still count
-        state = None
-    if state is not None:  # its paths may be absolute or relative; the files are in `directory`
-        prefixes |= {str(directory / Path(p).name) for p in state.all_model_checkpoint_paths}
+        if state is not None:  # its paths may be absolute or relative; the files are in `directory`
+            prefixes |= {str(directory / Path(p).name) for p in state.all_model_checkpoint_paths}
     return sorted((p for p in prefixes if step_of(p) is not None), key=step_of, reverse=True)
 
 
@@ -120,9 +119,11 @@ def newest_of(
     if good is None and damaged:
         raise UserError(f"{doing}no intact checkpoint in {directory} ({listed}); {then}")
     for path, reason in damaged:
-        fate = "skipping it"
-        if move_damaged:
-            fate = f"moved to {move_aside(path)}, resuming from {Path(good).name}"
+        fate = (
+            f"moved to {move_aside(path)}, resuming from {Path(good).name}"
+            if move_damaged
+            else "skipping it"
+        )
         sys.stderr.write(f"warning: checkpoint {Path(path).name} is damaged ({reason}); {fate}\n")
     sys.stderr.flush()
     return good, damaged
@@ -203,9 +204,8 @@ def save(manager, step):
             raise
         listed = manager.latest_checkpoint == str(prefix)
         if not (listed and damage(str(prefix)) is None):  # not whole: it must never be resumed from
-            for leftover in set(directory.glob(f"ckpt-{step}*")) - before:
-                disk.remove_quietly(leftover)
-            for leftover in directory.glob("checkpoint.tmp*"):
+            leftovers = set(directory.glob(f"ckpt-{step}*")) - before
+            for leftover in leftovers | set(directory.glob("checkpoint.tmp*")):
                 disk.remove_quietly(leftover)
         raise DiskFull(
             disk.full_message("checkpoint", prefix, e)
