@@ -200,11 +200,10 @@ class JaxRuntime:
     def agree_on_stop(self, stop_signal, out_of_time):
         """Across processes: any process's reason to stop is every process's (a signal reaches one, each
         clock runs its own), so they all stop after the same step."""
-        if self.processes == 1:
-            return stop_signal, out_of_time
         return agree(
             stop_signal,
             out_of_time,
+            self.processes,
             lambda wishes: (
                 np.asarray(multihost_utils.process_allgather(np.array(wishes, np.int32)))
                 .reshape(-1, 3)

@@ -25,12 +25,14 @@ class StopSignals:
             signal.signal(sig, handler)
 
 
-def agree(received, out_of_time, any_of):
+def agree(received, out_of_time, processes, any_of):
     """(signal, out of time?) as every process acts on them: any process's reason to stop is everyone's.
 
     A signal reaches one process and each clock runs its own, but a process that stops alone leaves the
     others waiting on its next collective. any_of: [SIGINT?, SIGTERM?, out of time?] -> whether any
-    process has each (a collective). SIGINT wins over SIGTERM.
+    process has each (a collective), not called when there is one process. SIGINT wins over SIGTERM.
     """
+    if processes == 1:
+        return received, out_of_time
     shared = any_of([received == signal.SIGINT, received == signal.SIGTERM, out_of_time])
     return signal.SIGINT if shared[0] else signal.SIGTERM if shared[1] else None, bool(shared[2])

@@ -137,12 +137,11 @@ class TensorFlowRuntime:
 
     def agree_on_stop(self, stop_signal, out_of_time):
         """All workers stop at the same step, or the others wait on a collective forever."""
-        if tf_strategy.worker_count(self.strategy) == 1:
-            return stop_signal, out_of_time
         # Summed over every replica of every worker: only "more than zero" matters.
         return agree(
             stop_signal,
             out_of_time,
+            tf_strategy.worker_count(self.strategy),
             lambda wishes: tf_strategy.sum_over_replicas(self.strategy, wishes) > 0,
         )
 
