@@ -114,7 +114,6 @@ class JaxCheckpoints:
         self.latest_checkpoint = str(path)
         for old in candidates(self.directory)[self.keep :]:
             disk.remove_quietly(old)
-        return self.latest_checkpoint
 
     def save_apart(self, prefix, sessions):
         """The same checkpoint as `prefix`.npz, outside the rotation (the best one, best.py), written

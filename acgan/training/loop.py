@@ -147,7 +147,6 @@ def train_loop(setup, config, started):
         # -- the end: the last step's metrics, the final grid and checkpoint --
         session.read_last_step()  # the sync that ends its interval
         observers.train_ends(session)
-        session.loop_seconds = observers.loop_seconds()
         if session.status != "diverged":  # no checkpoint: the weights may already be non-finite
             session.grids.save(session.step, name="final")
             if session.step % config.checkpoint_every:

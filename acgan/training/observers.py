@@ -5,7 +5,7 @@ The loop runs one step per turn and tells its observers at named points:
     before_step(session)    the step's batch is not fetched yet
     after_read()            the host has just waited for the device (a metrics read)
     after_step(session)     after the step's reads and the learning rates
-    train_ends(session)     after the last step's read
+    train_ends(session)     after the last step's read (it sets session.loop_seconds)
 
 and wraps the work it does besides training (grids, evaluations, checkpoints, profiling) in
 the clock's `maintenance_of(kind)`, so the timing takes it out of the step time.
@@ -42,9 +42,6 @@ class Observers:
     def start(self):
         self.started = time.perf_counter()
 
-    def loop_seconds(self):
-        return time.perf_counter() - self.started
-
     def before_step(self, session):
         if session.step > self.untimed:
             self.clock.lap()
@@ -71,3 +68,4 @@ class Observers:
         self.clock.stop()
         if self.window is not None:  # a session that ended inside the range: what it holds
             self.window.after(session.step, session.metrics.read, final=True)
+        session.loop_seconds = time.perf_counter() - self.started

@@ -76,8 +76,11 @@ def config_to_resume(config, given):
         "strategy" in overrides and "devices" not in overrides
     ):  # a new strategy, not the old one's devices
         saved = dataclasses.replace(saved, devices=None)
-    overrides.update({name: getattr(config, name) for name in PER_PROCESS if hasattr(saved, name)})
-    overrides.update(resume=True, output_dir=str(run_dir))
+    overrides.update(
+        {name: getattr(config, name) for name in PER_PROCESS if hasattr(saved, name)},
+        resume=True,
+        output_dir=str(run_dir),
+    )
     return dataclasses.replace(saved, **overrides)
 
 

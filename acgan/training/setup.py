@@ -90,7 +90,6 @@ class Setup:
 
 def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evaluator=None):
     replicas = runtime.replicas
-    chief = files_dir == run_dir
     # may train the judge: before seeding
     evaluator = make_evaluator(config) if config.eval_every else None
     backend.set_random_seed(config.seed)
@@ -128,7 +127,7 @@ def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evalu
     if resume:
         # Non-chief workers restore from the chief's folder (it must be on a file system they share).
         # The newest intact checkpoint; damaged newer ones are moved aside (by the chief).
-        latest, earlier = checkpoints.restore(run_dir / "checkpoints", move_damaged=chief)
+        latest, earlier = checkpoints.restore(run_dir / "checkpoints", move_damaged=runtime.chief)
         if latest:
             resumed_from = {
                 "step": int(trainer.step.numpy()),
@@ -151,7 +150,7 @@ def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evalu
         data=data,
         run_dir=run_dir,
         files_dir=files_dir,
-        chief=chief,
+        chief=runtime.chief,
         trainer=trainer,
         machine=machine,
         layout=layout,
