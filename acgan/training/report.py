@@ -22,9 +22,8 @@ def run_arithmetic(trainer, config, times, machine, layout):
     count = flops.step_flops_from_layers(
         trainer.models, config.batch, trainer.preset.q_learns_from_fakes, trainer.g_learns_from_q
     )
-    replicas = layout["replicas"] if layout else 1
     wall = flops.arithmetic_summary(
-        count, "layers", times.get("time_per_batch_ms"), machine, config.policy, replicas
+        count, "layers", times.get("time_per_batch_ms"), machine, config.policy, layout["replicas"]
     )
     bare = flops.utilisation(count, times.get("bare_step_ms"), wall["peak_tflops"])
     return dict(wall, bare_tflops=bare["tflops"], bare_share_of_peak=bare["share_of_peak"])
@@ -110,8 +109,7 @@ def _maintenance(seconds):
 
 def render_markdown(report):
     lines = [f"# Run report: {report['run_dir']}", "", f"`{report['command']}`", ""]
-    lines += markdown.table(["", ""], summary_rows(report))
-    lines += [
+    lines += markdown.table(["", ""], summary_rows(report)) + [
         "",
         "Time per batch is wall time per iteration, loop top to loop top: the step, the input pipeline, "
         "metric reads, TensorBoard and the progress bar, less only the time spent on grids, evaluations "
@@ -122,8 +120,7 @@ def render_markdown(report):
             "",
             "Earlier sessions of this run (resumed since; not blended into the figures above):",
             "",
-        ]
-        lines += markdown.table(
+        ] + markdown.table(
             [
                 "session",
                 "steps",
@@ -156,8 +153,7 @@ def render_markdown(report):
     if report.get("advice"):
         lines += ["", "Hardware advice:", ""] + [f"- {line}" for line in report["advice"]]
     if report.get("final_metrics"):
-        lines += ["", "Final metrics:", ""]
-        lines += markdown.table(
+        lines += ["", "Final metrics:", ""] + markdown.table(
             ["metric", "value"], [[k, f"{v:.4g}"] for k, v in report["final_metrics"].items()]
         )
     return "\n".join(lines) + "\n"
