@@ -268,11 +268,11 @@ def verdict(rows):
             else ""
         )
     )
-    missed = [
-        f"{r['policy']} ({', '.join(text(r) for failed, text in FAILURES if failed(r))})"
-        for r in rows
-        if any(failed(r) for failed, _ in FAILURES)
-    ]
+    missed = []
+    for r in rows:
+        why = [text(r) for failed, text in FAILURES if failed(r)]
+        if why:
+            missed.append(f"{r['policy']} ({', '.join(why)})")
     others = [r for r in rows if r is not base]
     seeds = _accuracy_changes_text(
         others, "conditional_accuracy_change_across_seeds", "at", "seeds"

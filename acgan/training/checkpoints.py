@@ -11,7 +11,6 @@ TensorFlow is imported inside the functions that need it: move_aside and the mes
 backend's checkpoints too (jax_checkpoints.py).
 """
 
-import contextlib
 import re
 import sys
 from pathlib import Path
@@ -35,10 +34,12 @@ def candidates(directory):
     directory = Path(directory)
     prefixes = {str(p.with_suffix("")) for p in directory.glob("ckpt-*.index")}
     prefixes |= {str(p).split(".data-")[0] for p in directory.glob("ckpt-*.data-*-of-*")}
-    with contextlib.suppress(Exception):  # an unreadable state file: the files on disk still count
+    try:
         state = tf.train.get_checkpoint_state(str(directory))
-        if state is not None:  # its paths may be absolute or relative; the files are in `directory`
-            prefixes |= {str(directory / Path(p).name) for p in state.all_model_checkpoint_paths}
+    except Exception:  # noqa: BLE001 - an unreadable state file: the files on disk still count
+        state = None
+    if state is not None:  # its paths may be absolute or relative; the files are in `directory`
+        prefixes |= {str(directory / Path(p).name) for p in state.all_model_checkpoint_paths}
     return sorted((p for p in prefixes if step_of(p) is not None), key=step_of, reverse=True)
 
 
