@@ -30,9 +30,8 @@ TINY = dict(
     log_every=1,
     ema_decay=0.9,
 )
-# The JAX run trains one step, its checkpoint and grid at the end: a JAX run's second step compiles the step
-# again (its state's arrays are committed to the device after the first, a new input signature to jit:
-# ~5 CPU-s), and what the export tests read (a checkpoint of G's average) needs only one.
+# The JAX run trains one step, its checkpoint and grid at the end: what the export tests read (a checkpoint
+# of G's average) needs only one, and the child's CPU goes to importing JAX and compiling the step.
 JAX_TINY = dict(TINY, steps=1, sample_every=None, checkpoint_every=1)
 # XLA's backend unoptimized, for the test process and every child (conftest.py sets it): a small step
 # compiles in about half the CPU time; what it computes is the same up to float rounding.
