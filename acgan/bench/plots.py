@@ -12,6 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from acgan.bench.results import groups
 from acgan.measure.backend_labels import BACKEND_NAMES, backend_label, backend_of
 from acgan.util.files import write_atomically
 
@@ -30,11 +31,11 @@ FIGURES = {
 def series(rows):
     """{(device, backend label, policy, jit): ok rows sorted by batch}, in first-seen order. The backend
     label names the Keras backend (and on JAX the float32 matmul precision): backend_labels.backend_label."""
-    out = {}
-    for r in rows:
-        if r["status"] == "ok":
-            out.setdefault((r["device"], backend_label(r), r["policy"], r["jit"]), []).append(r)
-    return {k: sorted(v, key=lambda r: r["batch"]) for k, v in out.items()}
+    ok = groups(
+        [r for r in rows if r["status"] == "ok"],
+        key=lambda r: (r["device"], backend_label(r), r["policy"], r["jit"]),
+    )
+    return {k: sorted(v, key=lambda r: r["batch"]) for k, v in ok.items()}
 
 
 def series_label(key, many_devices, many_jits, many_backends=False):

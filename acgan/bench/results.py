@@ -100,23 +100,25 @@ def add_speedups(rows):
     return rows
 
 
-def groups(rows):
-    """{(device, backend label, jit): rows}, in first-seen order."""
+def groups(rows, key=lambda r: (r["device"], backend_label(r), r["jit"])):
+    """{key(row): rows}, in first-seen order; by default the tables' {(device, backend label, jit): rows}."""
     out = {}
     for r in rows:
-        out.setdefault((r["device"], backend_label(r), r["jit"]), []).append(r)
+        out.setdefault(key(r), []).append(r)
     return out
 
 
 def backend_comparison(rows):
     """[(device, jit, policy, batch, {backend label: ms per batch})] where one configuration ran on more
     than one backend (or JAX matmul precision), in first-seen order."""
-    out = {}
-    for r in rows:
-        if r["status"] == "ok" and r["time_per_batch_ms"]:
-            key = (r["device"], r["jit"], r["policy"], r["batch"])
-            out.setdefault(key, {})[backend_label(r)] = r["time_per_batch_ms"]
-    return [key + (times,) for key, times in out.items() if len(times) > 1]
+    timed = groups(
+        [r for r in rows if r["status"] == "ok" and r["time_per_batch_ms"]],
+        key=lambda r: (r["device"], r["jit"], r["policy"], r["batch"]),
+    )
+    times = {
+        k: {backend_label(r): r["time_per_batch_ms"] for r in group} for k, group in timed.items()
+    }
+    return [k + (t,) for k, t in times.items() if len(t) > 1]
 
 
 def load_benchmark(path):
