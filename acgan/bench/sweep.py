@@ -335,8 +335,8 @@ def make_run(settings, backend, machine, widths, image_shape, num_classes, comma
 
 
 def run_sweep(settings, output_dir=None, command=None, echo=print):
-    """Runs the whole benchmark into `output_dir` and returns (output folder, the benchmark document)."""
-    settings.validate()
+    """Runs the whole benchmark of validated `settings` (api.benchmark_with's callers validate them) into
+    `output_dir` and returns (output folder, the benchmark document)."""
     output_dir = check_output_dir(output_dir or default_output_dir())
     count = max(settings.batches + ((settings.overhead_batch,) if settings.overhead else ()))
     # Synthetic inputs double as the trainer's npz dataset, whose train split is 90% of it.

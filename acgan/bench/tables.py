@@ -3,7 +3,6 @@ writes them with the figures (plots) and benchmark.json."""
 
 import csv
 import io
-from pathlib import Path
 
 from acgan.bench.results import backend_comparison, groups
 from acgan.bench.time_tables import number_text, render_arithmetic, render_overhead, render_profiles
@@ -346,13 +345,13 @@ def _result_cells(r):
 
 
 def write_outputs(doc, output_dir):
-    """benchmark.json, benchmark.csv, benchmark.md and the figures, each written atomically."""
+    """benchmark.json, benchmark.csv, benchmark.md and the figures in the folder `output_dir` (a Path: its
+    callers' prepared folder), each written atomically."""
     # Here, not at the top: acgan.api imports this module, so every command (and each run acgan.compare
     # trains) would load matplotlib, about a second (1.2 s against 0.44 s for all of acgan.api, on 2 CPU
     # cores), to draw nothing; only the benchmark's processes draw the figures.
     from acgan.bench import plots
 
-    output_dir = Path(output_dir)
     figures = plots.write_figures(doc, output_dir)
     write_atomically(output_dir / "benchmark.csv", render_csv(doc))
     write_atomically(output_dir / "benchmark.md", render_markdown(doc))
@@ -360,4 +359,3 @@ def write_outputs(doc, output_dir):
     write_json(
         output_dir / "benchmark.json", dict(doc, figures=sorted(p.name for p in figures.values()))
     )
-    return output_dir
