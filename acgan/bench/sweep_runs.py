@@ -80,20 +80,17 @@ def run_worker(job, work_dir, log_path, extra_env=None, max_seconds=None):
 EMA_PROBE_DECAY = 0.999  # the decay the G-EMA cost is timed at when the preset keeps no average
 
 
-def measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_dir, name):
-    """What G's moving average costs per step: the bare step at the overhead configuration with the average
-    and without (one more worker, the other side of `bare`): {"decay", "with_ms", "without_ms", "ratio"},
-    or {"status": "failed", "reason"}."""
+def measure_ema_cost(job, bare, work_dir, log_path):
+    """What G's moving average costs per step: the bare step at the overhead configuration (`job`, whose
+    timing is the row `bare`) with the average and without (one more worker, the other side of `bare`):
+    {"decay", "with_ms", "without_ms", "ratio"}, or {"status": "failed", "reason"}."""
     if bare["status"] != "ok":
         return {"status": "failed", "reason": f"bare step: {bare['reason']}"}
     kept = bare.get("ema_decay") or 0.0
-    job = step_job(
-        settings, run["backend"], bare["policy"], bare["batch"], bare["jit"], inputs, num_classes
-    )
     job = dataclasses.replace(
         job, config=dataclasses.replace(job.config, ema_decay=0.0 if kept else EMA_PROBE_DECAY)
     )
-    other = run_worker(job, work_dir, output_dir / "logs" / f"overhead-ema-{name}.log")
+    other = run_worker(job, work_dir, log_path)
     if other["status"] != "ok":
         return {"status": "failed", "reason": other.get("reason")}
     with_ms, without_ms = (
@@ -118,6 +115,7 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
     policy, batch, jit = settings.policies[0], settings.overhead_batch, True in settings.jits
     name = config_name(backend, policy, batch, jit)
     echo(f"trainer overhead: {backend}, {policy}, batch {batch}, XLA {'on' if jit else 'off'}")
+    bare_job = step_job(settings, backend, policy, batch, jit, inputs, num_classes)
     bare = next(
         (
             r
@@ -127,13 +125,12 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
         None,
     )
     if bare is None:  # the sweep did not time this configuration
-        job = step_job(settings, backend, policy, batch, jit, inputs, num_classes)
         bare = make_row(
             run,
             policy,
             batch,
             jit,
-            run_worker(job, work_dir, output_dir / "logs" / f"overhead-bare-{name}.log"),
+            run_worker(bare_job, work_dir, output_dir / "logs" / f"overhead-bare-{name}.log"),
         )
     # One trainer run folder per backend (overhead-trainer-jax, ...) when the sweep has several.
     trainer_dir = OVERHEAD_DIR if len(settings.backends) == 1 else f"{OVERHEAD_DIR}-{backend}"
@@ -149,7 +146,9 @@ def measure_overhead(settings, run, rows, inputs, num_classes, work_dir, output_
         run["command"],
     )
     loop = run_worker(job, work_dir, output_dir / "logs" / f"overhead-trainer-{name}.log")
-    ema = measure_ema_cost(settings, run, bare, inputs, num_classes, work_dir, output_dir, name)
+    ema = measure_ema_cost(
+        bare_job, bare, work_dir, output_dir / "logs" / f"overhead-ema-{name}.log"
+    )
     ok = loop["status"] == "ok" and bare["status"] == "ok"
     return {
         "backend": backend,
