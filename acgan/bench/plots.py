@@ -93,8 +93,7 @@ def _finish(ax, path, labels, empty, ylabel, title):
 def _batch_axis(ax, series_points):
     batches = sorted({r["batch"] for points in series_points for r in points})
     ax.set_xscale("log", base=2)
-    ax.set_xticks(batches)
-    ax.set_xticklabels([str(b) for b in batches])
+    ax.set_xticks(batches, [str(b) for b in batches])
     ax.minorticks_off()
     ax.set_xlabel("batch size")
     ax.grid(True, which="major", alpha=0.3)
@@ -196,8 +195,7 @@ def plot_cost(doc, path):
             )
             notes.append(f"{run['device']}: ${price['usd_per_hour']:g}/h ({entry})")
     if priced:
-        ax.set_xticks(range(len(batches)))
-        ax.set_xticklabels([str(b) for b in batches])
+        ax.set_xticks(range(len(batches)), [str(b) for b in batches])
         ax.set_xlabel("batch size")
         ax.grid(True, axis="y", alpha=0.3)
     else:
