@@ -60,7 +60,6 @@ def run_bare(job):
         baseline_memory_bytes=None if runtime.accelerated else baseline,
         memory_counter=(GPU_COUNTER if runtime.accelerated else CPU_COUNTER)[runtime.name],
         replicas=runtime.replicas,
-        replica_devices=runtime.replica_devices(),
     )
     if runtime.name == "jax":
         import jax  # here: a TensorFlow worker never imports JAX
@@ -195,8 +194,6 @@ def run_trainer(job):
         "window_ms": [w * 1e3 for w in windows],
         "window_steps": job.window,
         "time_per_batch_ms": statistics.median(windows) * 1e3 if windows else None,
-        "time_per_batch_mean_ms": report["timing"].get("time_per_batch_ms"),
-        "bare_step_ms": report["timing"].get("bare_step_ms"),
         "measured_steps": report["timing"].get("measured_steps"),
         "log_every": job.config.log_every,
         "loop_seconds": report.get("loop_seconds"),
