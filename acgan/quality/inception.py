@@ -191,7 +191,7 @@ def softmax(logits):
     return z / z.sum(axis=-1, keepdims=True)
 
 
-def scores(graph, fake, labels, train_set, dataset, cache_dir=None, stats=None, echo=print, seed=0):
+def scores(graph, fake, labels, train_set, dataset, cache_dir, stats=None, echo=print, seed=0):
     """The result's "inception" entry: the standard FID, KID and per-class FID (StudioGAN's iFID) of
     `fake` (uint8 [N, H, W, 3], generated for `labels`) against every image of `train_set` (an ImageSet),
     the Inception score of `fake` and of the train images, the sample counts and the graph file. The train
@@ -308,7 +308,7 @@ def comparability(dataset, num_generated, num_real, stats_file=None):
     )
 
 
-def real_features(graph, images, cache_dir=None, echo=print):
+def real_features(graph, images, cache_dir, echo=print):
     """pool_3 features [N, F] (float32) of real images, from the cache in `cache_dir` when it holds them
     for this graph (its sha256) and these very images, else computed and cached there."""
     key = {
@@ -318,20 +318,19 @@ def real_features(graph, images, cache_dir=None, echo=print):
         "images_sha1": hashlib.sha1(np.ascontiguousarray(images).tobytes()).hexdigest(),
     }
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-    path = Path(cache_dir) / f"inception-real-{digest}.npz" if cache_dir is not None else None
-    if path is not None:  # missing or unreadable: computed again, and written
-        with (
-            contextlib.suppress(OSError, ValueError, KeyError, zipfile.BadZipFile),
-            np.load(path) as cached,
-        ):
-            return cached["features"]
+    path = Path(cache_dir) / f"inception-real-{digest}.npz"
+    # missing or unreadable: computed again, and written
+    with (
+        contextlib.suppress(OSError, ValueError, KeyError, zipfile.BadZipFile),
+        np.load(path) as cached,
+    ):
+        return cached["features"]
     echo(
-        f"standard FID: {len(images):,} real train images through the Inception graph"
-        + (f" (once: cached in {path})" if path is not None else "")
+        f"standard FID: {len(images):,} real train images through the Inception graph "
+        f"(once: cached in {path})"
     )
     features = graph.run(images, echo, "real train images")
-    if path is not None:
-        inception_stats.write_npz(path, features=features)
+    inception_stats.write_npz(path, features=features)
     return features
 
 

@@ -147,7 +147,7 @@ def test_the_inception_score_runs_from_1_to_the_number_of_classes(tmp_path):
     images = np.random.default_rng(1).integers(0, 256, (20, 16, 16, 3), dtype=np.uint8)
     train_set = _train_set(images)
     entry = inception.scores(
-        graph, images, train_set.labels, train_set, "cifar10", echo=lambda line: None
+        graph, images, train_set.labels, train_set, "cifar10", tmp_path, echo=lambda line: None
     )
     assert graph.weight.shape == (FEATURES, CLASSES)
     assert entry["inception_score"] == pytest.approx(1.0) and entry[
@@ -305,7 +305,7 @@ def _fid_by_brute_force(a, b):
     return np.sum((a.mean(0) - b.mean(0)) ** 2) + np.trace(s_a) + np.trace(s_b) - 2 * root_trace
 
 
-def test_kid_and_the_per_class_fid_are_those_of_the_features_class_by_class(graph_file):
+def test_kid_and_the_per_class_fid_are_those_of_the_features_class_by_class(graph_file, tmp_path):
     """Three classes of 30 train images, each its own colour; the samples of class a are its train
     images in another order (FID 0), of b brighter, of c darker. The per-class FID (iFID) is each class's
     FID computed by brute force from the features the graph gives one image at a time, its mean their
@@ -322,7 +322,7 @@ def test_kid_and_the_per_class_fid_are_those_of_the_features_class_by_class(grap
     graph = inception.read_graph(graph_file)
     train_set = _train_set(real)
     entry = inception.scores(
-        graph, fake, labels, train_set, "swatches", echo=lambda line: None, seed=4
+        graph, fake, labels, train_set, "swatches", tmp_path, echo=lambda line: None, seed=4
     )
     f_real, f_fake = (features_one_at_a_time(graph_file, x) for x in (real, fake))
     expected = [_fid_by_brute_force(f_fake[labels == c], f_real[labels == c]) for c in range(3)]
@@ -369,7 +369,14 @@ def test_the_statistics_file_is_written_in_ttur_format_then_read_in_place_of_the
     new = inception_stats.read_stats(path, FEATURES)
     assert new == {"path": path} and not path.exists()
     written = inception.scores(
-        graph, fake, train_set.labels, train_set, "cifar10", stats=new, echo=lambda line: None
+        graph,
+        fake,
+        train_set.labels,
+        train_set,
+        "cifar10",
+        tmp_path,
+        stats=new,
+        echo=lambda line: None,
     )
     features = features_one_at_a_time(graph_file, real)
     with np.load(path) as saved:
@@ -389,6 +396,7 @@ def test_the_statistics_file_is_written_in_ttur_format_then_read_in_place_of_the
         train_set.labels,
         train_set,
         "cifar10",
+        tmp_path,
         stats=inception_stats.read_stats(path, FEATURES),
         echo=lines.append,
     )
