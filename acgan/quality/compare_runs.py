@@ -159,7 +159,7 @@ def train_policy(settings, policy, run_dir, echo=print, seed=None, resume=False)
     if returncode == DIVERGED_STATUS and _report_status(run_dir) == "diverged":
         # A finding, not a failure: the page shows it, judged at the last good checkpoint.
         echo(f"{policy}: diverged ({last_log_line(log_path)}); judging its last good checkpoint")
-        return run_dir
+        return
     if returncode != 0 or not (run_dir / "report.json").exists():
         how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
         last = last_log_line(log_path)
@@ -169,7 +169,6 @@ def train_policy(settings, policy, run_dir, echo=print, seed=None, resume=False)
     echo(
         f"{policy}{'' if seed is None else f' (seed {seed})'}: trained in {time.perf_counter() - started:.0f} s"
     )
-    return run_dir
 
 
 def _go_on_text(settings, out):
@@ -186,13 +185,12 @@ def _report_status(run_dir):
         return None
 
 
-def train_all(settings, runs, out, echo=print, states=None):
-    """Trains every (policy, seed, run folder) of `runs` in order, up to settings.parallel at once; with
-    `states` (run_states) a "done" run is left as it is and a "resume" run goes on from its checkpoint.
+def train_all(settings, runs, out, states, echo=print):
+    """Trains every (policy, seed, run folder) of `runs` in order, up to settings.parallel at once, by
+    their `states` (run_states): a "done" run is left as it is, a "resume" run goes on from its checkpoint.
     After a failure no further run starts; those already training finish (nothing is lost), then the first
     failure in run order is raised."""
     several = settings.seeds > 1
-    states = states or ["train"] * len(runs)
 
     def train(i, policy, seed, run_dir):
         at = f" at seed {seed}" if several else ""

@@ -154,12 +154,12 @@ class CompareSettings:
 
 
 def train_runs(settings, echo=print):
-    """acgan.compare's first half: every run trained, each in its own `python -m acgan.train` process
-    (with resume: resumed or kept as it is); this process loads no framework. Returns (the output
-    folder, settings.runs(out), their states before training: compare_runs.run_states)."""
-    settings.validate()
+    """acgan.compare's first half on validated settings (acgan.api.compare_with validates them): every
+    run trained, each in its own `python -m acgan.train` process (with resume: resumed or kept as it
+    is); this process loads no framework. Returns (the output folder, settings.runs(out), their states
+    before training: compare_runs.run_states)."""
     out = compare_runs.prepare_output_dir(settings)
     runs = settings.runs(out)
     states = compare_runs.run_states(settings, runs)
-    compare_runs.train_all(settings, runs, out, echo, states)
+    compare_runs.train_all(settings, runs, out, states, echo)
     return out, runs, states
