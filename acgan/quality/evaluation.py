@@ -142,7 +142,7 @@ def evaluate_gan(trainer, test_set, judge, num_samples=1000, seed=0, with_q=True
         # The same metrics on the real held-out images: the ceiling a perfect generator would reach.
         "real_conditional_accuracy": conditional_accuracy(real_probs, real_labels, num_classes)[0],
         "real_classifier_score": classifier_score(real_probs),
-        "judge_test_accuracy": judge.test_accuracy,
+        "judge_test_accuracy": judge.info.get("test_accuracy"),
     }
     if with_q:
         # The GAN's own Q on the real test images, and on the samples: does Q name the class G was asked

@@ -85,10 +85,6 @@ class Judge:
             )
         self._real_cache = {}
 
-    @property
-    def test_accuracy(self):
-        return self.info.get("test_accuracy")
-
     def predict(self, images, batch=PREDICT_BATCH):
         """uint8 images [N, H, W, C] -> (features float64 [N, 128], probabilities float64 [N, K])."""
         batches = [  # (features, probabilities) of each batch
@@ -222,7 +218,7 @@ def load_or_train(
     judge = train(train_set, test_set, epochs=epochs, seed=seed, echo=echo)
     judge.info.update({"key": key, "path": str(model_path)})
     echo(
-        f"judge: {judge.test_accuracy:.2%} on {len(test_set)} held-out test images, "
+        f"judge: {judge.info['test_accuracy']:.2%} on {len(test_set)} held-out test images, "
         f"trained in {judge.info['train_seconds']:.0f} s"
     )
     try:

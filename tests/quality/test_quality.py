@@ -119,7 +119,7 @@ def test_judge_is_accurate_cached_and_float32_under_a_mixed_policy(
 ):
     from acgan.quality import judge as judge_lib
 
-    assert judge.test_accuracy >= 0.97
+    assert judge.info["test_accuracy"] >= 0.97
     assert judge.info["num_train"] == 10 * PER_CLASS and judge.info["num_test"] == len(test_set)
     set_policy("mixed_float16")
     lines = []
@@ -131,7 +131,7 @@ def test_judge_is_accurate_cached_and_float32_under_a_mixed_policy(
         echo=lines.append,
     )
     assert lines == []  # loaded, not retrained
-    assert cached.test_accuracy == judge.test_accuracy
+    assert cached.info["test_accuracy"] == judge.info["test_accuracy"]
     assert {layer.dtype_policy.name for layer in cached.classifier.layers} == {"float32"}
     assert {layer.dtype_policy.name for layer in judge_lib.build_model((28, 28, 1), 10).layers} == {
         "float32"
@@ -151,7 +151,7 @@ def test_conditional_accuracy_of_real_images_is_the_judges_and_of_noise_is_chanc
     features, probs = judge.predict(test_set.images)
     assert features.shape == (len(test_set), 128)
     accuracy, per_class = metrics.conditional_accuracy(probs, test_set.labels)
-    assert accuracy == pytest.approx(judge.test_accuracy, abs=1e-9)
+    assert accuracy == pytest.approx(judge.info["test_accuracy"], abs=1e-9)
     assert min(per_class) > 0.9
     noise = np.random.default_rng(0).integers(0, 256, (2000, 28, 28, 1), dtype=np.uint8)
     labels = (np.arange(2000) % 10).astype(np.int32)
