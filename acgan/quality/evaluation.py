@@ -40,7 +40,7 @@ def q_accuracy(classifier, images, labels, class_names, batch=500):
         np.asarray(classifier(images[i : i + batch].astype(np.float32) / 255.0, training=False))
         for i in range(0, len(images), batch)
     ]
-    overall, per_class = conditional_accuracy(np.concatenate(probs), labels, len(class_names))
+    overall, per_class = conditional_accuracy(np.concatenate(probs), labels)
     return overall, dict(zip(class_names, per_class))
 
 
@@ -114,7 +114,7 @@ def evaluate_gan(trainer, test_set, judge, num_samples=1000, seed=0, with_q=True
         fake = sampling.generate_images(trainer, z, labels)
     fake_features, fake_probs = judge.predict(fake)
     real_features, real_probs, real_labels = judge.real_reference(test_set, num_samples, seed)
-    overall, per_class = conditional_accuracy(fake_probs, labels, num_classes)
+    overall, per_class = conditional_accuracy(fake_probs, labels)
     class_fd, class_fd_mean = per_class_frechet(
         real_features, real_labels, fake_features, labels, num_classes
     )
@@ -140,7 +140,7 @@ def evaluate_gan(trainer, test_set, judge, num_samples=1000, seed=0, with_q=True
         "num_generated_per_class": class_counts(labels, num_classes).tolist(),
         "classifier_score": classifier_score(fake_probs),
         # The same metrics on the real held-out images: the ceiling a perfect generator would reach.
-        "real_conditional_accuracy": conditional_accuracy(real_probs, real_labels, num_classes)[0],
+        "real_conditional_accuracy": conditional_accuracy(real_probs, real_labels)[0],
         "real_classifier_score": classifier_score(real_probs),
         "judge_test_accuracy": judge.info.get("test_accuracy"),
     }

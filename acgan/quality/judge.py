@@ -135,7 +135,7 @@ def train(train_set, test_set, epochs=EPOCHS, batch=BATCH, seed=0, echo=print):
     train_seconds = time.perf_counter() - started
     judge = Judge(model, {})
     _, probs = judge.predict(test_set.images)
-    overall, per_class = conditional_accuracy(probs, test_set.labels, test_set.num_classes)
+    overall, per_class = conditional_accuracy(probs, test_set.labels)
     judge.info.update(
         {
             "format": FORMAT,

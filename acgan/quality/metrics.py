@@ -5,16 +5,15 @@ they are measured against."""
 import numpy as np
 
 
-def conditional_accuracy(probs, labels, num_classes=None):
+def conditional_accuracy(probs, labels):
     """(overall, per-class list) fraction of samples whose argmax class is the class they were made for.
 
-    probs [N, K], labels int [N]. A class with no samples gets None.
+    probs [N, K], labels int [N]: one entry per class of probs. A class with no samples gets None.
     """
-    num_classes = num_classes or probs.shape[-1]
     hits = np.argmax(probs, axis=-1) == labels
     per_class = [
         float(np.mean(hits[labels == c])) if np.any(labels == c) else None
-        for c in range(num_classes)
+        for c in range(probs.shape[-1])
     ]
     return float(np.mean(hits)), per_class
 
