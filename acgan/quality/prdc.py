@@ -79,12 +79,6 @@ def prdc(real, fake, k=NEAREST_K, chunk_elements=CHUNK_ELEMENTS):
     }
 
 
-def per_class_prdc(real, real_labels, fake, fake_labels, num_classes, k=NEAREST_K):
-    """prdc of each class c: fake[fake_labels == c] against real[real_labels == c] (None where a side
-    has k or fewer of the class)."""
-    return [prdc(real[real_labels == c], fake[fake_labels == c], k) for c in range(num_classes)]
-
-
 def class_mean(per_class):
     """The mean of each number over the classes that have one (None when none has)."""
     known = [m for m in per_class if m is not None]
@@ -107,8 +101,9 @@ def measure(real, real_labels, fake, class_fake, class_fake_labels, class_names,
     """entries() of `fake` against `real` overall, and per class of `class_fake` (labelled
     class_fake_labels) against the same class of `real`: an evaluation's generated samples (both the
     same set), or a real-vs-real reference's train images (the per-class side drawn at the generated
-    side's per-class sizes)."""
-    per_class = per_class_prdc(
-        real, real_labels, class_fake, class_fake_labels, len(class_names), k
-    )
+    side's per-class sizes). A class with k or fewer on a side has no numbers (None)."""
+    per_class = [
+        prdc(real[real_labels == c], class_fake[class_fake_labels == c], k)
+        for c in range(len(class_names))
+    ]
     return entries(prdc(real, fake, k), per_class, class_names, k)

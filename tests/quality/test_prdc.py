@@ -99,17 +99,13 @@ def test_a_side_with_k_or_fewer_points_is_none_per_class_too_and_left_out_of_the
     assert prdc.prdc(real[:6], fake[:6]) is not None  # k = 5 needs 6: each point's 5 others
     labels = np.repeat([0, 1], 20)
     fake_labels = np.where(np.arange(40) < 35, 0, 1)  # class 1: 5 samples, one too few
-    per_class = prdc.per_class_prdc(real, labels, fake, fake_labels, 3)
-    assert (
-        per_class[0] == prdc.prdc(real[:20], fake[:35])
-        and per_class[1] is None
-        and per_class[2] is None
-    )
-    out = prdc.entries(prdc.prdc(real, fake), per_class, ("a", "b", "c"))
+    out = prdc.measure(real, labels, fake, fake, fake_labels, ("a", "b", "c"))
+    class_a = prdc.prdc(real[:20], fake[:35])
+    for name in prdc.NAMES:
+        assert out[f"{name}_per_class"] == {"a": class_a[name], "b": None, "c": None}
     assert out["prdc_nearest_k"] == 5 and out["recall"] == prdc.prdc(real, fake)["recall"]
-    assert out["coverage_per_class"] == {"a": per_class[0]["coverage"], "b": None, "c": None}
     # the classes without a number left out
-    assert out["density_class_mean"] == per_class[0]["density"]
+    assert out["density_class_mean"] == class_a["density"]
     empty = prdc.entries(None, [None, None], ("a", "b"))
     assert empty["precision"] is None and empty["precision_class_mean"] is None
 
