@@ -129,8 +129,7 @@ def render_markdown(result):
     lines = ["## Sample quality", "", judge_line, ""] + markdown.table(
         ["", ""], summary_rows(result)
     )
-    if result.get("conditional_accuracy_per_class"):
-        lines += [""] + per_class_table(result)
+    lines += [""] + per_class_table(result)
     lines += ["", f"`{result.get('command', '')}`"]
     return "\n".join(lines) + "\n"
 
