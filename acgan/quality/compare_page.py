@@ -69,9 +69,8 @@ def write_figure(rows, path, title):
 
 
 def _reference_sizes(row):
-    reference = row.get("real_reference")
-    if not reference:
-        return "real test and real train images (not measured for these runs)"
+    """The real-vs-real reference's sizes (every judged run has one: run_evaluation.evaluate_run)."""
+    reference = row["real_reference"]
     return f"{reference['num_real']:,} real test images and {reference['num_train']:,} real train images"
 
 
