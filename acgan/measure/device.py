@@ -9,6 +9,8 @@ import resource
 
 import keras
 
+from acgan.measure.prices import tpu_version
+
 CPU_FLAGS_OF_INTEREST = (
     "avx2",
     "avx512f",
@@ -40,16 +42,6 @@ def cpu_model_and_flags():
 # (v4 and v5p in "megacore" mode, v5e and v6e with one core), so the price, which is per chip, is paid
 # once per chip, not once per replica: a v3-8 is 8 replicas on 4 chips.
 TPU_CORES_PER_CHIP = {"v2": 2, "v3": 2, "v4": 2, "v5e": 1, "v5p": 2, "v6e": 1}
-_TPU_VERSION_NAMES = {"v5lite": "v5e", "v5litepod": "v5e", "v6lite": "v6e"}
-
-
-def tpu_version(text):
-    """ "TPU v4" / "v4-8" / "v5litepod-8" / "TPU v5 lite" -> "v4" / "v4" / "v5e" / "v5e"; None if no version."""
-    match = re.search(r"v(\d)\s*(p|e|lite(?:pod)?)?", (text or "").lower().replace("tpu", " "))
-    if not match:
-        return None
-    version = "v" + match.group(1) + (match.group(2) or "").replace(" ", "")
-    return _TPU_VERSION_NAMES.get(version, version)
 
 
 def _tpu_kind():

@@ -5,8 +5,8 @@ Matching rule (`match_accelerator`), applied to an accelerator name such as Tens
 
 1. Upper-case the name and split it into tokens on spaces, hyphens, underscores, slashes,
    parentheses and commas. Vendor words (NVIDIA, TESLA, GEFORCE, QUADRO) carry no meaning.
-2. TPUs: a token "TPU" followed by a version ("V4", "V5E", "V5LITE", "V5 LITE", "V5LITEPOD")
-   names the entry "TPU-v4" / "TPU-v5e" / "TPU-v5p" ("TPU v5") / "TPU-v6e" ("TPU v6 lite").
+2. TPUs: a name with a token "TPU" names the entry of its version (`tpu_version`: "v4", "v5e",
+   "v5 lite", "v5litepod"): "TPU-v4" / "TPU-v5e" / "TPU-v5p" ("TPU v5") / "TPU-v6e" ("TPU v6 lite").
 3. Otherwise an entry "MODEL" or "MODEL-MEMORY" (e.g. "T4", "A100-40GB") matches when MODEL is one
    of the tokens, whole: "L4" matches "NVIDIA L4" but not "NVIDIA L40S". When several entries share
    the model and differ in memory, a memory token in the name (e.g. "80GB") picks one; a name
@@ -25,24 +25,23 @@ from importlib import resources
 
 VENDOR_WORDS = {"NVIDIA", "TESLA", "GEFORCE", "QUADRO"}
 KIND_PREFERENCE = ("vm", "gpu_only")
-# JAX names a v5p "TPU v5" and a v6e "TPU v6 lite".
-_TPU_VERSIONS = {
-    "V2": "v2",
-    "V3": "v3",
-    "V4": "v4",
-    "V5E": "v5e",
-    "V5LITE": "v5e",
-    "V5LITEPOD": "v5e",
-    "V5": "v5p",
-    "V5P": "v5p",
-    "V6E": "v6e",
-    "V6LITE": "v6e",
-}
+# TPU version spellings that name another version's entry; JAX names a v5p "TPU v5" and a v6e "TPU v6 lite".
+_TPU_VERSION_NAMES = {"v5": "v5p", "v5lite": "v5e", "v5litepod": "v5e", "v6lite": "v6e"}
 
 
 def load_table():
     """The parsed gpu_prices.json shipped with the package: {"about", "sources", "prices": [...]}."""
     return json.loads(resources.files("acgan.measure").joinpath("gpu_prices.json").read_text())
+
+
+def tpu_version(text):
+    """ "TPU v4" / "v4-8" / "v5litepod-8" / "TPU v5 lite" / "TPU v5" -> "v4" / "v4" / "v5e" / "v5e" / "v5p";
+    None if no version."""
+    match = re.search(r"v(\d)\s*(p|e|lite(?:pod)?)?", (text or "").lower().replace("tpu", " "))
+    if not match:
+        return None
+    version = "v" + match.group(1) + (match.group(2) or "").replace(" ", "")
+    return _TPU_VERSION_NAMES.get(version, version)
 
 
 def _split_entry(accelerator):
@@ -59,9 +58,7 @@ def match_accelerator(name, table=None):
     accelerators = list(dict.fromkeys(p["accelerator"] for p in table["prices"]))
     tokens = [t for t in re.split(r"[\s\-_/(),]+", name.upper()) if t and t not in VENDOR_WORDS]
     if "TPU" in tokens:
-        rest = tokens[tokens.index("TPU") + 1 :]
-        version = "".join(rest[:2]) if rest[1:2] == ["LITE"] else "".join(rest[:1])
-        wanted = _TPU_VERSIONS.get(version)
+        wanted = tpu_version(name)
         return f"TPU-{wanted}" if wanted and f"TPU-{wanted}" in accelerators else None
     # "80G" is the entries' "80GB"
     memories = {t if t.endswith("B") else t + "B" for t in tokens if re.fullmatch(r"\d+GB?", t)}

@@ -96,24 +96,6 @@ def test_advice_on_a_tpu_never_calls_bfloat16_slow(monkeypatch):
     assert "use mixed_bfloat16" in line and "slower" not in line
 
 
-@pytest.mark.parametrize(
-    "text, version",
-    [
-        ("TPU v4", "v4"),
-        ("v4-8", "v4"),
-        ("v5litepod-16", "v5e"),
-        ("TPU v5 lite", "v5e"),
-        ("TPU v5e", "v5e"),
-        ("v5p-8", "v5p"),
-        ("TPU v6e", "v6e"),
-        ("TPU", None),
-        (None, None),
-    ],
-)
-def test_tpu_version(text, version):
-    assert device.tpu_version(text) == version
-
-
 def test_gpu_peak_memory_counts_every_gpu_and_resets_all(monkeypatch):
     gpus = [tf.config.PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(2)]
     monkeypatch.setattr(

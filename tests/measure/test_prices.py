@@ -44,6 +44,25 @@ def test_match_accelerator(name, entry):
     assert prices.match_accelerator(name) == entry
 
 
+@pytest.mark.parametrize(
+    "text, version",
+    [
+        ("TPU v4", "v4"),
+        ("v4-8", "v4"),
+        ("v5litepod-16", "v5e"),
+        ("TPU v5 lite", "v5e"),
+        ("TPU v5e", "v5e"),
+        ("v5p-8", "v5p"),
+        ("TPU v5", "v5p"),  # as JAX names a v5p
+        ("TPU v6e", "v6e"),
+        ("TPU", None),
+        (None, None),
+    ],
+)
+def test_tpu_version(text, version):
+    assert prices.tpu_version(text) == version
+
+
 def test_vm_entry_is_preferred_and_named():
     price = prices.choose_price("Tesla T4", "GPU")
     assert (price["accelerator"], price["provider"], price["kind"], price["usd_per_hour"]) == (
