@@ -16,12 +16,11 @@ ADVERSARIAL_LOSSES = ("nonsaturating", "hinge")
 
 
 def check_adversarial_loss(loss):
-    """`loss` if it names one of ADVERSARIAL_LOSSES (a step takes a resolved name, not "auto")."""
+    """ValueError unless `loss` names one of ADVERSARIAL_LOSSES (a step takes a resolved name, not "auto")."""
     if loss not in ADVERSARIAL_LOSSES:
         raise ValueError(
             f"unknown adversarial loss {loss!r}: one of {', '.join(ADVERSARIAL_LOSSES)}"
         )
-    return loss
 
 
 # Where the EMA generator's batch-norm statistics come from (docs/training.md#g-ema): "g", G's own moving
@@ -37,17 +36,15 @@ EMA_STATISTICS = {
 
 
 def check_ema_statistics(choice):
-    """`choice` if it names one of EMA_STATISTICS."""
+    """ValueError unless `choice` names one of EMA_STATISTICS."""
     if choice not in EMA_STATISTICS:
         raise ValueError(f"--ema_statistics {choice!r}: choose one of {', '.join(EMA_STATISTICS)}")
-    return choice
 
 
 def check_ema_decay(decay):
-    """`decay` if it is a G-EMA decay: a number in [0, 1) (0: no average)."""
+    """ValueError unless `decay` is a G-EMA decay: a number in [0, 1) (0: no average)."""
     if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
         raise ValueError(f"--ema_decay must be in [0, 1) (0: no average of G), got {decay!r}")
-    return decay
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,13 +232,3 @@ def check_image_shape(image_shape, preset):
 def adversarial_loss(arch="reference", loss="auto"):
     """The real/fake loss a run of preset `arch` trains with: `loss`, or with "auto" the preset's."""
     return get(arch).with_loss(loss).loss
-
-
-def ema_decay(arch="reference", decay=None):
-    """The G-EMA decay a run of preset `arch` trains with: `decay`, or with None the preset's."""
-    return get(arch).with_ema_decay(decay).ema_decay
-
-
-def learning_rate_decay(arch="reference"):
-    """The last fraction of a run over which preset `arch`'s learning rates fall to zero, or None."""
-    return get(arch).learning_rate_decay

@@ -178,5 +178,5 @@ def test_the_setting_is_checked():
     ):
         Config(ema_statistics="moving").validate()
     Config(ema_decay=0.0).validate()
-    assert presets.ema_decay("reference", 0.5) == 0.5
-    assert presets.ema_decay("reference") == presets.REFERENCE.ema_decay
+    assert presets.resolve(Config(ema_decay=0.5), (28, 28, 1)).ema_decay == 0.5
+    assert presets.resolve(Config(), (28, 28, 1)).ema_decay == presets.REFERENCE.ema_decay

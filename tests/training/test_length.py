@@ -3,7 +3,7 @@
 import pytest
 
 from acgan.config import Config
-from acgan.presets import learning_rate_decay
+from acgan.presets import ACGAN_CIFAR, REFERENCE
 from acgan.step.common import learning_rate_scale
 from acgan.training.setup import DEFAULT_STEPS, total_steps
 
@@ -31,7 +31,7 @@ def test_other_lengths():
 def test_learning_rates_fall_linearly_to_zero_over_the_last_fraction_of_a_run():
     """Over the last half: full rates until halfway, then linearly to zero at the end, in 1% steps; no
     set length (None) or no decay (the reference model's None) keeps them. acgan_cifar's: the last quarter."""
-    assert learning_rate_decay("reference") is None and learning_rate_decay("acgan_cifar") == 0.25
+    assert REFERENCE.learning_rate_decay is None and ACGAN_CIFAR.learning_rate_decay == 0.25
     scales = [learning_rate_scale(p / 100, 0.5) for p in range(0, 101)]
     assert scales[:51] == [1.0] * 51
     assert scales[75] == 0.5 and scales[90] == 0.2 and scales[100] == 0.0
