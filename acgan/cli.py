@@ -55,8 +55,9 @@ def define_setting_flags(record, names=None, choices=None, defaults=None):
 
 
 def define_run_flags():
-    """--ema, --checkpoint and --backend, for the commands that read a run (checked by the acgan.api call;
-    --backend is chosen before Keras loads, default: KERAS_BACKEND, else None: the run's own backend)."""
+    """--run, --ema, --checkpoint and --backend, for the commands that read a run (checked by the acgan.api
+    call; --backend is chosen before Keras loads, default: KERAS_BACKEND, else None: the run's own backend)."""
+    flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
     flags.DEFINE_boolean(
         "ema",
         True,

@@ -22,7 +22,6 @@ from acgan.quality.report_section import (
 @functools.cache
 def define_flags():
     """The command's flags; cli.run_main defines them before parsing (importing the module defines none)."""
-    flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
     flags.DEFINE_integer(
         "num_samples",
         10_000,

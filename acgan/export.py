@@ -14,7 +14,6 @@ from acgan import api, cli
 @functools.cache
 def define_flags():
     """The command's flags; cli.run_main defines them before parsing (importing the module defines none)."""
-    flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
     flags.DEFINE_string(
         "out",
         None,

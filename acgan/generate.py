@@ -14,7 +14,6 @@ from acgan.config import Config
 @functools.cache
 def define_flags():
     """The command's flags; cli.run_main defines them before parsing (importing the module defines none)."""
-    flags.DEFINE_string("run", None, "A run folder written by acgan.train.")
     flags.DEFINE_integer("per_class", 10, "Samples per class.")
     flags.DEFINE_string(
         "out", None, "Output file: .png (a grid, one row per class) or .npz (images, labels)."
