@@ -21,15 +21,6 @@ def _generator(purpose, seed, index):
     return np.random.default_rng([purpose, seed % 2**64, index])
 
 
-def check_batch(batch, n):
-    if batch < 1:
-        raise UserError(f"batch size must be at least 1, got {batch}")
-    if batch > n:
-        raise UserError(
-            f"batch size {batch} is larger than the dataset ({n} images); lower --batch or add images"
-        )
-
-
 # Cached by value, not per plan (a cached method would keep its plans alive): a batch reads at most two
 # epochs, and parallel readers of one run share them.
 @functools.lru_cache(maxsize=4)
@@ -46,7 +37,12 @@ class BatchPlan:
     """
 
     def __init__(self, n, batch, seed, noise_dim=None, num_classes=None):
-        check_batch(batch, n)
+        if batch < 1:
+            raise UserError(f"batch size must be at least 1, got {batch}")
+        if batch > n:
+            raise UserError(
+                f"batch size {batch} is larger than the dataset ({n} images); lower --batch or add images"
+            )
         self.n, self.batch, self.seed = n, batch, seed
         self.noise_dim, self.num_classes = noise_dim, num_classes
 

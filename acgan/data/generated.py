@@ -77,12 +77,12 @@ class GeneratedSet:
 
 
 def _read_cache(path: str, n: int, shape: tuple) -> tuple[np.ndarray, np.ndarray] | None:
-    if not os.path.exists(path):
-        return None
     try:
         with np.load(path) as f:
             images, labels = f["images"], f["labels"]
-    except Exception:  # a damaged cache is only a cache: regenerate and overwrite it
+    except (
+        Exception
+    ):  # none yet, or a damaged one, which is only a cache: regenerate and overwrite it
         return None
     ok = images.shape == (n, *shape) and images.dtype == np.uint8 and labels.shape == (n,)
     return (images, labels.astype(np.int32)) if ok else None

@@ -99,8 +99,6 @@ def load(
 def fetch(classes: Sequence[str], folder: str) -> None:
     """Download the classes not already in folder; one UserError naming every class that could not be had."""
     missing = [c for c in classes if not os.path.exists(os.path.join(folder, f"{c}.npy"))]
-    if not missing:
-        return
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
