@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from typing import Sequence
 
 from acgan.data import cifar10, doodles, quickdraw, swatches, user_files
@@ -43,6 +44,13 @@ def validate_dataset_name(name: str, *, classes: Sequence[str] | None = None) ->
         raise UserError(f"--classes only applies to the quickdraw dataset, not {name!r}; drop it")
     if classes is not None:
         quickdraw.validate_classes(classes)
+
+
+def path_name(name: str) -> str:
+    """The dataset's name as the run folders and judge files named after it spell it: a path without its
+    npz:/folder: and its trailing /, each run of characters other than letters, digits, _ . - as one _
+    ("folder:/d/my set/" -> "_d_my_set")."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name.split(":")[-1].rstrip("/"))
 
 
 def load_dataset(

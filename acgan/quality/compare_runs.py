@@ -8,7 +8,6 @@ after another, each alone on the machine).
 
 import dataclasses
 import json
-import re
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from acgan import presets
+from acgan.data import path_name
 from acgan.errors import DIVERGED_STATUS, UserError
 from acgan.presets import adversarial_loss  # no framework loads
 from acgan.training.run_dir import RESUME_FIXED, read_run  # no framework loads either
@@ -27,7 +27,7 @@ from acgan.util.files import write_atomically
 
 def default_output_dir(settings, now=None):
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
-    dataset = re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.base.dataset.split(":")[-1].rstrip("/"))
+    dataset = path_name(settings.base.dataset)
     return Path("outputs") / f"{stamp}-compare-{dataset}-b{settings.base.batch}"
 
 

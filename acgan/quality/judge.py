@@ -16,7 +16,6 @@ Importing this module loads Keras: its importers do so after acgan.backend has c
 import hashlib
 import json
 import os
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -179,7 +178,7 @@ def cache_key(dataset, classes, max_per_class, test_set, epochs=EPOCHS, seed=0):
         "seed": seed,
     }
     digest = hashlib.sha1(json.dumps(contents, sort_keys=True).encode()).hexdigest()[:12]
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", dataset.split(":")[-1].rstrip("/")) or "data"
+    name = data_lib.path_name(dataset) or "data"
     return f"{name[-40:]}-{digest}", contents
 
 

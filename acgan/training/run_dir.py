@@ -7,11 +7,11 @@ written before the first step, so a folder with a config.json is a run that can 
 import dataclasses
 import json
 import os
-import re
 from datetime import datetime
 from pathlib import Path
 
 from acgan.config import Config, saved_config
+from acgan.data import path_name
 from acgan.errors import UserError
 from acgan.util.files import write_atomically, write_json
 
@@ -37,8 +37,7 @@ PER_PROCESS = ("coordinator_address", "num_processes", "process_id")
 
 def default_run_dir(config, now=None):
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
-    dataset = re.sub(r"[^A-Za-z0-9_.-]+", "_", config.dataset.split(":")[-1].rstrip("/"))
-    return OUTPUTS / f"{stamp}-{dataset}-{config.policy}-b{config.batch}"
+    return OUTPUTS / f"{stamp}-{path_name(config.dataset)}-{config.policy}-b{config.batch}"
 
 
 def newest_run(root=OUTPUTS):
