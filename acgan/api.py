@@ -273,8 +273,6 @@ def evaluate(
     ):
         value, bound = locals()[name], "non-negative" if lowest == 0 else f"at least {lowest}"
         config_lib.check_int(name, value, lowest, f"--{name} must be {bound}{why}, got {value}")
-    if not Path(run).is_dir():
-        raise UserError(f"--run {os.fspath(run)} is not a folder")
     settings = config_lib.changed(evaluate, dict(locals()))
     if inception_stats is not None and inception is None:
         raise UserError("--inception_stats needs --inception: they are statistics of its features")
@@ -384,8 +382,6 @@ def export(
     moving average of G's weights where the run kept one (False: G's own). Returns Exported."""
     _require_run(run, checkpoint)
     out = export_request.check_output(out, format, keep_policy)
-    if not Path(run).is_dir():
-        raise UserError(f"--run {os.fspath(run)} is not a folder")
     name = _backend_for_run(backend, run, checkpoint)
     export_request.check_installed(format, name)
     exporting = _keras_side(name).export
@@ -412,8 +408,10 @@ def _require_run(run, checkpoint):
 
 def _backend_for_run(name, run, checkpoint="latest"):
     """The backend the run commands choose: the named one, else the one Keras runs on, else KERAS_BACKEND,
-    else the run's own. A folder that holds no run, or --checkpoint best on a run that keeps none, is
-    refused (UserError), before Keras loads (seconds)."""
+    else the run's own. No such folder, a folder that holds no run, or --checkpoint best on a run that
+    keeps none, is refused (UserError), before Keras loads (seconds)."""
+    if not Path(run).is_dir():
+        raise UserError(f"--run {os.fspath(run)} is not a folder")
     config, _ = read_run(Path(run))
     if checkpoint == "best":
         best.record_of(run)
