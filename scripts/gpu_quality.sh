@@ -62,8 +62,8 @@ else
 fi
 echo "installed in $((SECONDS - STARTED)) s; matmul precision: ${JAX_DEFAULT_MATMUL_PRECISION:-default}"
 # Make the data once, before the runs start side by side (each would otherwise make its own copy).
-"$PY" -c "from acgan.data import swatches
-for split in ('train', 'test'): print(split, len(swatches.load(split, data_dir='$DATA_DIR').labels), 'images')"
+"$PY" -c "from acgan.data import load_dataset
+for split in ('train', 'test'): print(split, len(load_dataset('swatches', split=split, data_dir='$DATA_DIR')), 'images')"
 
 local status=0
 timeout -s INT -k 60 $((BUDGET - (SECONDS - STARTED))) "$PY" -m acgan.compare --backend jax --jit \

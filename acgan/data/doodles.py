@@ -27,8 +27,7 @@ OVERSAMPLE = (
 VERSION = 1  # bump whenever the drawing changes, so cached arrays from older code are never reused
 # The full train split takes ~5 s to draw on a 2-core machine, so full splits are cached as .npz under
 # data_dir/doodles/; capped loads are a prefix of the full split (images are drawn class-interleaved).
-# load(split, seed=, data_dir=, max_per_class=), cache_path(data_dir, split, seed) and
-# generate(per_class, seed=, stream=) are DOODLES's, at the end of the module.
+# DOODLES, at the end of the module, loads, caches and generates them (generated.GeneratedSet).
 
 
 def _draw(name: str, rng: np.random.Generator) -> np.ndarray:
@@ -153,4 +152,3 @@ _SHAPES = {
 }
 
 DOODLES = generated.GeneratedSet("doodles", VERSION, CLASS_NAMES, PER_CLASS, (SIZE, SIZE, 1), _draw)
-load, cache_path, generate = DOODLES.load, DOODLES.cache_path, DOODLES.generate

@@ -41,8 +41,7 @@ SIZE = 32
 VERSION = 3  # bump whenever the drawing changes, so cached arrays from older code are never reused
 NOISE = 6.0  # std of the per-pixel noise, in uint8 levels
 _Y, _X = np.mgrid[0:SIZE, 0:SIZE].astype(np.float64) - (SIZE - 1) / 2.0
-# load(split, seed=, data_dir=, max_per_class=), cache_path(data_dir, split, seed) and
-# generate(per_class, seed=, stream=) are SWATCHES's, at the end of the module.
+# SWATCHES, at the end of the module, loads, caches and generates them (generated.GeneratedSet).
 
 
 def _swatch(name, rng):
@@ -197,4 +196,3 @@ _DRAW = {
 SWATCHES = generated.GeneratedSet(
     "swatches", VERSION, CLASS_NAMES, PER_CLASS, (SIZE, SIZE, 3), _swatch, seed_salt=(32,)
 )
-load, cache_path, generate = SWATCHES.load, SWATCHES.cache_path, SWATCHES.generate

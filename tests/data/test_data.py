@@ -88,11 +88,11 @@ def test_doodles_shapes_dtypes_and_balance(doodle_train, doodle_test):
 
 
 def test_doodles_deterministic_per_seed(doodle_train, doodle_dir, tmp_path):
-    again, _ = doodles.generate(
+    again, _ = doodles.DOODLES.generate(
         30, seed=0
     )  # images are drawn class-interleaved, so this is a prefix
     assert again.tobytes() == doodle_train.images[:300].tobytes()
-    other, _ = doodles.generate(30, seed=1)
+    other, _ = doodles.DOODLES.generate(30, seed=1)
     assert not np.array_equal(other, again)
     # A capped load in a fresh data_dir (no cache) matches the capped view of the cached full split.
     capped = load_dataset("doodles", data_dir=str(tmp_path), max_per_class=30)
@@ -103,7 +103,7 @@ def test_doodles_deterministic_per_seed(doodle_train, doodle_dir, tmp_path):
 
 
 def test_doodles_cache_is_written_atomically_and_survives_damage(doodle_dir, doodle_test):
-    path = doodles.cache_path(doodle_dir, "test", 0)
+    path = doodles.DOODLES.cache_path(doodle_dir, "test", 0)
     assert os.path.exists(path)
     assert not [f for f in os.listdir(os.path.dirname(path)) if f.endswith(".tmp")]
     with open(path, "wb") as f:

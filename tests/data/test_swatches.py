@@ -11,7 +11,7 @@ from acgan.data import load_dataset, swatches, validate_dataset_name
 
 @pytest.fixture(scope="module")
 def small():
-    return swatches.generate(40, seed=0)
+    return swatches.SWATCHES.generate(40, seed=0)
 
 
 def test_shapes_dtypes_classes_and_balance(small):
@@ -37,10 +37,10 @@ def test_colour_and_texture_vary_within_each_class(small):
 
 
 def test_deterministic_per_seed_and_streams(small, tmp_path):
-    again, _ = swatches.generate(40, seed=0)
+    again, _ = swatches.SWATCHES.generate(40, seed=0)
     assert again.tobytes() == small[0].tobytes()
-    assert not np.array_equal(swatches.generate(4, seed=1)[0], small[0][:40])
-    assert not np.array_equal(swatches.generate(4, seed=0, stream=1)[0], small[0][:40])
+    assert not np.array_equal(swatches.SWATCHES.generate(4, seed=1)[0], small[0][:40])
+    assert not np.array_equal(swatches.SWATCHES.generate(4, seed=0, stream=1)[0], small[0][:40])
     capped = load_dataset("swatches", data_dir=str(tmp_path), max_per_class=4)
     assert capped.images.tobytes() == small[0][:40].tobytes() and capped.image_shape == (32, 32, 3)
     assert not os.path.exists(tmp_path / "swatches")  # only full splits are cached
@@ -52,7 +52,7 @@ def test_full_splits_cache_and_do_not_overlap(tmp_path):
     train = load_dataset("swatches", data_dir=str(tmp_path))
     test = load_dataset("swatches", split="test", data_dir=str(tmp_path))
     assert len(train) == 20_000 and len(test) == 5_000
-    assert os.path.exists(swatches.cache_path(str(tmp_path), "test", 0))
+    assert os.path.exists(swatches.SWATCHES.cache_path(str(tmp_path), "test", 0))
     again = load_dataset("swatches", split="test", data_dir=str(tmp_path))
     assert again.images.tobytes() == test.images.tobytes()
     hashes = {hashlib.sha1(x.tobytes()).digest() for x in train.images}
