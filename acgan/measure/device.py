@@ -95,6 +95,11 @@ def describe_device():
         "cpu_cores": os.cpu_count(),
         "backend": keras.backend.backend(),
         "keras": keras.__version__,
+        # the CPU's, unless an accelerator below takes them over
+        "kind": "CPU",
+        "name": cpu_model,
+        "compute_capability": None,
+        "count": 1,
     }
     if info["backend"] == "jax":
         return _describe_jax(info)
@@ -111,7 +116,6 @@ def describe_device():
         info.update(
             kind="TPU",
             name=kind,
-            compute_capability=None,
             count=chips or len(tpus),
             tpu_cores=len(tpus),
             replicas_per_chip=(len(tpus) / chips) if chips else 1,
@@ -125,8 +129,6 @@ def describe_device():
             compute_capability=".".join(map(str, capability)) if capability else None,
             count=len(gpus),
         )
-    else:
-        info.update(kind="CPU", name=cpu_model, compute_capability=None, count=1)
     return info
 
 
@@ -150,13 +152,9 @@ def _describe_jax(info):
         info.update(
             kind="TPU",
             name=first.device_kind if tpu_version(first.device_kind) else "TPU",
-            compute_capability=None,
-            count=1,
             tpu_cores=1,
             replicas_per_chip=1,
         )
-    else:
-        info.update(kind="CPU", name=info["cpu_model"], compute_capability=None, count=1)
     return info
 
 
