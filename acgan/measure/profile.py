@@ -161,28 +161,27 @@ _CUSTOM_TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 
 
-def hlo_index(hlo_texts):
-    """{instruction name: group} for every instruction of XLA's compiled HLO text(s)."""
+def hlo_index(hlo_text):
+    """{instruction name: group} for every instruction of XLA's compiled HLO text (None: none)."""
     computations, current = {}, None
-    for text in hlo_texts or ():
-        for line in text.splitlines():
-            header = _COMPUTATION.match(line)
-            if header:
-                current = computations.setdefault(header.group(1), [])
-                continue
-            instruction = _INSTRUCTION.match(line)
-            if instruction and current is not None:
-                target = _CUSTOM_TARGET.search(line)
-                calls = _CALLS.search(line)
-                current.append(
-                    {
-                        "name": instruction.group(1),
-                        "opcode": instruction.group(2),
-                        "target": target.group(1) if target else "",
-                        "op_names": _OP_NAME.findall(line),
-                        "calls": calls.group(1) if calls else None,
-                    }
-                )
+    for line in (hlo_text or "").splitlines():
+        header = _COMPUTATION.match(line)
+        if header:
+            current = computations.setdefault(header.group(1), [])
+            continue
+        instruction = _INSTRUCTION.match(line)
+        if instruction and current is not None:
+            target = _CUSTOM_TARGET.search(line)
+            calls = _CALLS.search(line)
+            current.append(
+                {
+                    "name": instruction.group(1),
+                    "opcode": instruction.group(2),
+                    "target": target.group(1) if target else "",
+                    "op_names": _OP_NAME.findall(line),
+                    "calls": calls.group(1) if calls else None,
+                }
+            )
     return {
         instruction["name"]: _group_of_instruction(
             instruction, computations.get(instruction["calls"], [])
@@ -266,7 +265,7 @@ def summarize(directory, steps, hlo_text=None, title=None):
     if not traces:
         raise FileNotFoundError(f"no profiler trace (*.xplane.pb) under {directory}")
     path = traces[-1]  # the newest
-    index = hlo_index([hlo_text] if hlo_text else [])
+    index = hlo_index(hlo_text)
     # XLA's GPU kernels are named after their instruction ("loop_add_fusion.3" -> "loop_add_fusion_3"):
     # inside a command buffer (one hlo_op for many kernels) the kernel's name says which instruction it is.
     by_kernel = {re.sub(r"[.\-]", "_", name): name for name in index}

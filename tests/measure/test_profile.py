@@ -49,7 +49,7 @@ ENTRY %main.9 (a: f32[8], b: f32[2,4], c: f32[4,3]) -> f32[8] {
 
 
 def test_hlo_index_groups_by_what_an_instruction_computes():
-    index = profile.hlo_index([HLO])
+    index = profile.hlo_index(HLO)
     assert index["wrapped_convert.11"] == "casts"
     assert index["multiply_add_fusion.6"] == "optimizer updates"
     assert index["loop_rsqrt_fusion"] == "batch norm"
