@@ -29,7 +29,7 @@ def _permutation(seed, epoch, n):
 
 
 class BatchPlan:
-    """Step -> indices into n items, and step -> G's inputs.
+    """Step -> indices into n items; with noise_dim and num_classes, G's inputs too (training_batch).
 
     The index stream is the concatenation of one permutation per epoch, a pure function of (seed,
     epoch), cut into consecutive batches; a batch may straddle two epochs, so none is ever dropped
@@ -46,21 +46,16 @@ class BatchPlan:
         self.n, self.batch, self.seed = n, batch, seed
         self.noise_dim, self.num_classes = noise_dim, num_classes
 
-    def permutation(self, epoch):
-        return _permutation(self.seed, epoch, self.n)
-
     def indices(self, step):
         """int32 [batch]: the items step `step` (0-based) trains on."""
         start = step * self.batch
         epoch, offset = divmod(start, self.n)
-        head = self.permutation(epoch)[offset : offset + self.batch]
+        head = _permutation(self.seed, epoch, self.n)[offset : offset + self.batch]
         if len(head) == self.batch:
             return head
-        return np.concatenate([head, self.permutation(epoch + 1)[: self.batch - len(head)]])
-
-    def noise(self, step):
-        """G's inputs for step `step` (sample_noise)."""
-        return sample_noise(self.seed, step, self.batch, self.noise_dim, self.num_classes)
+        return np.concatenate(
+            [head, _permutation(self.seed, epoch + 1, self.n)[: self.batch - len(head)]]
+        )
 
 
 def sample_noise(seed, step, batch, noise_dim, num_classes):
@@ -76,7 +71,7 @@ def training_batch(data, plan, step, rows=None):
     ImageSet's own arrays (fancy indexing copies just the batch), each ordered by class. `rows` (a slice):
     only those rows of that batch, and only their images are read (one process's share of it)."""
     idx = plan.indices(step)
-    z, fake_labels = plan.noise(step)
+    z, fake_labels = sample_noise(plan.seed, step, plan.batch, plan.noise_dim, plan.num_classes)
     # Real and fake batches alike in class order, which changes no loss: D's minibatch-spread channel
     # (model/blocks.py) compares groups of consecutive images, which then mostly share a class.
     idx = idx[np.argsort(data.labels[idx], kind="stable")]
