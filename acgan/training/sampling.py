@@ -105,12 +105,6 @@ def generator_inputs(num_classes, noise_dim, per_class, seed):
     return z, labels
 
 
-def generate(trainer, num_classes, per_class, seed):
-    """uint8 images [num_classes * per_class, H, W, C], class-major, and their labels."""
-    z, labels = generator_inputs(num_classes, trainer.noise_dim, per_class, seed)
-    return generate_images(trainer, z, labels), labels
-
-
 def generator_images(trainer, z, labels, batch=500):
     """float32 images in [0, 1] for noise z [N, noise_dim] and int labels [N], in inference mode."""
     parts = [
