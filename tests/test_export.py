@@ -19,7 +19,6 @@ import pytest
 
 import acgan
 from acgan.config import Config
-from acgan.training.export import read_metadata
 from api_runs import ROOT, child_env
 
 # Loads each exported generator and samples from the given noise and labels, then runs the README's three
@@ -96,6 +95,19 @@ def exported(jax_run, tf_run, tmp_path_factory):
             root / "tf-generated.npz",
         ),
     }
+
+
+def read_metadata(path):
+    """acgan.json of an exported file (.keras, .onnx) or folder (SavedModel), read as docs/api.md says."""
+    if path.is_dir():
+        return json.loads((path / "assets.extra" / "acgan.json").read_text())
+    if path.suffix.lower() == ".onnx":
+        import onnx
+
+        model = onnx.load(str(path), load_external_data=False)
+        return json.loads({entry.key: entry.value for entry in model.metadata_props}["acgan.json"])
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("acgan.json"))
 
 
 def readme_snippet():

@@ -121,20 +121,6 @@ def metadata(config, info, generator, step, keep_policy, run_dir, which, checkpo
     }
 
 
-def read_metadata(path):
-    """acgan.json of an exported file (.keras, .onnx) or folder (SavedModel)."""
-    path = Path(path)
-    if path.is_dir():
-        return json.loads((path / "assets.extra" / METADATA_NAME).read_text())
-    if path.suffix.lower() == ".onnx":
-        import onnx  # here: only ONNX files need it (the onnx extra)
-
-        model = onnx.load(str(path), load_external_data=False)
-        return json.loads({entry.key: entry.value for entry in model.metadata_props}[METADATA_NAME])
-    with zipfile.ZipFile(path) as archive:
-        return json.loads(archive.read(METADATA_NAME))
-
-
 def export_run(run_dir, out, keep_policy=False, format="keras", ema=True, checkpoint="latest"):
     """Writes the generator of `run_dir`'s newest intact checkpoint (checkpoint="best": its best one) to
     `out` (a .keras file; with
