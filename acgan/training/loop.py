@@ -141,7 +141,11 @@ def train_loop(setup, config, started):
             if lost is None:
                 raise
             raise lost_worker.stopped(
-                lost, session.step, setup.run_dir, setup.chief, setup.runtime.newest_checkpoint
+                lost,
+                session.step,
+                setup.run_dir,
+                setup.runtime.chief,
+                setup.runtime.newest_checkpoint,
             ) from None
 
         # -- the end: the last step's metrics, the final grid and checkpoint --
@@ -204,7 +208,10 @@ class Session:
             self.writer,
         )
         self.progress = keras.utils.Progbar(
-            s.steps, stateful_metrics=_STATEFUL, unit_name="step", verbose=1 if s.chief else 0
+            s.steps,
+            stateful_metrics=_STATEFUL,
+            unit_name="step",
+            verbose=1 if s.runtime.chief else 0,
         )
         self.monitor = DivergenceMonitor(
             needs_loss_scaling(config.policy), config.max_skipped_in_a_row

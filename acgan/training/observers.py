@@ -31,7 +31,7 @@ class Observers:
         self.clock, self.started = SessionClock(), None
         self.untimed = setup.start_step + config.warmup_steps  # the compile step and the warm-up
         self.window = None
-        if config.profile_steps and setup.chief:
+        if config.profile_steps and setup.runtime.chief:
             self.window = StepWindow(
                 config.profile_steps,
                 setup.files_dir / "profile",

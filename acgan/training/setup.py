@@ -67,12 +67,10 @@ def total_steps(config, num_images):
 class Setup:
     """Everything the loop and the report need, built once before the first step."""
 
-    runtime: object  # tf_runtime.TensorFlowRuntime or jax_runtime.JaxRuntime
-    preset: object  # the acgan.presets.Preset the run trains (presets.resolve)
+    runtime: object  # tf_runtime.TensorFlowRuntime or jax_runtime.JaxRuntime; .chief: it writes
     data: object
     run_dir: Path
     files_dir: Path  # run_dir on the chief; a scratch folder on other workers
-    chief: bool
     trainer: object  # the backend's step (tf_step.TensorFlowStep or jax_step.JaxStep)
     machine: dict  # device.describe_device()
     layout: dict  # runtime.layout()
@@ -146,11 +144,9 @@ def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evalu
         print(f"resuming {run_dir} from step {start_step}")
     return Setup(
         runtime=runtime,
-        preset=preset,
         data=data,
         run_dir=run_dir,
         files_dir=files_dir,
-        chief=runtime.chief,
         trainer=trainer,
         machine=machine,
         layout=layout,

@@ -95,6 +95,8 @@ class _Step:
 
 
 class _Runtime:
+    chief = False
+
     def __init__(self, events):
         self.events = events
 
@@ -130,7 +132,6 @@ def test_the_loop_runs_compile_warm_up_timed_steps_then_times_the_bare_step(tmp_
     to their read, which no checkpoint keeps."""
     import types
 
-    from acgan import presets
     from acgan.config import Config
     from acgan.training import loop, setup
 
@@ -144,11 +145,9 @@ def test_the_loop_runs_compile_warm_up_timed_steps_then_times_the_bare_step(tmp_
     layout = {"strategy": "default", "replicas": 1, "workers": 1, "xla": "off"}
     ready = setup.Setup(
         runtime=_Runtime(events),
-        preset=presets.REFERENCE,
         data=data,
         run_dir=tmp_path,
         files_dir=tmp_path,
-        chief=False,
         trainer=_Step(events),
         machine=machine,
         layout=layout,
