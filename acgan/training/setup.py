@@ -87,7 +87,6 @@ class Setup:
 
 
 def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evaluator=None):
-    replicas = runtime.replicas
     # may train the judge: before seeding
     evaluator = make_evaluator(config) if config.eval_every else None
     backend.set_random_seed(config.seed)
@@ -115,10 +114,11 @@ def set_up(config, preset, runtime, data, run_dir, files_dir, resume, make_evalu
         decay = None
     for line in notes:
         print(f"note: {line}")
-    if replicas > 1 or layout["workers"] > 1:
+    if layout["replicas"] > 1 or layout["workers"] > 1:
         print(
-            f"strategy {layout['strategy']}: {replicas} replicas on {layout['workers']} worker(s), "
-            f"{config.batch // replicas} samples each; XLA: {trainer.compile_mode}"
+            f"strategy {layout['strategy']}: {layout['replicas']} replicas on "
+            f"{layout['workers']} worker(s), {config.batch // layout['replicas']} samples each; "
+            f"XLA: {trainer.compile_mode}"
         )
     checkpoints = runtime.checkpoints(trainer, files_dir / "checkpoints", config.keep_checkpoints)
     resumed_from, earlier = None, []
