@@ -154,7 +154,9 @@ class JaxRuntime:
             "strategy": self.strategy,
             "replicas": self.replicas,
             "workers": self.processes,
-            "replica_devices": self.replica_devices() if self.mesh else [str(self.devices[0])],
+            "replica_devices": [f"{d.platform}:{d.id}" for d in self.devices]
+            if self.mesh
+            else [str(self.devices[0])],
             "synchronized_batch_norm": self.replicas
             > 1,  # one global batch: the statistics are its own
             "xla": trainer.compile_mode,
@@ -183,9 +185,6 @@ class JaxRuntime:
     @property
     def accelerated(self):
         return self.devices[0].platform != "cpu"
-
-    def replica_devices(self):
-        return [f"{d.platform}:{d.id}" for d in self.devices]
 
     def batches(self, data, config, noise_dim, start_step):
         """Each step's global batch (data.batches), split over the mesh. With several processes each one

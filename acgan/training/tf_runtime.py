@@ -88,7 +88,7 @@ class TensorFlowRuntime:
             "strategy": distribute.strategy_name(self.strategy),
             "replicas": self.replicas,
             "workers": tf_strategy.worker_count(self.strategy),
-            "replica_devices": self.replica_devices(),
+            "replica_devices": distribute.replica_devices(self.strategy),
             "synchronized_batch_norm": trainer.synchronized_batch_norm,
             "xla": trainer.compile_mode,
             "xla_reason": trainer.compile_reason,
@@ -106,9 +106,6 @@ class TensorFlowRuntime:
     @property
     def accelerated(self):
         return bool(tf.config.list_physical_devices("GPU"))
-
-    def replica_devices(self):
-        return distribute.replica_devices(self.strategy)
 
     checkpoints = TensorFlowCheckpoints  # (trainer, directory, keep)
 
@@ -154,10 +151,8 @@ class TensorFlowRuntime:
     newest_checkpoint = staticmethod(checkpoint_files.newest_intact)
 
     def peers(self):
-        """The other tasks of a multi_worker cluster, by name ("worker 1")."""
-        resolver = getattr(self.strategy, "cluster_resolver", None)
-        if resolver is None or distribute.strategy_name(self.strategy) != "multi_worker":
-            return []
+        """The other tasks of a multi_worker cluster, by name ("worker 1"); asked under multi_worker only."""
+        resolver = self.strategy.cluster_resolver
         return [
             f"{job} {i}"
             for job, tasks in resolver.cluster_spec().as_dict().items()
