@@ -123,7 +123,7 @@ def metadata(config, info, generator, step, keep_policy, run_dir, which, checkpo
 
 def export_run(run_dir, out, keep_policy=False, format="keras", ema=True, checkpoint="latest"):
     """Writes the generator of `run_dir`'s newest intact checkpoint (checkpoint="best": its best one) to
-    `out` (a .keras file; with
+    `out` (a Path, export_request.check_output's: a .keras file; with
     format="savedmodel" a new SavedModel folder; with format="onnx" a .onnx file); returns its metadata.
     Sets the run's dtype policy (as acgan.generate does). ema: G's moving average where the run kept one. Nothing is left half-written:
     the file or folder appears whole or not at all."""
@@ -142,7 +142,6 @@ def export_run(run_dir, out, keep_policy=False, format="keras", ema=True, checkp
         sampled_generator(trainer),
         checkpoint,
     )
-    out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with disk.full_disk_stops_clearly(out.parent):

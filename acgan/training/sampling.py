@@ -130,7 +130,6 @@ def write_samples(images, labels, class_names, out, row_names=True):
         buffer = io.BytesIO()
         np.savez_compressed(buffer, images=images, labels=labels, class_names=np.array(class_names))
         write_atomically(out, buffer.getvalue())
-    return out
 
 
 GRID_COLUMNS = 10
