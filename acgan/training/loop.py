@@ -27,7 +27,7 @@ from acgan.model.precision import needs_loss_scaling
 from acgan.step.common import learning_rate_scale
 from acgan.training import lost_worker, run_lock
 from acgan.training import report as run_report
-from acgan.training.health import DivergenceMonitor
+from acgan.training.health import divergence
 from acgan.training.observers import Observers
 from acgan.training.report_content import assemble_report
 from acgan.training.run_dir import prepare_run_dir
@@ -213,9 +213,6 @@ class Session:
             unit_name="step",
             verbose=1 if s.runtime.chief else 0,
         )
-        self.monitor = DivergenceMonitor(
-            needs_loss_scaling(config.policy), config.max_skipped_in_a_row
-        )
         self.deadline = None if config.minutes is None else started + config.minutes * 60.0
         self.stop_signals, self.clock = StopSignals(), observers.clock
         self.step, self.metrics, self.batch = s.start_step, None, None
@@ -297,7 +294,9 @@ class Session:
         self.last_read, self.last_values = step, values
         self.writer.scalars(values, step)
         self.progress.update(step, [(k, values[k]) for k in _SHOWN])
-        return self.monitor.check(step, values)
+        return divergence(
+            step, values, needs_loss_scaling(self.config.policy), self.config.max_skipped_in_a_row
+        )
 
     def schedule_learning_rates(self, force=False):
         """The preset's decay: the rates' factor for this point of the run (of --steps/--epochs, or of

@@ -24,7 +24,7 @@ from acgan.errors import UserError
 from acgan.model import precision
 from acgan.step import losses, tf_step
 from acgan.training import loop
-from acgan.training.health import DivergenceMonitor
+from acgan.training.health import divergence
 from api_runs import child_env, newest_checkpoint_step
 
 TINY = [
@@ -323,7 +323,6 @@ def test_reads_far_apart_still_never_checkpoint_a_non_finite_step(
 
 
 def test_monitor_reads_scale_below_one_as_divergence():
-    monitor = DivergenceMonitor(loss_scaled=True, max_skipped_in_a_row=20)
     metrics = {f"{n}_{k}": 0.0 for n in "dgq" for k in ("skipped",)}
     metrics.update(
         {
@@ -335,7 +334,9 @@ def test_monitor_reads_scale_below_one_as_divergence():
             "q_loss_scale": 2.0,
         }
     )
-    assert "g_optimizer's loss scale fell to 0.5 at step 7" in monitor.check(7, metrics)
+    assert "g_optimizer's loss scale fell to 0.5 at step 7" in divergence(
+        7, metrics, loss_scaled=True, max_skipped_in_a_row=20
+    )
 
 
 @pytest.mark.slow
