@@ -33,7 +33,6 @@ class SummaryWriter:
         self._file = open(self.path, "wb")
         self._records = RecordWriter(self._file)
         self._write(file_version="brain.Event:2")
-        self.flush()
 
     @contextlib.contextmanager
     def _reported(self):
@@ -45,11 +44,12 @@ class SummaryWriter:
             raise
 
     def _write(self, **fields):
-        """One Event record of `fields`, stamped with the time now."""
+        """One Event record of `fields`, stamped with the time now, flushed: readable at once."""
         with self._reported():
             self._records.write(
                 event_pb2.Event(wall_time=time.time(), **fields).SerializeToString()
             )
+            self._file.flush()
 
     def scalars(self, values, step):
         for tag, value in values.items():
@@ -59,7 +59,6 @@ class SummaryWriter:
                     value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))]
                 ),
             )
-        self.flush()  # readable now: a few records every --log_every steps
 
     def image(self, tag, image, step):
         """`image`: uint8 [H, W, C] with C 1 or 3, stored as a PNG."""
@@ -74,11 +73,6 @@ class SummaryWriter:
             step=int(step),
             summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, image=picture)]),
         )
-        self.flush()
-
-    def flush(self):
-        with self._reported():
-            self._file.flush()
 
     def __enter__(self):
         return self
