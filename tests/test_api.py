@@ -31,8 +31,8 @@ def test_train_returns_the_run_with_its_report_config_and_grid(run):
         run.status == "completed"
         and report["status"] == "completed"
         and report["steps"] == 2
-        and report["policy"] == "mixed_float16"
-        and report["backend"] == "tensorflow"
+        and report["config"]["policy"] == "mixed_float16"
+        and report["config"]["backend"] == "tensorflow"
     )
     assert report["command"].startswith("acgan.train(policy='mixed_float16', jit=True, output_dir=")
     assert run.config["policy"] == "mixed_float16" and run.config["arch"] == "reference"

@@ -84,7 +84,7 @@ def make_row(policy, run_dir, report, result, out):
         "report_md": os.path.relpath(run_dir / "report.md", out),
         "grid": str(run_dir / "samples" / "final.png"),
         "device": report.get("device"),
-        "jit": report.get("jit"),
+        "jit": report["config"]["jit"],
         "steps": report.get("steps"),
         "loop_seconds": report.get("loop_seconds"),
         "compile_seconds": report.get("compile_seconds"),

@@ -61,14 +61,16 @@ def _strategy(layout):
 def _xla(report):
     layout = report.get("distribution")
     if not layout:
-        return "on" if report["jit"] else "off"
+        return "on" if report["config"]["jit"] else "off"
     mode = {
         "step": "on (whole step)",
         "forward_backward": "on (each replica's forward/backward pass)",
         "tpu": "on (TPU)",
         "off": "off",
     }[layout["xla"]]
-    if layout["xla"] == "off" and report["jit"]:  # asked for, but the strategy ruled it out
+    if (
+        layout["xla"] == "off" and report["config"]["jit"]
+    ):  # asked for, but the strategy ruled it out
         mode += f": {layout['xla_reason']}"
     return mode
 
@@ -90,7 +92,7 @@ def _median(timing):
 
 
 def _backend(report, device):
-    if report.get("backend", "tensorflow") == "jax":
+    if report["config"].get("backend", "tensorflow") == "jax":
         return (
             f"JAX {device.get('jax')}, Keras {device.get('keras')}; float32 matmul precision "
             f"{device.get('jax_matmul_precision')}"
@@ -175,11 +177,11 @@ def summary_rows(report):
         ("resumed from", f"step {resumed['step']}" if resumed else "no (a fresh run)"),
         ("device", f"{device['kind']}: {accelerator}"),
         ("backend", _backend(report, device)),
-        ("policy", report["policy"]),
+        ("policy", report["config"]["policy"]),
         ("model", _model(report)),
         ("XLA", _xla(report)),
         ("strategy", _strategy(report.get("distribution"))),
-        ("batch", report["batch"]),
+        ("batch", report["config"]["batch"]),
         ("steps", report["steps"]),
         ("compile time", _fmt(report["compile_seconds"], " s", 2)),
         ("time per batch (wall, mean)", _fmt(timing.get("time_per_batch_ms"), " ms", 2)),
@@ -195,7 +197,7 @@ def summary_rows(report):
         (
             "measured steps",
             f"{timing.get('measured_steps', 0)} of this session's {report.get('session_steps', '?')} "
-            f"(the compile step, {report['warmup_steps']} warm-up steps and as many timing the bare step excluded)",
+            f"(the compile step, {report['config']['warmup_steps']} warm-up steps and as many timing the bare step excluded)",
         ),
         ("grids, evaluation, checkpoints", _maintenance(report.get("maintenance_seconds") or {})),
         ("peak memory", _fmt(report["peak_memory_bytes"] / 2**20, " MiB", 1)),

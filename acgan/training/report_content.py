@@ -25,10 +25,6 @@ def assemble_report(setup, outcome, config, command, started):
         "config": dataclasses.asdict(config),
         "device": s.machine,
         "advice": s.notes,
-        "backend": config.backend,
-        "policy": config.policy,
-        "jit": config.jit,
-        "batch": config.batch,
         # what the step's optimizers use
         "learning_rates": dict(zip(OPTIMIZER_NAMES, s.trainer.learning_rates)),
         "q_learns_from_fakes": s.trainer.preset.q_learns_from_fakes,
@@ -45,8 +41,6 @@ def assemble_report(setup, outcome, config, command, started):
         "steps": outcome.step,
         "session_steps": outcome.step - s.start_step,
         "resumed_from": s.resumed_from,
-        "warmup_steps": config.warmup_steps,
-        "log_every": config.log_every,
         "compile_seconds": clock.compile_seconds,
         "compile_seconds_per_session": [e.get("compile_seconds") for e in earlier]
         + [clock.compile_seconds],

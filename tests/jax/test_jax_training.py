@@ -59,7 +59,7 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy,
     assert run.status == "completed", run.message
     first = json.loads((run_dir / "report.json").read_text())
     assert (
-        first["backend"] == "jax"
+        first["config"]["backend"] == "jax"
         and first["device"]["backend"] == "jax"
         and first["device"]["kind"] == "CPU"
     )

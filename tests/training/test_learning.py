@@ -199,8 +199,9 @@ def test_train_writes_grids_report_checkpoints_and_logs(runs, policy):
     assert grid.height == 2 * (10 * 30 + 2)
     assert grid.width > grid.height  # ten columns, and the class names in a left margin
     report = json.loads((run_dir / "report.json").read_text())
-    assert report["policy"] == policy and report["steps"] == steps and report["batch"] == 32
-    assert report["jit"] is True
+    settings = report["config"]
+    assert settings["policy"] == policy and report["steps"] == steps and settings["batch"] == 32
+    assert settings["jit"] is True
     assert report["compile_seconds"] > 0
     timing = report["timing"]
     # The compile step and the warm-up are left out; the bare step is timed after the last step.
