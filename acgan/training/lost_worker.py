@@ -10,12 +10,11 @@ A process that vanishes without closing its connections (a host that dies) is fo
 service's heartbeat instead: TensorFlow's after 10 s (its default), JAX's after HEARTBEAT_SECONDS.
 """
 
-import json
 import re
 from pathlib import Path
 
 from acgan.errors import LostWorker, UserError
-from acgan.util.files import write_json
+from acgan.util.files import read_json, write_json
 
 # JAX's heartbeat timeout (jax.distributed.initialize; JAX's own default is 100 s). Heartbeats come from a
 # thread of their own, so a slow step never misses one: only a process that is gone, or frozen, does.
@@ -60,7 +59,7 @@ def stopped(lost, step, run_dir, chief, newest_checkpoint):
     resume = f"python -m acgan.train --resume --output_dir {run_dir or 'RUN'}"
     if chief and run_dir:
         path = run_dir / "report.json"
-        report = json.loads(path.read_text()) if path.exists() else {}
+        report = read_json(path) or {}
         report.update(status="lost_worker", lost=lost, last_checkpoint=name, resume=resume)
         if step is not None:
             report["steps"] = step
