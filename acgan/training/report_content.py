@@ -16,7 +16,6 @@ def assemble_report(setup, outcome, config, command, started):
     """
     s, clock = setup, outcome.clock
     times = clock.summary(config.batch, s.runtime.replicas)
-    earlier = s.earlier_sessions
     return {
         "run_dir": str(s.run_dir),
         "command": command or "acgan.training.loop.run",
@@ -42,11 +41,11 @@ def assemble_report(setup, outcome, config, command, started):
         "session_steps": outcome.step - s.start_step,
         "resumed_from": s.resumed_from,
         "compile_seconds": clock.compile_seconds,
-        "compile_seconds_per_session": [e.get("compile_seconds") for e in earlier]
+        "compile_seconds_per_session": [e.get("compile_seconds") for e in s.earlier_sessions]
         + [clock.compile_seconds],
         "timing": times,
         "maintenance_seconds": dict(clock.maintenance),
-        "earlier_sessions": earlier,
+        "earlier_sessions": s.earlier_sessions,
         "cost": run_report.run_cost(
             times.get("time_per_batch_ms"), config.price_per_hour, s.machine, s.layout
         ),
