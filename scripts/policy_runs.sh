@@ -23,7 +23,7 @@ print("| policy | backend | compile | time per batch, wall (mean / median) | bar
 print("|---|---|---|---|---|---|---|---|---|")
 for run in sorted(Path(sys.argv[1]).iterdir()):
     r = json.loads((run / "report.json").read_text()); t = r["timing"]
-    print(f"| {r['policy']} | {r.get('backend', 'tensorflow')} | {r['compile_seconds']:.1f} s | "
+    print(f"| {r['config']['policy']} | {r['config'].get('backend', 'tensorflow')} | {r['compile_seconds']:.1f} s | "
           f"{t['time_per_batch_ms']:.1f} / {t['time_per_batch_median_ms']:.1f} ms | {t['bare_step_ms']:.1f} ms | "
           f"{t['wall_over_bare']:.2f} | {t['time_per_1000_samples_ms']:,.0f} ms | "
           f"{t['samples_per_second']:.1f} | {r['peak_memory_bytes'] / 2**20:,.0f} MiB |")

@@ -79,7 +79,7 @@ def rel(q, key):
     return "" if q is base or q is quality[0] else f" ({q[key] / base[key] - 1:+.0%})"
 print("| | " + " | ".join(r.name.replace("-", ", ") for r in runs) + " |")
 print("|---" * (len(runs) + 1) + "|")
-print("| XLA | " + " | ".join("on" if r["jit"] else "off" for r in reports) + " |")
+print("| XLA | " + " | ".join("on" if r["config"]["jit"] else "off" for r in reports) + " |")
 print("| steps reached | " + " | ".join(f"{r['steps']:,}" for r in reports) + " |")
 print("| CPU time (minutes) | " + " | ".join(f"{c:.1f}" for c in cpu) + " |")
 print(f"| conditional accuracy (judge; real test images {base['real_conditional_accuracy']:.1%}) | "

@@ -338,7 +338,9 @@ def test_compare_writes_its_page_and_figure(comparison):
     assert "Kynkäänniemi et al. 2019" in page
     for policy in ("float32", "mixed_bfloat16"):
         run = json.loads((comparison / policy / "report.json").read_text())
-        assert run["policy"] == policy and run["jit"] is False and "quality" in run
+        assert (
+            run["config"]["policy"] == policy and run["config"]["jit"] is False and "quality" in run
+        )
         assert (comparison / policy / "train.log").exists()
     figure = Image.open(comparison / "compare.png")
     assert figure.width > figure.height  # two grids side by side
