@@ -406,6 +406,7 @@ def test_a_jax_runs_checkpoints_read_on_tensorflow(jax_run, set_policy):
 
     folder, _ = jax_run.finished()
     _, info, trainer = sampling.load_run(folder / "run")
-    images, labels = sampling.generate(trainer, len(info["class_names"]), 2, seed=0)
+    z, labels = sampling.generator_inputs(len(info["class_names"]), trainer.noise_dim, 2, seed=0)
+    images = sampling.generate_images(trainer, z, labels)
     assert images.shape == (20, 32, 32, 3) and images.dtype == np.uint8 and images.std() > 0
     assert sorted(labels.tolist()) == sorted(list(range(10)) * 2)

@@ -139,7 +139,8 @@ def test_jax_trains_reports_and_resumes_without_tensorflow(tmp_path, set_policy,
     from acgan.training import sampling
 
     _, info, trainer = sampling.load_run(run_dir)
-    images, labels = sampling.generate(trainer, len(info["class_names"]), 2, seed=0)
+    z, labels = sampling.generator_inputs(len(info["class_names"]), trainer.noise_dim, 2, seed=0)
+    images = sampling.generate_images(trainer, z, labels)
     assert images.shape == (20, 28, 28, 1) and images.dtype == np.uint8 and images.std() > 0
     _, _, best_step = sampling.load_run(run_dir, checkpoint="best")
     assert int(trainer.step.numpy()) == 12 and int(best_step.step.numpy()) == 8
