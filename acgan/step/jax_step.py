@@ -59,17 +59,6 @@ class _Counter:
     def __int__(self):
         return int(self.numpy())
 
-    __index__ = __int__
-
-    def __eq__(self, other):
-        return int(self) == other
-
-    def __hash__(self):
-        return hash(int(self))
-
-    def __repr__(self):
-        return f"<step {int(self)}>"
-
 
 class JaxStep(StepBase):
     """Holds the models, the three optimizers and the step's state, and runs the step on one device or,
