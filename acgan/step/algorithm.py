@@ -33,25 +33,31 @@ The fusions, kept because they pay on a GPU, each in one place:
 """
 
 import abc
-from typing import Any, NamedTuple, Optional, Protocol
+from typing import Any, NamedTuple, Optional
 
 from keras import ops
 
+from acgan.model.networks import d_head_inputs
 from acgan.step import augment as augment_lib
 from acgan.step import losses
 
 
-class Networks(Protocol):
-    """The models as the losses call them, in training mode; each backend says where their weights come
-    from and which batch-norm statistics a call moves."""
+class Networks(abc.ABC):
+    """The models as the losses call them, in training mode; each backend's `_call` says where their
+    weights come from and which batch-norm statistics a call moves. `models`: {model name: model}."""
 
-    def trunk(self, images): ...
+    @abc.abstractmethod
+    def _call(self, name, inputs):
+        """The model called `name` on `inputs`, in training mode."""
 
-    def d_head(
-        self, features, labels
-    ): ...  # D's real/fake logits (labels: acgan_cifar's projection)
+    def trunk(self, images):
+        return self._call("trunk", images)
 
-    def q_head(self, features): ...  # Q's class logits
+    def d_head(self, features, labels):  # D's real/fake logits (labels: acgan_cifar's projection)
+        return self._call("d_head", d_head_inputs(self.models["d_head"], features, labels))
+
+    def q_head(self, features):  # Q's class logits
+        return self._call("q_head", features)
 
 
 def d_loss(nets, loss, real, labels, fake, fake_labels):

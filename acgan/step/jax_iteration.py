@@ -13,13 +13,12 @@ import functools
 
 import jax
 
-from acgan.model.networks import d_head_inputs
 from acgan.step import algorithm
 from acgan.step import augment as augment_lib
 from acgan.step.common import MODEL_NAMES
 
 
-class _StatelessNetworks:
+class _StatelessNetworks(algorithm.Networks):
     """algorithm.Networks on arrays: each model's stateless_call with `trainable` ({model name: values}).
     The calls of the models named in `moving` carry their new non-trainable state (batch-norm statistics)
     on to the next call in `state` ({model name: values}, updated in place); the others' is dropped."""
@@ -35,15 +34,6 @@ class _StatelessNetworks:
         if name in self.moving:
             self.state[name] = state
         return outputs
-
-    def trunk(self, images):
-        return self._call("trunk", images)
-
-    def d_head(self, features, labels):
-        return self._call("d_head", d_head_inputs(self.models["d_head"], features, labels))
-
-    def q_head(self, features):
-        return self._call("q_head", features)
 
 
 class JaxIteration(algorithm.Backend):

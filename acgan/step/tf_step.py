@@ -15,20 +15,25 @@ import tensorflow as tf
 
 from acgan import presets
 from acgan.model import precision
-from acgan.model.networks import d_head_inputs
 from acgan.step import algorithm, distribute
 from acgan.step import augment as augment_lib
 from acgan.step.base import StepBase
 
 # The backend-neutral names live in common.py; re-exported so `from acgan.step.tf_step import ...` keeps working.
-from acgan.step.common import LOSS_METRICS, METRIC_NAMES, OPTIMIZER_NAMES, StepMetrics  # noqa: F401
+from acgan.step.common import (  # noqa: F401
+    LOSS_METRICS,
+    METRIC_NAMES,
+    MODEL_NAMES,
+    OPTIMIZER_NAMES,
+    StepMetrics,
+)
 
 
 class _Untracked:
     """Holds state that the checkpoint must not contain (tf.Module tracks only trackable attributes)."""
 
 
-class _KerasNetworks:
+class _KerasNetworks(algorithm.Networks):
     """algorithm.Networks on the Keras models' own variables: a call of a model named in `moving` moves
     its batch-norm statistics, any other runs in its own keras.StatelessScope, which drops the updates
     (one scope per call: inside a scope a state update is visible to the next read, so with one scope the
@@ -36,23 +41,14 @@ class _KerasNetworks:
     both calls the state as it stands)."""
 
     def __init__(self, models, moving):
-        self.models, self.moving = models, moving
+        self.models, self.moving = dict(zip(MODEL_NAMES, models)), moving
 
     def _call(self, name, inputs):
-        model = getattr(self.models, name)
+        model = self.models[name]
         if name in self.moving:
             return model(inputs, training=True)
         with keras.StatelessScope():
             return model(inputs, training=True)
-
-    def trunk(self, images):
-        return self._call("trunk", images)
-
-    def d_head(self, features, labels):
-        return self._call("d_head", d_head_inputs(self.models.d_head, features, labels))
-
-    def q_head(self, features):
-        return self._call("q_head", features)
 
 
 class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
