@@ -108,13 +108,9 @@ class StepBase(abc.ABC):
             (self.q_optimizer, self.q_variables),
         )
 
-    def _named_optimizers(self):
-        """{optimizer name: optimizer}, in OPTIMIZER_NAMES' order."""
-        return dict(zip(OPTIMIZER_NAMES, (self.d_optimizer, self.g_optimizer, self.q_optimizer)))
-
     def optimizer(self, name):
         """The optimizer called `name` ("d", "g" or "q")."""
-        return self._named_optimizers()[name]
+        return getattr(self, f"{name}_optimizer")
 
     def set_learning_rate_scale(self, scale):
         """Sets each optimizer's learning rate to its preset rate times `scale`; the step reads the rates

@@ -6,13 +6,15 @@ stateless_apply writing new values into the iteration's `weights` and `optimizer
 called with stateless_call (`_StatelessNetworks`), so which batch-norm statistics a pass moves is
 explicit: G's in its one forward; the trunk's and D head's in D's pass (real, then fake); the Q head's
 in the G/Q pass; the rest are dropped. Under mixed_float16 each loss is scaled by its own optimizer's
-scale as the state handed to the step holds it (JaxStep.scaled).
+scale as the state handed to the step holds it (`scaled`).
 """
 
 import functools
 
 import jax
+import keras
 
+from acgan.model import precision
 from acgan.step import algorithm
 from acgan.step import augment as augment_lib
 from acgan.step.common import MODEL_NAMES
@@ -53,7 +55,12 @@ class JaxIteration(algorithm.Backend):
         return value  # the step's one program sees the global batch (sharded or not)
 
     def scaled(self, name, loss):
-        return self._step.scaled(name, self.optimizers[name], loss)
+        """`loss` scaled by optimizer `name`'s loss scale as the state handed to the step holds it."""
+        optimizer = self._step.optimizer(name)
+        with keras.StatelessScope(
+            state_mapping=list(zip(optimizer.variables, self.optimizers[name]))
+        ):
+            return precision.scale_loss(optimizer, loss)
 
     def augmented(self, images, step, salt):
         return augment_lib.augment(

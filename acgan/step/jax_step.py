@@ -13,9 +13,9 @@ values onto. `sync_variables()` writes the state back into them.
 Each step runs algorithm.iteration over the state's arrays (jax_iteration.JaxIteration: jax.vjp for
 G's one forward, jax.grad, stateless calls and stateless_apply), then moves G's average and counts. Under
 mixed_float16 each loss is scaled by its own LossScaleOptimizer's scale as it is in the state handed to
-the step (`scaled`: read in a StatelessScope mapping the optimizer's variables to that state; outside
-one, scale_loss inside jax.jit would read the Keras variable, a constant frozen at trace time, while
-stateless_apply unscales by the live scale; keras-team/keras#19244).
+the step (JaxIteration.scaled: read in a StatelessScope mapping the optimizer's variables to that state;
+outside one, scale_loss inside jax.jit would read the Keras variable, a constant frozen at trace time,
+while stateless_apply unscales by the live scale; keras-team/keras#19244).
 
 Several devices (`mesh`, a jax.sharding.Mesh with one "data" axis): the same step, jitted with its state
 replicated on every device of the mesh and each batch input split along the batch axis (in_shardings /
@@ -75,7 +75,7 @@ class JaxStep(StepBase):
         self._set_up(models, num_classes, preset)
         self._make_optimizers()
         self._build_optimizers()  # the same variable lists, in the same order, as tf_step.TensorFlowStep's
-        self._optimizers = self._named_optimizers()
+        self._optimizers = {name: self.optimizer(name) for name in OPTIMIZER_NAMES}
         # Where, in each optimizer's variable list, its (inner optimizer's) iteration count and its loss
         # scale are.
         self._iterations_index = {
@@ -285,12 +285,6 @@ class JaxStep(StepBase):
         if self.compile_mode != "step" or getattr(self, "_signature", None) is None:
             return None
         return self.lowered_step(*self._signature).compile().as_text()
-
-    def scaled(self, name, optimizer_values, loss):
-        """`loss` scaled by optimizer `name`'s loss scale as `optimizer_values` (its state) holds it."""
-        optimizer = self._optimizers[name]
-        with keras.StatelessScope(state_mapping=list(zip(optimizer.variables, optimizer_values))):
-            return precision.scale_loss(optimizer, loss)
 
     def _step(self, state, images, labels, z, fake_labels):
         """The step as a pure function: (state, batch) -> (new state, metric vector); the iteration itself

@@ -159,7 +159,8 @@ def _overflow(trainer, batch):
     honest_scale_loss = precision.scale_loss
 
     def overflowing_scale_loss(optimizer, loss):
-        # JaxStep.scaled calls this in a StatelessScope mapping the optimizer's variables to the step's state
+        # JaxIteration.scaled calls this in a StatelessScope mapping the optimizer's variables to the step's
+        # state
         at = jnp.equal(optimizer.step_counter.value, OVERFLOW_AT)
         return honest_scale_loss(optimizer, loss) * jnp.where(at, jnp.inf, 1.0).astype(loss.dtype)
 
