@@ -192,7 +192,11 @@ class StepBase(abc.ABC):
         if not self.ema_decay:
             return False
         statistics = self.sampling_statistics()
-        self._assign_generator_weights(self.ema_values(), statistics)
+        for variable, value in zip(
+            self.g_variables + self.g_statistics, self.ema_values() + statistics
+        ):
+            variable.assign(value)
+        self._generator_assigned()
         self.samples_from_ema = False  # the generator's own weights are the average now
         self.generator_holds_ema = True
         return True
@@ -234,9 +238,8 @@ class StepBase(abc.ABC):
         g_statistics' order), as numbers or host-readable arrays."""
 
     @abc.abstractmethod
-    def _assign_generator_weights(self, values, statistics):
-        """Sets G's trainable weights (in generator.trainable_variables' order) to `values` and its
-        non-trainable ones (g_statistics) to `statistics`."""
+    def _generator_assigned(self):
+        """G's Keras variables were assigned (swap_in_ema): the step's state takes G's from them."""
 
     @abc.abstractmethod
     def _set_learning_rates(self, rates):

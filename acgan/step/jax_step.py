@@ -361,16 +361,14 @@ class JaxStep(StepBase):
     def _host_ema(self):
         return self._local(self._state["g_ema"])
 
-    def _assign_generator_weights(self, values, statistics):
-        """In the state and in the Keras generator's variables."""
+    def _generator_assigned(self):
+        """G's state taken from its Keras variables, which swap_in_ema assigned."""
         models = dict(self._state["models"])
         models["generator"] = {
-            "trainable": [jnp.array(v) for v in values],
-            "non_trainable": [jnp.array(v) for v in statistics],
+            "trainable": [_copy(v.value) for v in self.g_variables],
+            "non_trainable": [_copy(v.value) for v in self.g_statistics],
         }
         self._state = self._place(dict(self._state, models=models))
-        for variable, value in zip(self.g_variables + self.g_statistics, values + statistics):
-            variable.assign(value)
 
     def generate(self, z, labels):
         """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics); from G's average

@@ -244,9 +244,8 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
             average.numpy() for average in self._scratch.ema.weights + self._scratch.ema.statistics
         ]
 
-    def _assign_generator_weights(self, values, statistics):
-        for variable, value in zip(self.g_variables + self.g_statistics, values + statistics):
-            variable.assign(value)
+    def _generator_assigned(self):
+        """Nothing to copy: on TensorFlow the Keras variables are the step's state."""
 
     def sync_variables(self):
         """Nothing to copy: on TensorFlow the Keras variables are the step's state (jax_step's counterpart
