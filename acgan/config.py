@@ -209,13 +209,10 @@ class Config:
                 raise UserError(
                     f"--{name} {getattr(self, name)!r}: choose one of {', '.join(choices)}"
                 )
-        try:
-            if self.ema_decay is not None:
-                check_ema_decay(self.ema_decay)
-            if self.ema_statistics is not None:
-                check_ema_statistics(self.ema_statistics)
-        except ValueError as e:
-            raise UserError(str(e)) from None
+        if self.ema_decay is not None:
+            check_ema_decay(self.ema_decay)
+        if self.ema_statistics is not None:
+            check_ema_statistics(self.ema_statistics)
         positive_int("batch", self.batch)
         positive_number("width", self.width)
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]

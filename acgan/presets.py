@@ -36,15 +36,15 @@ EMA_STATISTICS = {
 
 
 def check_ema_statistics(choice):
-    """ValueError unless `choice` names one of EMA_STATISTICS."""
+    """UserError unless `choice` names one of EMA_STATISTICS."""
     if choice not in EMA_STATISTICS:
-        raise ValueError(f"--ema_statistics {choice!r}: choose one of {', '.join(EMA_STATISTICS)}")
+        raise UserError(f"--ema_statistics {choice!r}: choose one of {', '.join(EMA_STATISTICS)}")
 
 
 def check_ema_decay(decay):
-    """ValueError unless `decay` is a G-EMA decay: a number in [0, 1) (0: no average)."""
+    """UserError unless `decay` is a G-EMA decay: a number in [0, 1) (0: no average)."""
     if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 <= decay < 1:
-        raise ValueError(f"--ema_decay must be in [0, 1) (0: no average of G), got {decay!r}")
+        raise UserError(f"--ema_decay must be in [0, 1) (0: no average of G), got {decay!r}")
 
 
 @dataclasses.dataclass(frozen=True)
