@@ -158,29 +158,30 @@ def train(config=None, **settings):
     field of acgan.config.Config), `config` a settings file to start from (--config). Returns a Run; a
     run that diverged or was interrupted (Ctrl-C: it saves a checkpoint and its report) returns too, with
     its status and message."""
+    command = cli.command_text(
+        "train", dict(settings, **({"config": str(config)} if config is not None else {}))
+    )
+    return train_with(training_config(config, **settings), command=command)
+
+
+def training_config(config=None, **settings):
+    """The Config acgan.train(config, **settings) trains with, as python -m acgan.train resolves it from
+    its --config and the flags typed: the settings over the settings file `config`, validated; for a run
+    folder to resume, the saved run's settings overridden by those named in `settings`."""
     values = config_lib.settings_from(Config, "train", settings)
     values["backend"] = backend_lib.chosen(values.get("backend"))
     start, given = Config(**values), set(settings)
     if config is not None:
         start, given = start_from_file(config, start, given)
-    command = cli.command_text(
-        "train", dict(settings, **({"config": str(config)} if config is not None else {}))
-    )
-    return train_with(resolve_config(start, given=given), command=command)
-
-
-def resolve_config(config, given=()):
-    """The Config a training runs with: `config` validated; for a run folder to resume, the saved run's
-    settings overridden by those named in `given` (the flags typed, the arguments passed)."""
-    config = config.validate()
-    if config.resume or (config.output_dir and Path(config.output_dir, "config.json").is_file()):
-        config = config_to_resume(config, set(given)).validate()
-    return config
+    start = start.validate()
+    if start.resume or (start.output_dir and Path(start.output_dir, "config.json").is_file()):
+        start = config_to_resume(start, given).validate()
+    return start
 
 
 def train_with(config, command=None):
-    """Trains as a resolved Config says (resolve_config): what python -m acgan.train and acgan.train both
-    do. command: what the report records as the command."""
+    """Trains as a resolved Config says (training_config): what python -m acgan.train and acgan.train
+    both do. command: what the report records as the command."""
     data.validate_dataset_name(config.dataset, classes=config.classes)
     # after the settings are known good; a resumed run keeps its backend
     side = _keras_side(config.backend)
@@ -308,17 +309,12 @@ def compare(**settings):
     values["backend"] = backend_lib.chosen(values.get("backend"))
     if "policies" in values:
         values["policies"] = values["policies"] or ()
-    return compare_with(
-        config_lib.composed(CompareSettings, values), command=cli.command_text("compare", settings)
-    )
-
-
-def compare_with(settings, command=None):
-    """acgan.compare on a CompareSettings: what the command and the call both do. The runs train in their
-    own processes; this one loads Keras only then, so none of it runs beside a timed run."""
-    out, runs, states = train_runs(settings.validate())
-    _keras_side(settings.base.backend).compare_judging.judge_runs(
-        settings, out, runs, states, command=command
+    # The runs train in their own processes; this one loads Keras only then, so none of it runs beside a
+    # timed run.
+    comparison = config_lib.composed(CompareSettings, values).validate()
+    out, runs, states = train_runs(comparison)
+    _keras_side(comparison.base.backend).compare_judging.judge_runs(
+        comparison, out, runs, states, command=cli.command_text("compare", settings)
     )
     return Report(out, read_json(out / "compare.json"))
 
@@ -331,7 +327,9 @@ def benchmark(**settings):
     names = inspect.signature(benchmark).parameters
     values = config_lib.settings_from(SweepSettings, "benchmark", settings, names)
     output_dir = values.pop("output_dir", None)
-    values["backends"] = parse_backends(values.get("backends") or (backend_lib.default(),))
+    # backends=None: KERAS_BACKEND, else tensorflow; an empty list is refused, as --backends= is
+    default = (backend_lib.default(),) if settings.get("backends") is None else ()
+    values["backends"] = parse_backends(values.get("backends") or default)
     if "policies" in values:
         values["policies"] = tuple(dict.fromkeys(values["policies"] or ()))
     if "batches" in values:
@@ -339,11 +337,14 @@ def benchmark(**settings):
     if "jit" in values:
         words = {True: "on", False: "off"}
         values["jits"] = parse_jit([words.get(v, v) for v in values.pop("jit") or ()])
-    return benchmark_with(
-        config_lib.composed(SweepSettings, values).validate(),
-        output_dir,
-        command=cli.command_text("benchmark", settings),
+    sweep_settings = config_lib.composed(SweepSettings, values).validate()
+    if not sweep_settings.synthetic:
+        data.validate_dataset_name(sweep_settings.base.dataset)
+    folder, doc = sweep.run_sweep(
+        sweep_settings, output_dir, command=cli.command_text("benchmark", settings)
     )
+    tables.write_outputs(doc, folder)
+    return Report(folder, read_json(folder / "benchmark.json"))
 
 
 benchmark.__signature__ = config_lib.signature(
@@ -353,15 +354,6 @@ benchmark.__signature__ = config_lib.signature(
     backends=None,
     jit=("on",),
 )
-
-
-def benchmark_with(settings, output_dir=None, command=None):
-    """acgan.benchmark on a validated SweepSettings: the sweep, then benchmark.json, .csv, .md and the figures."""
-    if not settings.synthetic:
-        data.validate_dataset_name(settings.base.dataset)
-    folder, doc = sweep.run_sweep(settings, output_dir, command=command)
-    tables.write_outputs(doc, folder)
-    return Report(folder, read_json(folder / "benchmark.json"))
 
 
 def export(

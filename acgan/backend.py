@@ -77,8 +77,9 @@ def running():
 
 
 def chosen(name):
-    """backend=None: the one Keras runs on in this process, else KERAS_BACKEND, else tensorflow."""
-    return name or running() or default()
+    """backend=None: the one Keras runs on in this process, else KERAS_BACKEND, else tensorflow (another
+    value is the one named, checked as --backend is)."""
+    return running() or default() if name is None else name
 
 
 @contextlib.contextmanager

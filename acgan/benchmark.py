@@ -11,7 +11,7 @@ import functools
 from absl import flags
 
 from acgan import api, backend, cli
-from acgan.bench.sweep import SweepSettings, parse_backends, parse_batches, parse_jit
+from acgan.bench.sweep import SweepSettings
 from acgan.config import STRATEGIES, setting_fields
 
 
@@ -44,22 +44,12 @@ def define_flags():
     )
 
 
-# The sweep's dimensions, defined above as list flags that settings_from_flags parses (--jit: jits).
+# The sweep's dimensions, defined above as list flags that acgan.benchmark parses (--jit: jits).
 SWEPT = ("backends", "policies", "batches", "jits")
 
 
-FLAGS = flags.FLAGS
-
-
 def main(argv):
-    settings = cli.settings_from_flags(
-        SweepSettings,
-        backends=parse_backends(FLAGS.backends),
-        policies=tuple(dict.fromkeys(FLAGS.policies)),
-        batches=parse_batches(FLAGS.batches),
-        jits=parse_jit(FLAGS.jit),
-    ).validate()
-    result = api.benchmark_with(settings, FLAGS.output_dir, command=cli.command_line())
+    result = api.benchmark(**cli.flag_arguments(api.benchmark))
     print((result.folder / "benchmark.md").read_text())
     print(f"benchmark folder: {result.folder}  (report: {result.folder / 'benchmark.md'})")
 

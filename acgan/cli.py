@@ -7,13 +7,14 @@ from its settings record's fields (define_setting_flags) and belong to the comma
 its --help (-h) lists every flag it takes."""
 
 import contextvars
+import inspect
 import os
 import sys
 import typing
 
 from absl import app, flags, logging
 
-from acgan.config import composed, setting_fields
+from acgan.config import setting_fields
 from acgan.errors import (
     DISK_FULL_STATUS,
     LOST_WORKER_STATUS,
@@ -78,18 +79,16 @@ def define_run_flags():
     )
 
 
-def settings_from_flags(settings_class, flag_values=flags.FLAGS, **given):
-    """settings_class (a dataclass: Config, CompareSettings, SweepSettings) built from the flags named as
-    its settings (config.setting_fields: a composed record's base from Config's), so a new setting needs
-    its field and its flag and nothing between them. A list flag gives a tuple (an empty one None);
-    `given` sets the settings whose flag needs parsing or has another name."""
-    values = dict(given)
-    for field in setting_fields(settings_class):
-        if field.name in given or field.name not in flag_values:
-            continue
-        value = flag_values[field.name].value
-        values[field.name] = (tuple(value) or None) if isinstance(value, list) else value
-    return composed(settings_class, values)
+def flag_arguments(call, typed_only=False):
+    """The keyword arguments of `call` (the acgan.api call a command makes) from the flags named as its
+    parameters: a command's flags are its call's keywords, which the call turns into its settings (a
+    list flag's list into a tuple, ...), so a new setting needs its field and its flag and nothing
+    between them. typed_only: only the flags typed (absl marks --nojit, and so --no-jit, as --jit typed)."""
+    return {
+        name: flags.FLAGS[name].value
+        for name in inspect.signature(call).parameters
+        if flags.FLAGS[name].present or not typed_only
+    }
 
 
 def fail(message, status=USER_ERROR_STATUS, at_once=False):

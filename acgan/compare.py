@@ -7,8 +7,6 @@ of compare.json."""
 
 import functools
 
-from absl import flags
-
 from acgan import api, backend, cli
 from acgan.quality.comparison import (
     CompareSettings,  # no framework loads: Keras loads after the training
@@ -22,14 +20,8 @@ def define_flags():
     cli.define_setting_flags(CompareSettings, defaults={"backend": backend.default()})
 
 
-FLAGS = flags.FLAGS
-
-
 def main(argv):
-    settings = cli.settings_from_flags(
-        CompareSettings, policies=tuple(FLAGS.policies or ())
-    ).validate()
-    out = api.compare_with(settings, command=cli.command_line()).folder
+    out = api.compare(**cli.flag_arguments(api.compare)).folder
     print(f"wrote {out / 'compare.md'} and {out / 'compare.png'}")
 
 

@@ -82,22 +82,7 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    result = api.evaluate(
-        run=FLAGS.run,
-        num_samples=FLAGS.num_samples,
-        seed=FLAGS.seed,
-        judge_seed=FLAGS.judge_seed,
-        judges=FLAGS.judges,
-        data_dir=FLAGS.data_dir,
-        cas=FLAGS.cas,
-        inception=FLAGS.inception,
-        inception_samples=FLAGS.inception_samples,
-        ema=FLAGS.ema,
-        ema_statistics=FLAGS.ema_statistics,
-        checkpoint=FLAGS.checkpoint,
-        backend=FLAGS.backend,
-        inception_stats=FLAGS.inception_stats,
-    )
+    result = api.evaluate(**cli.flag_arguments(api.evaluate))
     run_dir = Path(FLAGS.run)
     print(summary_line(result))
     if (result.get("inception") or {}).get("fid") is not None:

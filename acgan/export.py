@@ -36,19 +36,8 @@ def define_flags():
     cli.define_run_flags()
 
 
-FLAGS = flags.FLAGS
-
-
 def main(argv):
-    exported = api.export(
-        run=FLAGS.run,
-        out=FLAGS.out,
-        keep_policy=FLAGS.keep_policy,
-        format=FLAGS.format,
-        ema=FLAGS.ema,
-        checkpoint=FLAGS.checkpoint,
-        backend=FLAGS.backend,
-    )
+    exported = api.export(**cli.flag_arguments(api.export))
     meta = exported.metadata
     shape = "x".join(str(n) for n in meta["image_shape"])
     which = "G's moving average" if meta["generator"] == "ema" else "the generator"

@@ -28,16 +28,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     # --out is required here: an empty name is refused with the call's message for a bad one.
-    samples = api.generate(
-        run=FLAGS.run,
-        per_class=FLAGS.per_class,
-        out=FLAGS.out or "",
-        seed=FLAGS.seed,
-        labels=FLAGS.labels,
-        ema=FLAGS.ema,
-        checkpoint=FLAGS.checkpoint,
-        backend=FLAGS.backend,
-    )
+    samples = api.generate(**dict(cli.flag_arguments(api.generate), out=FLAGS.out or ""))
     print(f"wrote {samples.path}")
 
 

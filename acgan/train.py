@@ -8,7 +8,7 @@ import sys
 from absl import flags
 
 from acgan import api, backend, cli
-from acgan.config import Config, start_from_file
+from acgan.config import Config
 from acgan.errors import DIVERGED_STATUS
 from acgan.training import jax_supervisor
 
@@ -30,11 +30,9 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    # the flags typed (absl marks --nojit, and so --no-jit, as --jit present)
-    config, given = cli.settings_from_flags(Config), {name for name in FLAGS if FLAGS[name].present}
-    if FLAGS.config:
-        config, given = start_from_file(FLAGS.config, config, given)
-    config = api.resolve_config(config, given)
+    # the flags typed: a resumed run keeps the settings not typed (an empty --config: none)
+    typed = cli.flag_arguments(api.train, typed_only=True)
+    config = api.training_config(**dict(typed, config=FLAGS.config or None))
     if jax_supervisor.needed(
         config
     ):  # JAX would abort this process for a lost coordinator: train in a child

@@ -405,29 +405,33 @@ def _check_inception(entry, run_dir, graph, stdout, tmp_path):
     assert "| iFID, standard |" in report
 
 
-def test_settings_are_read_from_the_flags_named_as_their_fields():
-    import dataclasses
-    from typing import Optional
-
+def test_settings_are_read_from_the_flags_named_as_their_fields(monkeypatch):
     from absl import flags
 
-    from acgan import cli
-
-    @dataclasses.dataclass
-    class Settings:
-        dataset: str = "doodles"
-        classes: Optional[tuple] = None
-        devices: Optional[tuple] = None
-        jits: tuple = (True,)
-        unflagged: int = 7
+    from acgan import api, cli
 
     values = flags.FlagValues()
     flags.DEFINE_string("dataset", "doodles", "", flag_values=values)
     flags.DEFINE_list("classes", None, "", flag_values=values)
     flags.DEFINE_list("devices", None, "", flag_values=values)
-    flags.DEFINE_string("jit", "on", "", flag_values=values)
+    flags.DEFINE_integer("batch", 64, "", flag_values=values)
     values(["prog", "--dataset", "swatches", "--classes", "bee,cow", "--devices="])
-    settings = cli.settings_from_flags(Settings, values, jits=(False,))
-    assert settings == Settings(
-        dataset="swatches", classes=("bee", "cow"), devices=None, jits=(False,), unflagged=7
-    )
+    monkeypatch.setattr(flags, "FLAGS", values)
+
+    def call(dataset="doodles", classes=None, devices=None, batch=64):
+        pass
+
+    # the flags named as the call's parameters; typed_only: the ones typed
+    assert cli.flag_arguments(call) == {
+        "dataset": "swatches",
+        "classes": ["bee", "cow"],
+        "devices": [],
+        "batch": 64,
+    }
+    typed = cli.flag_arguments(call, typed_only=True)
+    assert typed == {"dataset": "swatches", "classes": ["bee", "cow"], "devices": []}
+    # the call builds its settings from them: a list flag gives a tuple (an empty one None), the
+    # settings not typed keep their defaults
+    config = api.training_config(**typed)
+    assert (config.dataset, config.classes, config.devices) == ("swatches", ("bee", "cow"), None)
+    assert config.batch == 64 and config.jit is True

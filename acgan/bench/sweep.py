@@ -335,7 +335,7 @@ def make_run(settings, backend, machine, widths, image_shape, num_classes, comma
 
 
 def run_sweep(settings, output_dir=None, command=None, echo=print):
-    """Runs the whole benchmark of validated `settings` (api.benchmark_with's callers validate them) into
+    """Runs the whole benchmark of validated `settings` (acgan.api.benchmark validates them) into
     `output_dir` and returns (output folder, the benchmark document)."""
     output_dir = check_output_dir(output_dir or default_output_dir())
     count = max(settings.batches + ((settings.overhead_batch,) if settings.overhead else ()))

@@ -1,6 +1,6 @@
 """acgan.compare's second half, once its runs have trained (comparison.train_runs): every run judged in
 this process with one shared judge (run_evaluation.evaluate_run), then compare.json, compare.png and
-compare.md in the output folder. Importing it loads Keras: acgan.api.compare_with chooses the backend
+compare.md in the output folder. Importing it loads Keras: acgan.api.compare chooses the backend
 first, once every timed run has finished."""
 
 import json

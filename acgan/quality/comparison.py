@@ -11,7 +11,7 @@ compare.png and compare.json are written to the output folder.
 
 The pieces: this module (the settings, and train_runs: the first half), compare_runs (run folders, resume,
 the training processes), compare_judging (the second half: judging, the page; it loads Keras, so
-acgan.api.compare_with chooses the backend between the halves, once every timed run has finished),
+acgan.api.compare chooses the backend between the halves, once every timed run has finished),
 verdict (the statistics, pure), compare_page (compare.md and compare.png).
 
 With seeds > 1 every policy trains once per training seed (seed, seed + 1, ...; the policies interleaved
@@ -154,7 +154,7 @@ class CompareSettings:
 
 
 def train_runs(settings, echo=print):
-    """acgan.compare's first half on validated settings (acgan.api.compare_with validates them): every
+    """acgan.compare's first half on validated settings (acgan.api.compare validates them): every
     run trained, each in its own `python -m acgan.train` process (with resume: resumed or kept as it
     is); this process loads no framework. Returns (the output folder, settings.runs(out), their states
     before training: compare_runs.run_states)."""
