@@ -213,29 +213,34 @@ class Config:
             check_ema_decay(self.ema_decay)
         if self.ema_statistics is not None:
             check_ema_statistics(self.ema_statistics)
-        positive_int("batch", self.batch)
-        positive_number("width", self.width)
         lengths = [n for n in ("steps", "epochs", "minutes") if getattr(self, n) is not None]
         if len(lengths) > 1:
             raise UserError(
                 f"give only one of --steps, --epochs, --minutes (got {', '.join(lengths)})"
             )
-        for name in ("steps", "epochs", "max_per_class", "sample_every", "eval_every"):
-            if getattr(self, name) is not None:
-                positive_int(name, getattr(self, name))
-        if self.minutes is not None:
-            positive_number("minutes", self.minutes)
-        non_negative_int("warmup_steps", self.warmup_steps)
-        for name in (
-            "checkpoint_every",
-            "keep_checkpoints",
-            "max_skipped_in_a_row",
-            "eval_samples",
-            "log_every",
+        # Each number setting and its check: first those that must be given, then those None leaves unset.
+        for name, check in (
+            ("batch", positive_int),
+            ("width", positive_number),
+            ("warmup_steps", non_negative_int),
+            ("checkpoint_every", positive_int),
+            ("keep_checkpoints", positive_int),
+            ("max_skipped_in_a_row", positive_int),
+            ("eval_samples", positive_int),
+            ("log_every", positive_int),
         ):
-            positive_int(name, getattr(self, name))
-        if self.price_per_hour is not None:
-            positive_number("price_per_hour", self.price_per_hour)
+            check(name, getattr(self, name))
+        for name, check in (
+            ("steps", positive_int),
+            ("epochs", positive_int),
+            ("minutes", positive_number),
+            ("max_per_class", positive_int),
+            ("sample_every", positive_int),
+            ("eval_every", positive_int),
+            ("price_per_hour", positive_number),
+        ):
+            if getattr(self, name) is not None:
+                check(name, getattr(self, name))
         if self.profile_steps is not None:
             try:
                 parse_step_range(self.profile_steps)
