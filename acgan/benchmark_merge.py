@@ -15,9 +15,6 @@ def define_flags():
     flags.DEFINE_string("output_dir", None, "Output folder (default: outputs/report-<timestamp>/).")
 
 
-FLAGS = flags.FLAGS
-
-
 def main(argv):
     files = argv[1:]
     if not files:
@@ -25,7 +22,9 @@ def main(argv):
             "give one or more benchmark.json files: python -m acgan.benchmark_merge FILE... [--output_dir DIR]"
         )
     docs = [results.load_benchmark(f) for f in files]
-    output_dir = sweep.prepare_output_dir(FLAGS.output_dir or sweep.default_output_dir("report"))
+    output_dir = sweep.prepare_output_dir(
+        flags.FLAGS.output_dir or sweep.default_output_dir("report")
+    )
     doc = results.merge(docs, sources=files, command=cli.command_line())
     tables.write_outputs(doc, output_dir)
     print(tables.render_markdown(doc))

@@ -78,12 +78,9 @@ def define_flags():
     cli.define_run_flags()
 
 
-FLAGS = flags.FLAGS
-
-
 def main(argv):
     result = api.evaluate(**cli.flag_arguments(api.evaluate))
-    run_dir = Path(FLAGS.run)
+    run_dir = Path(flags.FLAGS.run)
     print(summary_line(result))
     if (result.get("inception") or {}).get("fid") is not None:
         print(inception_text(result["inception"]))

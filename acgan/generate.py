@@ -23,12 +23,9 @@ def define_flags():
     cli.define_run_flags()
 
 
-FLAGS = flags.FLAGS
-
-
 def main(argv):
     # --out is required here: an empty name is refused with the call's message for a bad one.
-    samples = api.generate(**dict(cli.flag_arguments(api.generate), out=FLAGS.out or ""))
+    samples = api.generate(**dict(cli.flag_arguments(api.generate), out=flags.FLAGS.out or ""))
     print(f"wrote {samples.path}")
 
 

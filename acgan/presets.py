@@ -134,14 +134,6 @@ class Preset:
         """This preset training with real/fake loss `loss` (--loss); "auto": its own."""
         return self if loss == "auto" else dataclasses.replace(self, loss=loss)
 
-    def with_ema_decay(self, decay):
-        """This preset keeping G's average at `decay` (--ema_decay); None: its own."""
-        return self if decay is None else dataclasses.replace(self, ema_decay=float(decay))
-
-    def with_ema_statistics(self, choice):
-        """This preset's average taking its batch-norm statistics as `choice` (--ema_statistics); None: its own."""
-        return self if choice is None else dataclasses.replace(self, ema_statistics=choice)
-
 
 REFERENCE = Preset(
     name="reference",
@@ -210,7 +202,11 @@ def resolve(config, image_shape):
     shape), --loss, --ema_decay and --ema_statistics applied. A process resolves it once; every reader of the run after
     that reads the resolved names its config.json keeps. UserError as `named`."""
     preset = named(config.arch, image_shape).with_loss(config.loss)
-    return preset.with_ema_decay(config.ema_decay).with_ema_statistics(config.ema_statistics)
+    if config.ema_decay is not None:  # None: the preset's own
+        preset = dataclasses.replace(preset, ema_decay=float(config.ema_decay))
+    if config.ema_statistics is not None:
+        preset = dataclasses.replace(preset, ema_statistics=config.ema_statistics)
+    return preset
 
 
 def check_image_shape(image_shape, preset):

@@ -26,13 +26,10 @@ def define_flags():
     )
 
 
-FLAGS = flags.FLAGS
-
-
 def main(argv):
     # the flags typed: a resumed run keeps the settings not typed (an empty --config: none)
     typed = cli.flag_arguments(api.train, typed_only=True)
-    config = api.training_config(**dict(typed, config=FLAGS.config or None))
+    config = api.training_config(**dict(typed, config=flags.FLAGS.config or None))
     if jax_supervisor.needed(
         config
     ):  # JAX would abort this process for a lost coordinator: train in a child
