@@ -119,9 +119,13 @@ Q_MODELS = ("trunk", "q_head")
 
 
 class Backend(abc.ABC):
-    """The primitives a backend supplies to `iteration`, and its attributes: `preset`, the Preset it
-    trains, and the preset's `loss` (a str), `augment` (a tuple of policy names, or None) and
-    `g_learns_from_q` (a bool), as StepBase sets them."""
+    """The primitives a backend supplies to `iteration`. `preset` is the Preset it trains, `loss`,
+    `augment` and `g_learns_from_q` are the preset's (StepBase sets them)."""
+
+    preset: Any
+    loss: str
+    augment: Optional[tuple]
+    g_learns_from_q: bool
 
     @abc.abstractmethod
     def augmented(self, images, step, salt):
