@@ -336,7 +336,9 @@ def benchmark(**settings):
         values["batches"] = parse_batches([str(b) for b in values["batches"] or ()])
     if "jit" in values:
         words = {True: "on", False: "off"}
-        values["jits"] = parse_jit([words.get(v, v) for v in values.pop("jit") or ()])
+        jits = values.pop("jit")
+        jits = () if jits is None else config_lib.as_tuple(jits)
+        values["jits"] = parse_jit([words.get(v, v) for v in jits])
     sweep_settings = config_lib.composed(SweepSettings, values).validate()
     if not sweep_settings.synthetic:
         data.validate_dataset_name(sweep_settings.base.dataset)

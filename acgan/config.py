@@ -350,7 +350,8 @@ def start_from_file(path, config, given):
 
 
 # Flags that take a list: a call takes a list, a tuple or a comma-separated string.
-LIST_SETTINGS = ("classes", "devices", "policies", "backends", "batches", "jit")
+# (the benchmark's list of XLA settings, `jit`, is not one here: train's and compare's `jit` is a bool)
+LIST_SETTINGS = ("classes", "devices", "policies", "backends", "batches")
 
 
 def setting_fields(settings_class):

@@ -227,6 +227,20 @@ def test_an_unknown_setting_and_a_second_backend_are_user_errors():
     )
 
 
+def test_jit_false_stays_a_bool_for_train_and_compare_and_a_list_for_the_benchmark():
+    """jit=False turns XLA off (a one-element tuple, truthy, once turned it on), while the benchmark's jit
+    is its list of XLA settings."""
+    from acgan import api
+    from acgan import config as config_lib
+    from acgan.quality.comparison import CompareSettings
+
+    assert api.training_config(jit=False).jit is False
+    values = config_lib.settings_from(CompareSettings, "compare", {"jit": False})
+    assert config_lib.composed(CompareSettings, values).base.jit is False
+    with pytest.raises(acgan.UserError, match="--jit"):
+        acgan.benchmark(jit=["sometimes"], steps=1)
+
+
 def test_every_call_takes_its_commands_flags_with_the_same_defaults():
     flag_defaults = command_flags(*CALLS)
     for name in CALLS:
