@@ -140,20 +140,12 @@ class StepBase(abc.ABC):
     def ema_values(self):
         """The average of G's trainable weights as host arrays, in generator.trainable_variables' order; None
         when the step keeps none."""
-        return (
-            None
-            if not self.ema_decay
-            else [np.asarray(v) for v in self._host_ema()[: len(self.g_variables)]]
-        )
+        return None if not self.ema_decay else [np.asarray(v) for v in self._host_ema_values()]
 
     def ema_statistics_values(self):
         """The average of G's batch-norm statistics (G's non-trainable variables, in their order) on the
         host; None when the step keeps no average."""
-        return (
-            None
-            if not self.ema_decay
-            else [np.asarray(v) for v in self._host_ema()[len(self.g_variables) :]]
-        )
+        return None if not self.ema_decay else [np.asarray(v) for v in self._host_ema_statistics()]
 
     def sampling_statistics(self):
         """The batch-norm statistics the EMA generator samples with, per `ema_statistics`, as host arrays."""
@@ -233,9 +225,12 @@ class StepBase(abc.ABC):
     # The backend's hooks.
 
     @abc.abstractmethod
-    def _host_ema(self):
-        """The average of G's trainable weights, then of its batch-norm statistics (g_variables +
-        g_statistics' order), as numbers or host-readable arrays."""
+    def _host_ema_values(self):
+        """The average of G's trainable weights, as numbers or host-readable arrays."""
+
+    @abc.abstractmethod
+    def _host_ema_statistics(self):
+        """The average of G's batch-norm statistics, as numbers or host-readable arrays."""
 
     @abc.abstractmethod
     def _generator_assigned(self):

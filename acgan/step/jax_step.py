@@ -358,8 +358,11 @@ class JaxStep(StepBase):
         )
         return [by_id[id(variable)] for variable in variables]
 
-    def _host_ema(self):
-        return self._local(self._state["g_ema"])
+    def _host_ema_values(self):
+        return self._local(self._state["g_ema"][: len(self.g_variables)])
+
+    def _host_ema_statistics(self):
+        return self._local(self._state["g_ema"][len(self.g_variables) :])
 
     def _generator_assigned(self):
         """G's state taken from its Keras variables, which swap_in_ema assigned."""
@@ -374,10 +377,7 @@ class JaxStep(StepBase):
         """Images [B, H, W, C] float32 in [0, 1], inference mode (BN moving statistics); from G's average
         when samples_from_ema, with the batch-norm statistics its `ema_statistics` names."""
         if self.samples_from_ema:
-            trainable, statistics = (
-                self._host_ema()[: len(self.g_variables)],
-                self.sampling_statistics(),
-            )
+            trainable, statistics = self._host_ema_values(), self.sampling_statistics()
         else:
             g = self._local(self._state["models"]["generator"])
             trainable, statistics = g["trainable"], g["non_trainable"]

@@ -239,10 +239,11 @@ class TensorFlowStep(tf.Module, StepBase, algorithm.Backend):
         for average, value in zip(ema.weights + ema.statistics, list(values) + list(statistics)):
             average.assign(tf.cast(value, tf.float32))
 
-    def _host_ema(self):
-        return [
-            average.numpy() for average in self._scratch.ema.weights + self._scratch.ema.statistics
-        ]
+    def _host_ema_values(self):
+        return [average.numpy() for average in self._scratch.ema.weights]
+
+    def _host_ema_statistics(self):
+        return [average.numpy() for average in self._scratch.ema.statistics]
 
     def _generator_assigned(self):
         """Nothing to copy: on TensorFlow the Keras variables are the step's state."""
