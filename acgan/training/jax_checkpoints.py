@@ -86,16 +86,22 @@ class JaxCheckpoints:
     def restore(self, resume_from, move_damaged=True):
         """Loads the newest intact checkpoint in `resume_from` into the step; returns (its path as a
         string, or None when there is none, and the timing history saved with it)."""
+        history = []
+
+        def load(arrays):
+            sessions = arrays.pop(HISTORY_KEY, "[]")
+            self.trainer.load_state(arrays)
+            history[:] = json.loads(str(sessions))
+
         good, _ = newest_of(
             resume_from,
             candidates(resume_from),
             damage,
-            lambda path: self.trainer.load_state(read_state(path)),
+            lambda path: load(read(path)),
             "does not load",
             move_damaged,
         )
         self.latest_checkpoint = str(good) if good else None
-        history = json.loads(str(read(good).get(HISTORY_KEY, "[]"))) if good else []
         return self.latest_checkpoint, history
 
     def save(self, step, sessions):
