@@ -68,9 +68,8 @@ def _xla(report):
         "tpu": "on (TPU)",
         "off": "off",
     }[layout["xla"]]
-    if (
-        layout["xla"] == "off" and report["config"]["jit"]
-    ):  # asked for, but the strategy ruled it out
+    # asked for, but the strategy ruled it out
+    if layout["xla"] == "off" and report["config"]["jit"]:
         mode += f": {layout['xla_reason']}"
     return mode
 

@@ -32,7 +32,7 @@ class SummaryWriter:
         self.path = Path(logdir) / name
         self._file = open(self.path, "wb")
         self._records = RecordWriter(self._file)
-        self._write(file_version="brain.Event:2")
+        self._write({"file_version": "brain.Event:2"})
 
     @contextlib.contextmanager
     def _reported(self):
@@ -43,22 +43,28 @@ class SummaryWriter:
             disk.raise_if_full(e, None, self.path)
             raise
 
-    def _write(self, **fields):
-        """One Event record of `fields`, stamped with the time now, flushed: readable at once."""
+    def _write(self, *events):
+        """An Event record per dict of Event fields in `events`, stamped with the time now, then one flush:
+        readable at once (a metrics read's scalars together)."""
         with self._reported():
-            self._records.write(
-                event_pb2.Event(wall_time=time.time(), **fields).SerializeToString()
-            )
+            for fields in events:
+                self._records.write(
+                    event_pb2.Event(wall_time=time.time(), **fields).SerializeToString()
+                )
             self._file.flush()
 
     def scalars(self, values, step):
-        for tag, value in values.items():
-            self._write(
-                step=int(step),
-                summary=summary_pb2.Summary(
-                    value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))]
-                ),
+        self._write(
+            *(
+                {
+                    "step": int(step),
+                    "summary": summary_pb2.Summary(
+                        value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))]
+                    ),
+                }
+                for tag, value in values.items()
             )
+        )
 
     def image(self, tag, image, step):
         """`image`: uint8 [H, W, C] with C 1 or 3, stored as a PNG."""
@@ -70,8 +76,12 @@ class SummaryWriter:
             encoded_image_string=grids.png(grids.grid_picture(image, scale=1)),
         )
         self._write(
-            step=int(step),
-            summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, image=picture)]),
+            {
+                "step": int(step),
+                "summary": summary_pb2.Summary(
+                    value=[summary_pb2.Summary.Value(tag=tag, image=picture)]
+                ),
+            }
         )
 
     def __enter__(self):
