@@ -80,9 +80,8 @@ def _read_cache(path: str, n: int, shape: tuple) -> tuple[np.ndarray, np.ndarray
     try:
         with np.load(path) as f:
             images, labels = f["images"], f["labels"]
-    except (
-        Exception
-    ):  # none yet, or a damaged one, which is only a cache: regenerate and overwrite it
+    # None yet, or a damaged one, which is only a cache: regenerate and overwrite it.
+    except Exception:  # noqa: BLE001
         return None
     ok = images.shape == (n, *shape) and images.dtype == np.uint8 and labels.shape == (n,)
     return (images, labels.astype(np.int32)) if ok else None
