@@ -247,9 +247,6 @@ class Config:
             except ValueError as e:
                 raise UserError(f"--profile_steps: {e}") from None
         self.validate_processes()
-        if self.classes is not None and len(set(self.classes)) != len(self.classes):
-            dupes = sorted({c for c in self.classes if self.classes.count(c) > 1})
-            raise UserError(f"duplicate classes in --classes: {', '.join(dupes)}")
         return self
 
     def validate_processes(self):

@@ -88,7 +88,7 @@ BAD_INPUTS = {
     ),
     "duplicate classes": (
         lambda t: ["--dataset", "quickdraw", "--classes", "cow,dog,cow"],
-        "duplicate",
+        "listed more than once: cow",
     ),
     "zero batch": (lambda t: ["--batch", "0"], "--batch must be a positive integer"),
     "negative batch": (lambda t: ["--batch", "-3"], "--batch must be a positive integer"),
