@@ -166,14 +166,6 @@ ACGAN_CIFAR = Preset(
 PRESETS = {preset.name: preset for preset in (REFERENCE, ACGAN_CIFAR)}
 
 
-def get(name):
-    """The preset called `name` (a resolved name, not "auto"); KeyError naming the known ones."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise KeyError(f"unknown preset {name!r}: one of {', '.join(PRESETS)}") from None
-
-
 def validate_name(name):
     """UserError unless `name` is "auto" or a preset's name (what --arch takes)."""
     if name not in ("auto", *PRESETS):
@@ -192,7 +184,7 @@ def named(arch, image_shape):
     """The Preset `arch` ("auto" or a name) names for images of `image_shape`. UserError for an unknown
     name or a shape it cannot build."""
     validate_name(arch)
-    preset = get(auto_name(arch, image_shape))
+    preset = PRESETS[auto_name(arch, image_shape)]
     check_image_shape(image_shape, preset)
     return preset
 
@@ -227,4 +219,4 @@ def check_image_shape(image_shape, preset):
 
 def adversarial_loss(arch="reference", loss="auto"):
     """The real/fake loss a run of preset `arch` trains with: `loss`, or with "auto" the preset's."""
-    return get(arch).with_loss(loss).loss
+    return PRESETS[arch].with_loss(loss).loss

@@ -25,7 +25,7 @@ BATCH, WIDTH = 64, 0.5
 def main(policy, arch):
     precision.set_policy(policy)
     keras.utils.set_random_seed(0)
-    preset = presets.get(arch)
+    preset = presets.PRESETS[arch]
     shape = (32, 32, 3) if arch == "acgan_cifar" else (28, 28, 1)
     models = networks.build_models(shape, 10, width=WIDTH, arch=preset)
     backend = keras.backend.backend()

@@ -92,7 +92,7 @@ def test_the_layers_count_agrees_with_xla_on_small_models(set_policy):
     for arch, shape, batch in (("reference", (28, 28, 1), 16), ("acgan_cifar", (32, 32, 3), 8)):
         set_policy("float32")
         models = networks.build_models(shape, 10, width=0.25, arch=arch)
-        preset = presets.get(arch)
+        preset = presets.PRESETS[arch]
         trainer = build_step(preset, "jax", models, 10)
         z, fake_labels = sample_noise(0, 0, batch, trainer.noise_dim, 10)
         images = np.random.RandomState(0).randint(0, 255, (batch,) + shape).astype(np.uint8)

@@ -199,7 +199,7 @@ def test_each_preset_trains_with_its_own_learning_rates(set_policy):
     from acgan.step.factory import build_step
     from acgan.step.tf_step import TensorFlowStep
 
-    reference, cifar = presets.get("reference"), presets.get("acgan_cifar")
+    reference, cifar = presets.PRESETS["reference"], presets.PRESETS["acgan_cifar"]
     assert reference.learning_rates == (2e-4, 1e-3, 1e-3)  # the seed's, unchanged
     # the paper's
     assert cifar.learning_rates == presets.ACGAN_CIFAR.learning_rates == (2e-4, 2e-4, 2e-4)

@@ -75,7 +75,7 @@ def _initial_weights(arch="reference"):
 def _batch(n=BATCH, seed=SEED, arch="reference"):
     """(uint8 images, labels, z uniform in [-1, 1] as sample_noise draws it, fake labels), with numpy."""
     rng = np.random.default_rng(seed)
-    noise_dim = presets.get(arch).networks.noise_dim
+    noise_dim = presets.PRESETS[arch].networks.noise_dim
     return (
         rng.integers(0, 256, (n,) + SHAPES[arch], dtype=np.uint8),
         rng.integers(0, 10, n).astype(np.int32),
