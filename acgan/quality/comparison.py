@@ -28,7 +28,7 @@ import dataclasses
 from typing import ClassVar, Optional
 
 from acgan import data
-from acgan.config import POLICIES, Config, setting, validate_policy
+from acgan.config import POLICIES, Config, setting
 from acgan.errors import UserError
 from acgan.quality import compare_runs  # no framework loads: the runs train in their own processes
 
@@ -112,8 +112,6 @@ class CompareSettings:
         """UserError on the first bad setting; loads no data and starts nothing."""
         if not self.policies:
             raise UserError(f"--policies needs at least one of {', '.join(POLICIES)}")
-        for policy in self.policies:
-            validate_policy(policy)
         if len(set(self.policies)) != len(self.policies):
             raise UserError(f"--policies names a policy twice: {','.join(self.policies)}")
         if (self.base.steps is None) == (self.base.minutes is None):
@@ -126,7 +124,7 @@ class CompareSettings:
             raise UserError(
                 "--resume needs --output_dir: the folder of the comparison to go on with"
             )
-        for policy in self.policies:
+        for policy in self.policies:  # Config.validate checks the policy first
             self.train_config(policy).validate()
         data.validate_dataset_name(self.base.dataset, classes=self.base.classes)
         return self
