@@ -35,14 +35,14 @@ EPOCHS = 8
 
 
 def classification_accuracy_score(
-    fake, labels, test_set, train_set, seed=0, epochs=EPOCHS, cache_dir=None
+    fake, labels, test_set, train_set, cache_dir, seed=0, epochs=EPOCHS
 ):
     """CAS of the uint8 samples `fake` [N, H, W, C] drawn for int `labels` [N], and its real reference.
 
     Returns a JSON-ready dict: overall and per-class accuracy on every image of `test_set`, the same for
     a classifier trained on real `train_set` images (as many per class as `labels` has; all of a class
-    when it has fewer), the sizes, epochs, seed and seconds. `cache_dir`: where the reference is cached
-    (None: trained every time); result["real_reference"]["cached"] says whether it came from there."""
+    when it has fewer), the sizes, epochs, seed and seconds. `cache_dir`: where the reference is cached;
+    result["real_reference"]["cached"] says whether it came from there."""
     started = time.perf_counter()
     names = list(test_set.class_names)
     generated = ImageSet(np.asarray(fake, np.uint8), np.asarray(labels, np.int32), tuple(names))
@@ -50,15 +50,14 @@ def classification_accuracy_score(
         *per_class_subset(train_set, class_counts(generated.labels, len(names)), seed), tuple(names)
     )
     score = _score(generated, test_set, seed, epochs)  # {accuracy, per_class, num_train}
-    path = _reference_path(cache_dir, real, test_set, seed, epochs) if cache_dir else None
-    reference = _read_cached(path) if path else None
+    path = _reference_path(cache_dir, real, test_set, seed, epochs)
+    reference = _read_cached(path)
     cached = reference is not None
     if not cached:
         reference = _score(real, test_set, seed, epochs)
-        if path:
-            # an unwritable data_dir only costs training the reference again next time
-            with contextlib.suppress(OSError):
-                write_json(path, reference)
+        # an unwritable data_dir only costs training the reference again next time
+        with contextlib.suppress(OSError):
+            write_json(path, reference)
     return {
         **score,
         "real_reference": dict(reference, cached=cached),

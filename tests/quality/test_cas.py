@@ -73,18 +73,18 @@ def test_real_images_score_their_reference_copies_and_wrong_classes_score_far_be
 
 
 @pytest.mark.slow
-def test_the_reference_trains_on_as_many_real_images_per_class_as_were_generated(splits):
+def test_the_reference_trains_on_as_many_real_images_per_class_as_were_generated(splits, tmp_path):
     train, test = splits
     labels = np.repeat(np.arange(10), [20] * 9 + [5]).astype(np.int32)
     images = train.images[: len(labels)]
-    score = cas.classification_accuracy_score(images, labels, test, train, epochs=1)
+    score = cas.classification_accuracy_score(images, labels, test, train, tmp_path, epochs=1)
     assert (
         score["num_train"] == score["real_reference"]["num_train"] == 185 and score["epochs"] == 1
     )
     with pytest.raises(
         ValueError
     ):  # labels outside the classes are refused, as any ImageSet refuses them
-        cas.classification_accuracy_score(images, labels + 1, test, train, epochs=1)
+        cas.classification_accuracy_score(images, labels + 1, test, train, tmp_path, epochs=1)
 
 
 @pytest.mark.slow
@@ -103,8 +103,10 @@ def test_the_reference_is_cached_by_its_data_seed_and_epochs(splits, tmp_path):
     assert {k: again["real_reference"][k] for k in ("accuracy", "per_class", "num_train")} == {
         k: first["real_reference"][k] for k in ("accuracy", "per_class", "num_train")
     }
-    # Without the cache it trains again, to the same classifier: same seed, same data.
-    uncached = cas.classification_accuracy_score(images, labels, test, train, epochs=1)
+    # Without the cache (another folder) it trains again, to the same classifier: same seed, same data.
+    uncached = cas.classification_accuracy_score(
+        images, labels, test, train, cache_dir=tmp_path / "another", epochs=1
+    )
     assert not uncached["real_reference"]["cached"]
     assert uncached["real_reference"]["accuracy"] == pytest.approx(
         first["real_reference"]["accuracy"]
