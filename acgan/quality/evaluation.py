@@ -44,9 +44,9 @@ def q_accuracy(classifier, images, labels, class_names, batch=500):
     return overall, dict(zip(class_names, per_class))
 
 
-def d_class_margins(models, images, labels, num_classes, batch=500):
+def d_class_margins(models, images, labels, class_names, batch=500):
     """How well D's class term tells each class's real images from the other classes' under that class's
-    label, or None when D's head takes no labels (the reference model's).
+    label, as result entries; none when D's head takes no labels (the reference model's).
 
     D's logit for every real image under every label, averaged over the real images of each class: the
     matrix M[c, k] (images of class c, label k). Label k's margin is M[k, k] minus the largest M[c, k]
@@ -56,11 +56,14 @@ def d_class_margins(models, images, labels, num_classes, batch=500):
     gets no push to draw the one rather than the other. (Across a row, D's logit moves with the label for
     every image alike, which G, given its label, cannot use; the columns are what G sees.) The images go
     through D's trunk in class order, as in training (its minibatch-spread channel looks at groups of
-    consecutive images), in inference mode. Returns (margins [K], nearest [K]); NaN and -1 for a class
+    consecutive images), in inference mode. The entries: d_class_margin_per_class (by class name),
+    d_class_nearest (the name of `nearest`) and d_class_margin_mean (over the classes); None for a class
     with no image.
     """
     if not takes_labels(models.d_head):
-        return None
+        return {}
+    names = list(class_names)
+    num_classes = len(names)
     order = np.argsort(labels, kind="stable")
     images, labels = images[order], np.asarray(labels)[order]
     logits = []  # [N, K]: every image under every label
@@ -95,7 +98,13 @@ def d_class_margins(models, images, labels, num_classes, batch=500):
     rivals = np.where(present[:, None] & ~np.eye(num_classes, dtype=bool), means, -np.inf)
     nearest = np.where(present & (present.sum() > 1), rivals.argmax(axis=0), -1)
     margins = np.where(nearest >= 0, np.diag(means) - rivals.max(axis=0), np.nan)
-    return margins, nearest
+    return {
+        "d_class_margin_per_class": {
+            name: None if np.isnan(m) else float(m) for name, m in zip(names, margins)
+        },
+        "d_class_nearest": {name: names[k] if k >= 0 else None for name, k in zip(names, nearest)},
+        "d_class_margin_mean": float(np.nanmean(margins)) if np.any(~np.isnan(margins)) else None,
+    }
 
 
 def evaluate_gan(trainer, test_set, judge, num_samples=1000, seed=0, with_q=True, fake=None):
@@ -156,27 +165,8 @@ def evaluate_gan(trainer, test_set, judge, num_samples=1000, seed=0, with_q=True
         result["q_accuracy_generated"], result["q_accuracy_generated_per_class"] = q_accuracy(
             classifier, fake, labels, test_set.class_names
         )
-        result.update(
-            d_class_margin_entries(trainer.models, images, q_labels, test_set.class_names)
-        )
+        result.update(d_class_margins(trainer.models, images, q_labels, test_set.class_names))
     return result
-
-
-def d_class_margin_entries(models, images, labels, class_names):
-    """d_class_margins as result entries (per class by name, the closest class's name, the mean over
-    classes); none when D's head takes no labels."""
-    found = d_class_margins(models, images, labels, len(class_names))
-    if found is None:
-        return {}
-    margins, nearest = found
-    names = list(class_names)
-    return {
-        "d_class_margin_per_class": {
-            name: None if np.isnan(m) else float(m) for name, m in zip(names, margins)
-        },
-        "d_class_nearest": {name: names[k] if k >= 0 else None for name, k in zip(names, nearest)},
-        "d_class_margin_mean": float(np.nanmean(margins)) if np.any(~np.isnan(margins)) else None,
-    }
 
 
 def real_reference(judge, test_set, train_set, num_samples, seed=0):

@@ -798,7 +798,7 @@ def test_d_class_margins_read_ds_class_term_per_class_and_are_absent_without_one
     import keras
 
     from acgan.model import networks
-    from acgan.quality.evaluation import d_class_margin_entries, d_class_margins
+    from acgan.quality.evaluation import d_class_margins
     from acgan.quality.report_section import lowest_margin
 
     set_policy(policy)
@@ -816,7 +816,13 @@ def test_d_class_margins_read_ds_class_term_per_class_and_are_absent_without_one
         labels[:, None, None, None] + 1
     )
 
-    margins, nearest = d_class_margins(models, images, labels, 4)
+    names = ("a", "b", "c", "d")
+    entries = d_class_margins(models, images, labels, names)
+    margins = list(entries["d_class_margin_per_class"].values())
+    nearest = [names.index(name) for name in entries["d_class_nearest"].values()]
+    assert (
+        list(entries["d_class_margin_per_class"]) == list(entries["d_class_nearest"]) == list(names)
+    )
     order = np.argsort(labels, kind="stable")
     features = (
         np.asarray(
@@ -839,18 +845,13 @@ def test_d_class_margins_read_ds_class_term_per_class_and_are_absent_without_one
     # of the two labels cannot rank its own class above the other's.
     assert min(margins[1], margins[2]) <= 1e-4
 
-    entries = d_class_margin_entries(models, images, labels, ("a", "b", "c", "d"))
     assert entries["d_class_margin_mean"] == pytest.approx(float(np.mean(margins)), rel=1e-6)
-    assert list(entries["d_class_nearest"].values()) == [("a", "b", "c", "d")[k] for k in nearest]
     lowest = min(range(4), key=lambda c: margins[c])
     assert lowest_margin(entries).startswith(
         f"lowest: {'abcd'[lowest]} {margins[lowest]:+.2f} against "
     )
     reference = networks.build_models((28, 28, 1), 10, width=0.125)
-    assert d_class_margins(reference, np.zeros((4, 28, 28, 1), np.uint8), np.arange(4), 10) is None
     assert (
-        d_class_margin_entries(
-            reference, np.zeros((4, 28, 28, 1), np.uint8), np.arange(4), range(10)
-        )
+        d_class_margins(reference, np.zeros((4, 28, 28, 1), np.uint8), np.arange(4), range(10))
         == {}
     )
