@@ -25,8 +25,8 @@ from acgan.util.children import child_env, last_log_line
 from acgan.util.files import write_atomically
 
 
-def default_output_dir(settings, now=None):
-    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+def default_output_dir(settings):
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     dataset = path_name(settings.base.dataset)
     return Path("outputs") / f"{stamp}-compare-{dataset}-b{settings.base.batch}"
 

@@ -164,7 +164,7 @@ def fingerprint(image_set):
     return h.hexdigest()
 
 
-def cache_key(dataset, classes, max_per_class, test_set, epochs=EPOCHS, seed=0):
+def cache_key(dataset, classes, max_per_class, test_set, seed=0):
     """(file stem, the key's contents): what decides whether a cached judge may be reused."""
     contents = {
         "format": FORMAT,
@@ -174,7 +174,7 @@ def cache_key(dataset, classes, max_per_class, test_set, epochs=EPOCHS, seed=0):
         "image_shape": list(test_set.image_shape),
         "class_names": list(test_set.class_names),
         "test_fingerprint": fingerprint(test_set),
-        "epochs": epochs,
+        "epochs": EPOCHS,
         "seed": seed,
     }
     digest = hashlib.sha1(json.dumps(contents, sort_keys=True).encode()).hexdigest()[:12]
@@ -188,7 +188,6 @@ def load_or_train(
     classes=None,
     max_per_class=None,
     test_set=None,
-    epochs=EPOCHS,
     seed=0,
     echo=print,
 ):
@@ -201,7 +200,7 @@ def load_or_train(
         test_set = data_lib.load_dataset(
             dataset, split="test", data_dir=data_dir, classes=classes, max_per_class=max_per_class
         )
-    stem, key = cache_key(dataset, classes, max_per_class, test_set, epochs, seed)
+    stem, key = cache_key(dataset, classes, max_per_class, test_set, seed)
     model_path = Path(data_dir) / "judges" / f"{stem}.keras"
     info_path = model_path.with_suffix(".json")
     judge = _load(model_path, info_path, key)
@@ -214,7 +213,7 @@ def load_or_train(
     echo(
         f"training the judge for {dataset} on {len(train_set)} real train images (cached as {model_path})"
     )
-    judge = train(train_set, test_set, epochs=epochs, seed=seed, echo=echo)
+    judge = train(train_set, test_set, seed=seed, echo=echo)
     judge.info.update({"key": key, "path": str(model_path)})
     echo(
         f"judge: {judge.info['test_accuracy']:.2%} on {len(test_set)} held-out test images, "
