@@ -141,11 +141,10 @@ class SweepSettings:
         for name in ("steps", "repeats", "overhead_batch", "profile_length", "log_every"):
             if getattr(self, name) is not None:
                 positive_int(name, getattr(self, name))
-        for batch in self.batches:
-            positive_int("batches", batch)
         non_negative_int("warmup", self.warmup)
         if self.max_seconds is not None:
             positive_number("max_seconds", self.max_seconds)
+        # Each batch too: parse_batches (acgan.benchmark's) refused one that is not a positive integer.
         for backend, policy, batch, jit in self.configurations():
             configuration(self, backend, policy, batch, jit).validate()
         if self.base.strategy == "multi_worker":
