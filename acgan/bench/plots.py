@@ -38,7 +38,7 @@ def series(rows):
     return {k: sorted(v, key=lambda r: r["batch"]) for k, v in ok.items()}
 
 
-def series_label(key, many_devices, many_jits, many_backends=False):
+def series_label(key, many_devices, many_jits, many_backends):
     device, backend, policy, jit = key
     return ", ".join(
         ([device] if many_devices else [])

@@ -161,7 +161,7 @@ class SweepSettings:
             for batch in self.batches + ((self.overhead_batch,) if self.overhead else ()):
                 check_global_batch(batch, replicas, what="batch")
 
-    def expected_replicas(self, gpu_count, backend="tensorflow"):
+    def expected_replicas(self, gpu_count, backend):
         """How many replicas each worker will run, where it is known before they start (None: a TPU, or
         JAX's mirrored over every local device of a machine with no GPUs: the worker counts them)."""
         if backend == "jax" and not self.base.devices:

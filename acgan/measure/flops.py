@@ -112,14 +112,14 @@ def peak_dtype(policy, kind, matmul_precision=None):
     return "fp32"
 
 
-def device_peak(name, kind, policy, matmul_precision=None, table=None):
+def device_peak(name, kind, policy, matmul_precision=None):
     """{"tflops", "dtype", "accelerator", "source"} for the device a run used; tflops is None where the
     table does not name the device or has no figure for that dtype (CPUs are never in it)."""
     dtype = peak_dtype(policy, kind, matmul_precision)
     out = {"tflops": None, "dtype": dtype, "accelerator": None, "source": None}
     if kind not in ("GPU", "TPU"):
         return out
-    table = table or load_peaks()
+    table = load_peaks()
     accelerator = prices.match_accelerator(name, {"prices": table["peaks"]})
     entry = next((p for p in table["peaks"] if p["accelerator"] == accelerator), None)
     if entry is None:

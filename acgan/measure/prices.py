@@ -73,7 +73,7 @@ def match_accelerator(name, table=None):
     return candidates[0]
 
 
-def choose_price(device_name, device_kind=None, price_per_hour=None, table=None):
+def choose_price(device_name, device_kind=None, price_per_hour=None):
     """The price a report uses, as a dict that says where it came from.
 
     usd_per_hour is None when neither --price_per_hour nor the table gives one; `message` is then the
@@ -92,7 +92,7 @@ def choose_price(device_name, device_kind=None, price_per_hour=None, table=None)
             "message": None,
             "description": f"${float(price_per_hour):g}/h, given with --price_per_hour",
         }
-    table = table or load_table()
+    table = load_table()
     accelerator = match_accelerator(device_name, table)
     entries = [p for p in table["prices"] if p["accelerator"] == accelerator]
     if not entries:

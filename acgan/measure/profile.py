@@ -371,11 +371,12 @@ class StepWindow:
     of a shorter session), then its summary, all in `directory`. Steps run in windows (the bare-step
     window) may carry it a few steps past B; the summary counts the steps it really holds."""
 
-    def __init__(self, step_range, directory, title=None, hlo_text=None):
+    def __init__(self, step_range, directory, title, hlo_text):
         self.first, self.last = parse_step_range(step_range)
         self.directory = Path(directory)
         self.title = title
-        self.hlo_text = hlo_text  # a callable giving the step's compiled HLO text (JaxStep.compiled_hlo), or None
+        # the step's compiled_hlo: a callable giving its HLO text (None where it has none)
+        self.hlo_text = hlo_text
         self._trace = None
         self._started_at = None
         self.summary = None
@@ -398,7 +399,7 @@ class StepWindow:
         self.summary = summarize(
             self.directory,
             step - self._started_at,
-            self.hlo_text() if self.hlo_text else None,
+            self.hlo_text(),
             title=self.title,
         )
         return self.summary
