@@ -30,8 +30,6 @@ def run_arithmetic(trainer, config, times, machine, layout):
 
 
 def _arithmetic(arithmetic):
-    if not arithmetic:
-        return "n/a"
     text = flops.describe(arithmetic)
     if arithmetic.get("bare_tflops") is not None:
         text += f"; bare step {arithmetic['bare_tflops']:,.2f} TFLOP/s"
@@ -47,8 +45,6 @@ def _fmt(value, unit="", digits=1):
 
 
 def _strategy(layout):
-    if not layout:
-        return "default (1 replica)"
     text = f"{layout['strategy']}: {layout['replicas']} replica(s)"
     if layout["workers"] > 1:
         text += f" on {layout['workers']} workers"
@@ -59,9 +55,7 @@ def _strategy(layout):
 
 
 def _xla(report):
-    layout = report.get("distribution")
-    if not layout:
-        return "on" if report["config"]["jit"] else "off"
+    layout = report["distribution"]
     mode = {
         "step": "on (whole step)",
         "forward_backward": "on (each replica's forward/backward pass)",
@@ -179,7 +173,7 @@ def summary_rows(report):
         ("policy", report["config"]["policy"]),
         ("model", _model(report)),
         ("XLA", _xla(report)),
-        ("strategy", _strategy(report.get("distribution"))),
+        ("strategy", _strategy(report["distribution"])),
         ("batch", report["config"]["batch"]),
         ("steps", report["steps"]),
         ("compile time", _fmt(report["compile_seconds"], " s", 2)),
@@ -192,7 +186,7 @@ def summary_rows(report):
             "samples per second per replica",
             _fmt(timing.get("samples_per_second_per_replica"), "", 1),
         ),
-        ("arithmetic (wall time per batch)", _arithmetic(report.get("arithmetic"))),
+        ("arithmetic (wall time per batch)", _arithmetic(report["arithmetic"])),
         (
             "measured steps",
             f"{timing.get('measured_steps', 0)} of this session's {report.get('session_steps', '?')} "
@@ -262,13 +256,10 @@ def _model(report):
     """The model preset, its width, its real/fake loss and its Adam learning rates."""
     config = report["config"]
     text = f"{config['arch']}, width {config['width']:g}, {config['loss']} loss for D and G"
-    rates = report.get("learning_rates")
-    if rates:
-        text += ", Adam learning rates " + ", ".join(
-            f"{name.upper()} {rate:g}" for name, rate in rates.items()
-        )
-    if report.get("adam_beta_1") is not None:
-        text += f", Adam beta_1 {report['adam_beta_1']:g}"
+    text += ", Adam learning rates " + ", ".join(
+        f"{name.upper()} {rate:g}" for name, rate in report["learning_rates"].items()
+    )
+    text += f", Adam beta_1 {report['adam_beta_1']:g}"
     if report.get("q_learns_from_fakes") is False:
         text += ", Q learns classes from real images only"
     if report.get("g_learns_from_q") is False:
