@@ -155,7 +155,7 @@ class Config:
     keep_checkpoints: int = setting(
         3, "How many of the newest checkpoints to keep (besides --eval_every's best one)."
     )
-    # The bare-step window runs on batches fetched beforehand (training/observers.py).
+    # The bare-step window runs on batches fetched beforehand (training/loop.py's train_loop).
     warmup_steps: int = setting(
         5,
         "Steps after compilation left out of the timing; as many more, run back to back "

@@ -7,7 +7,8 @@ restored step and the grid noise is a function of the seed. The backend's differ
 step, input stream, checkpoint files) sit behind a runtime: tf_runtime.py (any tf.distribute strategy;
 under multi_worker only the chief keeps files) or jax_runtime.py (one device or a jax.sharding mesh;
 under multi_worker only process 0 keeps files). What measures the loop (the step timing, the profiler)
-watches it from observers.py. This module imports neither TensorFlow nor JAX.
+watches it at named points of Session and changes nothing that is trained. This module imports neither
+TensorFlow nor JAX.
 """
 
 import dataclasses
@@ -21,6 +22,7 @@ from typing import NamedTuple, Optional
 
 import keras
 
+from acgan.measure.profile import StepWindow
 from acgan.measure.timing import bare_step_seconds
 from acgan.model import jax_formulations
 from acgan.model.precision import needs_loss_scaling
@@ -28,11 +30,10 @@ from acgan.step.common import learning_rate_scale
 from acgan.training import lost_worker, run_lock
 from acgan.training import report as run_report
 from acgan.training.health import divergence
-from acgan.training.observers import Observers
 from acgan.training.report_content import assemble_report
 from acgan.training.run_dir import prepare_run_dir
 from acgan.training.sampling import TrainingGrids
-from acgan.training.session_timing import session_record
+from acgan.training.session_timing import SessionClock, session_record
 from acgan.training.setup import load_data, make_runtime, set_up
 from acgan.training.stop_signals import StopSignals
 from acgan.training.tensorboard import SummaryWriter
@@ -116,18 +117,17 @@ def train_loop(setup, config, started):
 
     One step per turn: fetch its batch, update, then the work after it (Session.after_step): metric reads,
     learning rates, grids, evaluations, checkpoints, the stop signals; any of them can end the run. The
-    observers are told at named points and change nothing that is trained.
+    timing and the profiler (Session.before_step, read, after_step) change nothing that is trained.
     """
-    observers = Observers(setup, config)
-    session = Session(setup, config, started, observers)
+    session = Session(setup, config, started)
     with session.writer, session.stop_signals:
         # Always: a restored checkpoint holds the rates its last step used, not this session's.
         session.schedule_learning_rates(force=True)
-        observers.start()
+        session.loop_started = time.perf_counter()  # the compile step's time starts here
         going = True
         try:
             while going:
-                observers.before_step(session)
+                session.before_step()
                 session.batch = next(session.batches)
                 going = session.after_step(setup.trainer.train_step(*session.batch))
         except (
@@ -150,7 +150,10 @@ def train_loop(setup, config, started):
 
         # -- the end: the last step's metrics, the final grid and checkpoint --
         session.read_last_step()  # the sync that ends its interval
-        observers.train_ends(session)
+        session.clock.stop()
+        if session.profiler is not None:  # a session that ended inside the range: what it holds
+            session.profiler.after(session.step, session.metrics.read, final=True)
+        session.loop_seconds = time.perf_counter() - session.loop_started
         if session.status != "diverged":  # no checkpoint: the weights may already be non-finite
             session.grids.save(session.step, name="final")
             if session.step % config.checkpoint_every:
@@ -185,17 +188,19 @@ class Session:
     The host enqueues a step and, every --log_every steps, reads the metrics of the step before (one
     copy; the device is already busy with the next one). Grids, evaluations and checkpoints read the
     step they follow; a checkpoint is never written after a non-finite step.
+
+    The timing (session_timing.SessionClock): the first step is the compile step, timed from the loop's
+    start to its read; --warmup_steps ordinary steps follow, untimed; then every step is timed, loop top
+    to loop top. The bare device step is timed apart, after the last step (train_loop). With
+    --profile_steps A:B, a profiler trace of steps A to B (measure/profile.py's StepWindow), started and
+    stopped between steps. Grids, evaluations, checkpoints and profiling run inside the clock's
+    `maintenance_of(kind)`, so the timing takes them out of the step time; the clock is told first, so
+    the profiler's work lands inside the step it follows and is taken out of it.
     """
 
-    def __init__(self, setup, config, started, observers):
+    def __init__(self, setup, config, started):
         s, trainer = setup, setup.trainer
-        self.setup, self.config, self.trainer, self.started, self.observers = (
-            setup,
-            config,
-            trainer,
-            started,
-            observers,
-        )
+        self.setup, self.config, self.trainer, self.started = setup, config, trainer, started
         self.batches = s.runtime.batches(s.data, config, trainer.noise_dim, s.start_step)
         self.writer = SummaryWriter(s.files_dir / "tensorboard")
         self.grids = TrainingGrids(
@@ -214,21 +219,45 @@ class Session:
             verbose=1 if s.runtime.chief else 0,
         )
         self.deadline = None if config.minutes is None else started + config.minutes * 60.0
-        self.stop_signals, self.clock = StopSignals(), observers.clock
+        self.stop_signals, self.clock = StopSignals(), SessionClock()
+        self.untimed = s.start_step + config.warmup_steps  # the compile step and the warm-up
+        self.profiler = None
+        if config.profile_steps and s.runtime.chief:
+            self.profiler = StepWindow(
+                config.profile_steps,
+                s.files_dir / "profile",
+                title=f"{config.backend}, {config.policy}, batch {config.batch}",
+                hlo_text=trainer.compiled_hlo,
+            )
         self.step, self.metrics, self.batch = s.start_step, None, None
         self.pending = None  # (step, metrics) of a logged step not read yet
         self.last_read, self.last_values = None, {}
         self.status, self.message, self.stop_signal = "completed", None, None
 
+    def before_step(self):
+        """At the top of each turn, before its batch is fetched: the clock's lap (past the compile step
+        and the warm-up) and the profiler's start when its range begins."""
+        if self.step > self.untimed:
+            self.clock.lap()
+        if self.profiler is not None:
+            with self.clock.maintenance_of("profiling"):
+                self.profiler.before(self.step)
+
     def after_step(self, metrics):
         """What follows every step (`metrics`: its metrics, not read yet): the reads, the divergence check,
-        the learning rates, the observers' after_step, grids, evaluation and checkpoint when due, the stop
+        the learning rates, the profiler's stop, grids, evaluation and checkpoint when due, the stop
         signals. Returns whether to go on; status, message and stop_signal say why not."""
         if self._read_due(metrics):
             return False  # no checkpoint: the weights may already be non-finite
         config, step = self.config, self.step
         self.schedule_learning_rates()
-        self.observers.after_step(self)
+        if self.profiler is not None:
+            with self.clock.maintenance_of("profiling"):
+                if self.profiler.after(step, self.metrics.read):
+                    print(
+                        f"\nprofile of steps {self.profiler.first}:{self.profiler.last}: "
+                        f"{self.profiler.directory / 'profile.md'}"
+                    )
 
         # -- grids, evaluation, checkpoints: each reads (and checks) the step it follows --
         sample, evaluate = (
@@ -290,7 +319,10 @@ class Session:
         if self.last_read == step:
             return None
         values = metrics.read()
-        self.observers.after_read()
+        # the host has just waited for the device; the compile step's read (at once) ends its time
+        if self.clock.compile_seconds is None:
+            self.clock.compile_seconds = time.perf_counter() - self.loop_started
+        self.clock.synced()
         self.last_read, self.last_values = step, values
         self.writer.scalars(values, step)
         self.progress.update(step, [(k, values[k]) for k in _SHOWN])
