@@ -30,7 +30,6 @@ from acgan.step.common import learning_rate_scale
 from acgan.training import lost_worker, run_lock
 from acgan.training import report as run_report
 from acgan.training.health import divergence
-from acgan.training.report_content import assemble_report
 from acgan.training.run_dir import prepare_run_dir
 from acgan.training.sampling import TrainingGrids
 from acgan.training.session_timing import SessionClock, session_record
@@ -91,7 +90,7 @@ def run(config, command=None, make_evaluator=None):
                 config, preset, runtime, data, run_dir, files_dir, resume, make_evaluator
             )
             outcome = train_loop(setup, config, started)
-            report = assemble_report(setup, outcome, config, command, started)
+            report = run_report.assemble_report(setup, outcome, config, command, started)
             run_report.write_report(files_dir, report)
     finally:
         if not chief:
