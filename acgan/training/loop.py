@@ -149,7 +149,7 @@ def train_loop(setup, config, started):
 
         # -- the end: the last step's metrics, the final grid and checkpoint --
         session.read_last_step()  # the sync that ends its interval
-        session.clock.stop()
+        session.clock.lap()  # the end of the last timed interval
         if session.profiler is not None:  # a session that ended inside the range: what it holds
             session.profiler.after(session.step, session.metrics.read, final=True)
         session.loop_seconds = time.perf_counter() - session.loop_started

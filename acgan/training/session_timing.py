@@ -33,7 +33,8 @@ class SessionClock:
         self._taken_out = 0.0
 
     def lap(self):
-        """At the top of each timed iteration (and once after the last): closes the previous interval."""
+        """At the top of each timed iteration, and once after the last (the interval it opens then is
+        never closed: nothing laps after it): closes the previous interval."""
         now = time.perf_counter()
         if self._top is not None:
             interval = now - self._top - self._taken_out
@@ -49,11 +50,6 @@ class SessionClock:
     def synced(self):
         """The host has just waited for the device (a metrics read): the current interval ends a window."""
         self._synced = True
-
-    def stop(self):
-        """Ends the timed region without opening a new interval."""
-        self.lap()
-        self._top = None
 
     @contextlib.contextmanager
     def maintenance_of(self, what):

@@ -23,7 +23,7 @@ def test_spread_is_over_read_to_read_windows(monkeypatch):
         now[0] += seconds
         if read:
             clock.synced()
-    clock.stop()
+    clock.lap()  # after the last step
     figures = clock.summary(batch=10, replicas=1)
     assert figures["measured_steps"] == 6 and figures["spread_windows"] == 2
     assert figures["time_per_batch_ms"] == pytest.approx(10_000 / 6)
@@ -42,14 +42,14 @@ def test_maintenance_is_taken_out_of_its_interval(monkeypatch):
     with clock.maintenance_of("checkpoints"):
         now[0] += 3.0
     clock.synced()
-    clock.stop()
+    clock.lap()  # after the last step
     assert clock.intervals == [1.0] and clock.maintenance == {"checkpoints": 3.0}
     assert clock.summary(batch=1, replicas=1)["spread_windows"] == 1
 
 
-def test_stop_before_any_timed_step_times_nothing():
+def test_the_end_before_any_timed_step_times_nothing():
     clock = session_timing.SessionClock()
-    clock.stop()  # a session that ended in its warm-up
+    clock.lap()  # the loop's end, in a session that ended in its warm-up
     assert clock.intervals == [] and clock.summary(batch=1, replicas=1) == {
         "measured_steps": 0,
         "bare_step_ms": None,
