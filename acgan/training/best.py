@@ -58,7 +58,7 @@ class BestCheckpoint:
     def offer(self, result, step, sessions):
         """Keeps the checkpoint of `step` as the best when its evaluation `result` beats the record."""
         if not is_better(result, self.record):
-            return False
+            return
         folder = self.files_dir / FOLDER
         folder.mkdir(parents=True, exist_ok=True)
         written = Path(self.checkpoints.save_apart(folder / f"ckpt-{step}", sessions))
@@ -75,7 +75,6 @@ class BestCheckpoint:
         for path in folder.iterdir():  # the previous best, and any leftover of a killed save
             if not (path.name == written.name or path.name.startswith(written.name + ".")):
                 disk.remove_quietly(path)
-        return True
 
 
 def record_of(run_dir):

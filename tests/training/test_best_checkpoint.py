@@ -62,8 +62,11 @@ def _killed(*args):
 
 def test_the_record_names_a_whole_checkpoint_whenever_the_writes_stop(tmp_path, monkeypatch):
     keeper = best.BestCheckpoint(FakeCheckpoints(), tmp_path)
-    assert keeper.offer({"frechet_distance": 2.0}, 3, []) and not keeper.offer(
-        {"frechet_distance": 2.5}, 6, []
+    keeper.offer({"frechet_distance": 2.0}, 3, [])
+    assert keeper.record["step"] == 3
+    keeper.offer({"frechet_distance": 2.5}, 6, [])  # not better: the record stays
+    assert (
+        keeper.record["step"] == 3 and json.loads((tmp_path / best.RECORD).read_text())["step"] == 3
     )
     folder = tmp_path / best.FOLDER
     (folder / ".ckpt-5.npz.x.tmp").write_text("half")  # a killed save's leftover
@@ -75,7 +78,7 @@ def test_the_record_names_a_whole_checkpoint_whenever_the_writes_stop(tmp_path, 
     assert record["step"] == 3 and (tmp_path / record["checkpoint"]).read_text() == "whole"
     monkeypatch.undo()
     # The next best is written, then everything else in the folder goes.
-    assert best.BestCheckpoint(FakeCheckpoints(), tmp_path, resumed=tmp_path).offer(
+    best.BestCheckpoint(FakeCheckpoints(), tmp_path, resumed=tmp_path).offer(
         {"frechet_distance": 1.5}, 12, []
     )
     assert sorted(p.name for p in folder.iterdir()) == ["ckpt-12.npz"]
