@@ -63,7 +63,6 @@ def run(config, command=None, make_evaluator=None):
         )
     started = time.perf_counter()
     runtime = make_runtime(config)  # before anything touches a device
-    chief = runtime.chief
     # The preset it trains, resolved once ("auto" from the data's shape; --loss and the G-EMA settings
     # applied) and saved as such, so every reader rebuilds that one.
     data, preset = load_data(config)
@@ -74,14 +73,14 @@ def run(config, command=None, make_evaluator=None):
         ema_decay=preset.ema_decay,
         ema_statistics=preset.ema_statistics,
     )
-    run_dir, resume = prepare_run_dir(config, chief)
+    run_dir, resume = prepare_run_dir(config, runtime.chief)
     # one writer per run folder (the chief); the kernel frees it if we die
     lock = run_lock.RunLock(run_dir)
-    if chief:
+    if runtime.chief:
         lock.acquire()
     # Every worker does the same work (reads of replicated state may be collective); only the chief's
     # files are kept. The others write into a scratch folder that is deleted at the end.
-    files_dir = run_dir if chief else Path(tempfile.mkdtemp(prefix="acgan-worker-"))
+    files_dir = run_dir if runtime.chief else Path(tempfile.mkdtemp(prefix="acgan-worker-"))
     try:
         with disk.full_disk_stops_clearly(
             files_dir
@@ -93,7 +92,7 @@ def run(config, command=None, make_evaluator=None):
             report = run_report.assemble_report(setup, outcome, config, command, started)
             run_report.write_report(files_dir, report)
     finally:
-        if not chief:
+        if not runtime.chief:
             shutil.rmtree(files_dir, ignore_errors=True)
         lock.release()
     runtime.wait_for_all_workers()
@@ -102,7 +101,7 @@ def run(config, command=None, make_evaluator=None):
         outcome.status,
         outcome.message,
         outcome.stop_signal,
-        chief,
+        runtime.chief,
         outcome.weights_fingerprint,
         outcome.clock.intervals,
     )
