@@ -117,10 +117,9 @@ def _strategy(name, devices):
 
 
 def worker_count(strategy):
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if strategy_name(strategy) != "multi_worker" or resolver is None:
+    if strategy_name(strategy) != "multi_worker":
         return 1
-    spec = resolver.cluster_spec().as_dict()
+    spec = strategy.cluster_resolver.cluster_spec().as_dict()
     return max(1, len(spec.get("worker", ())) + len(spec.get("chief", ())))
 
 
