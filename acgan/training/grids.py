@@ -15,7 +15,6 @@ def to_uint8(images):
 
 def make_grid(images, rows, padding=2):
     """images [rows*cols, H, W, C] uint8, row-major -> one uint8 image [rows*(H+p)+p, cols*(W+p)+p, C]."""
-    images = np.asarray(images, np.uint8)
     count, height, width, depth = images.shape
     cols = count // rows
     # Each image with its padding below and to its right, laid out in rows; then the top and left edges.

@@ -13,7 +13,6 @@ import socket
 import time
 from pathlib import Path
 
-import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
 
@@ -67,8 +66,7 @@ class SummaryWriter:
         )
 
     def image(self, tag, image, step):
-        """`image`: uint8 [H, W, C] with C 1 or 3, stored as a PNG."""
-        image = np.asarray(image)
+        """`image`: a uint8 array [H, W, C] with C 1 or 3, stored as a PNG."""
         picture = summary_pb2.Summary.Image(
             height=image.shape[0],
             width=image.shape[1],
