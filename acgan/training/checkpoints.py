@@ -130,6 +130,13 @@ def newest_of(
     return good, damaged
 
 
+# How a resume that finds no usable checkpoint says so, on both backends (newest_of's doing and then).
+RESUMING = (
+    "cannot resume: ",
+    "the files are left as they are; start a new run with another --output_dir",
+)
+
+
 def restore_newest_intact(checkpoint, directory, move_damaged=True):
     """Restores `checkpoint` from the newest intact checkpoint in `directory` (newest_of); returns its
     prefix, or None when the folder holds none. The state file then no longer lists the damaged ones."""
@@ -143,8 +150,7 @@ def restore_newest_intact(checkpoint, directory, move_damaged=True):
         ),
         "does not restore",
         move_damaged,
-        "cannot resume: ",
-        "the files are left as they are; start a new run with another --output_dir",
+        *RESUMING,
     )
     if damaged and move_damaged:
         rewrite_state(directory, candidates(directory))

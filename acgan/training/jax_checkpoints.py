@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from acgan.errors import DiskFull
-from acgan.training.checkpoints import first_line, kept, newest_of, step_of
+from acgan.training.checkpoints import RESUMING, first_line, kept, newest_of, step_of
 from acgan.util import disk
 from acgan.util.files import write_atomically
 
@@ -100,6 +100,7 @@ class JaxCheckpoints:
             lambda path: load(read(path)),
             "does not load",
             move_damaged,
+            *RESUMING,
         )
         self.latest_checkpoint = str(good) if good else None
         return self.latest_checkpoint, history

@@ -276,11 +276,16 @@ def test_jax_checkpoints_keep_the_newest_and_set_damaged_ones_aside(tmp_path, ca
     other = _State()
     other.values["models/generator/v"] = np.zeros(2)  # a model this checkpoint was not written for
     with pytest.raises(
-        UserError, match="read whole, but none fits the model .*ckpt-4.npz does not load"
+        UserError,
+        match="^cannot resume: the checkpoints in .* read whole, but none fits the model "
+        ".*ckpt-4.npz does not load.*start a new run with another --output_dir$",
     ):
         JaxCheckpoints(other, directory, keep=2).restore(directory)
     assert (directory / "ckpt-4.npz").is_file()  # not taken for damage: not moved
     (directory / "ckpt-4.npz").write_bytes(b"not a zip")
-    with pytest.raises(UserError, match="no intact checkpoint"):
+    # The same words as TensorFlow's resume (tests/training/test_faults.py).
+    with pytest.raises(
+        UserError, match="^cannot resume: no intact checkpoint .*another --output_dir$"
+    ):
         JaxCheckpoints(_State(), directory, keep=2).restore(directory)
     assert (directory / "ckpt-4.npz").is_file()  # left as it is
