@@ -5,7 +5,7 @@ import csv
 import io
 
 from acgan.bench.results import backend_comparison, groups
-from acgan.bench.time_tables import number_text, render_arithmetic, render_overhead, render_profiles
+from acgan.bench.time_tables import render_arithmetic, render_overhead, render_profiles
 from acgan.config import POLICIES
 from acgan.measure import prices
 from acgan.measure.backend_labels import backend_label, backend_of, describe_backend, precision_of
@@ -257,7 +257,7 @@ def render_backends(rows):
                 "on" if jit else "off",
                 policy,
                 batch,
-                *(number_text(times.get(b)) if b in times else "—" for b in names),
+                *(markdown.na(times.get(b)) if b in times else "—" for b in names),
                 min(times, key=times.get),  # the fastest
                 ratio,
             ]
@@ -331,14 +331,14 @@ def _result_cells(r):
     return [
         r["batch"],
         r["policy"],
-        f"{number_text(r['time_per_batch_ms'], 1)} [{number_text(r['time_per_batch_min_ms'], 1)}-{number_text(r['time_per_batch_max_ms'], 1)}]",
-        number_text(r["time_per_1000_samples_ms"], 1),
-        number_text(r["samples_per_second"], 0),
-        number_text(r["speedup_vs_float32"], 2, "×") if r["speedup_vs_float32"] else "—",
-        number_text(r["compile_seconds"], 1),
-        number_text(memory / 2**20 if memory else None, 0),
+        f"{markdown.na(r['time_per_batch_ms'])} [{markdown.na(r['time_per_batch_min_ms'])}-{markdown.na(r['time_per_batch_max_ms'])}]",
+        markdown.na(r["time_per_1000_samples_ms"]),
+        markdown.na(r["samples_per_second"], ",.0f"),
+        markdown.na(r["speedup_vs_float32"], ",.2f", "×") if r["speedup_vs_float32"] else "—",
+        markdown.na(r["compile_seconds"]),
+        markdown.na(memory / 2**20 if memory else None, ",.0f"),
         "/".join(str(skipped.get(k, "?")) for k in "dgq"),
-        number_text(r["cost_per_million_batches"], 2)
+        markdown.na(r["cost_per_million_batches"], ",.2f")
         if r["cost_per_million_batches"] is not None
         else "no price",
     ]

@@ -9,10 +9,6 @@ from acgan.measure.profile import GROUPS
 from acgan.util import markdown
 
 
-def number_text(value, digits=1, suffix=""):
-    return "n/a" if value is None else f"{value:,.{digits}f}{suffix}"
-
-
 def render_overhead(runs):
     """The "Trainer overhead" section: the full training loop against the bare step, per backend's run."""
     overheads = [
@@ -28,8 +24,8 @@ def render_overhead(runs):
             o["batch"],
             "on" if o["jit"] else "off",
             o.get("trainer_log_every") or "n/a",
-            number_text(o["trainer_time_per_batch_ms"]),
-            number_text(o["bare_time_per_batch_ms"]),
+            markdown.na(o["trainer_time_per_batch_ms"]),
+            markdown.na(o["bare_time_per_batch_ms"]),
             f"{o['ratio']:.2f}" if o["ratio"] else f"{o['status']}: {o['reason']}",
         ]
         for device, backend, o in overheads
@@ -86,8 +82,8 @@ def _ema_cost(ema):
     if ema.get("status") != "ok":
         return f"not measured ({ema.get('reason')})"
     return (
-        f"the bare step at decay {ema['decay']:g} takes {number_text(ema['with_ms'])} ms per batch, "
-        f"{number_text(ema['without_ms'])} ms without the average ({ema['ratio']:.3f}x; one update of "
+        f"the bare step at decay {ema['decay']:g} takes {markdown.na(ema['with_ms'])} ms per batch, "
+        f"{markdown.na(ema['without_ms'])} ms without the average ({ema['ratio']:.3f}x; one update of "
         "G's weights inside the step)"
     )
 
@@ -106,9 +102,9 @@ def render_arithmetic(rows):
             "on" if r["jit"] else "off",
             r["batch"],
             r["policy"],
-            number_text(r["flops_per_batch"] / 1e9, 2),
+            markdown.na(r["flops_per_batch"] / 1e9, ",.2f"),
             r["flops_counted_by"],
-            number_text(r.get("tflops"), 2),
+            markdown.na(r.get("tflops"), ",.2f"),
             f"{r['peak_tflops']:,.1f} ({r['peak_dtype']})"
             if r.get("peak_tflops")
             else f"unknown ({r['peak_dtype']})",

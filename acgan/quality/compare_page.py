@@ -6,10 +6,11 @@ import io
 import numpy as np
 from PIL import Image
 
-from acgan.quality.report_section import na, prdc_text, span_text
+from acgan.quality.report_section import prdc_text, span_text
 from acgan.quality.verdict import PAIRED_MARGINS, mean_and_error, verdict
 from acgan.util import markdown
 from acgan.util.files import write_atomically
+from acgan.util.markdown import na
 
 
 def caption(row):

@@ -4,6 +4,7 @@ prints and acgan.compare's page shows of an evaluation, and where a run keeps it
 from acgan.presets import EMA_STATISTICS
 from acgan.quality import inception_stats, prdc
 from acgan.util import markdown
+from acgan.util.markdown import na
 
 
 def result_file(result):
@@ -27,11 +28,6 @@ def lowest_margin(result):
     margins = {name: m for name, m in result["d_class_margin_per_class"].items() if m is not None}
     name = min(margins, key=margins.get)
     return f"lowest: {name} {margins[name]:+.2f} against {result['d_class_nearest'][name]}"
-
-
-def na(value, fmt, suffix=""):
-    """`value` formatted (and `suffix`), or "n/a" where there is none."""
-    return "n/a" if value is None else f"{value:{fmt}}{suffix}"
 
 
 def _counts(counts):

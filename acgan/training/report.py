@@ -95,12 +95,6 @@ def _arithmetic(arithmetic):
     return text
 
 
-def _fmt(value, unit="", digits=1):
-    if value is None:
-        return "n/a"
-    return f"{value:,.{digits}f}{unit}"
-
-
 def _strategy(layout):
     text = f"{layout['strategy']}: {layout['replicas']} replica(s)"
     if layout["workers"] > 1:
@@ -128,14 +122,14 @@ def _xla(report):
 def _bare(timing):
     if timing.get("bare_step_ms") is None:
         return "n/a (no warm-up this session, or it ended first)"
-    text = _fmt(timing["bare_step_ms"], " ms", 2)
+    text = markdown.na(timing["bare_step_ms"], ",.2f", " ms")
     if timing.get("wall_over_bare"):
         text += f" (wall / bare: {timing['wall_over_bare']:.2f})"
     return text
 
 
 def _median(timing):
-    text = _fmt(timing.get("time_per_batch_median_ms"), " ms", 2)
+    text = markdown.na(timing.get("time_per_batch_median_ms"), ",.2f", " ms")
     if timing.get("spread_windows"):
         text += f" (of {timing['spread_windows']} read-to-read windows)"
     return text
@@ -191,8 +185,8 @@ def render_markdown(report):
                     e["strategy"],
                     e["replicas"],
                     e["xla"],
-                    _fmt((e.get("timing") or {}).get("time_per_batch_ms"), "", 2),
-                    _fmt((e.get("timing") or {}).get("bare_step_ms"), "", 2),
+                    markdown.na((e.get("timing") or {}).get("time_per_batch_ms"), ",.2f"),
+                    markdown.na((e.get("timing") or {}).get("bare_step_ms"), ",.2f"),
                 ]
                 for e in report["earlier_sessions"]
             ],
@@ -233,15 +227,21 @@ def summary_rows(report):
         ("strategy", _strategy(report["distribution"])),
         ("batch", report["config"]["batch"]),
         ("steps", report["steps"]),
-        ("compile time", _fmt(report["compile_seconds"], " s", 2)),
-        ("time per batch (wall, mean)", _fmt(timing.get("time_per_batch_ms"), " ms", 2)),
+        ("compile time", markdown.na(report["compile_seconds"], ",.2f", " s")),
+        (
+            "time per batch (wall, mean)",
+            markdown.na(timing.get("time_per_batch_ms"), ",.2f", " ms"),
+        ),
         ("time per batch (wall, median)", _median(timing)),
         ("bare device step (back to back)", _bare(timing)),
-        ("time per 1000 samples", _fmt(timing.get("time_per_1000_samples_ms"), " ms", 1)),
-        ("samples per second", _fmt(timing.get("samples_per_second"), "", 1)),
+        (
+            "time per 1000 samples",
+            markdown.na(timing.get("time_per_1000_samples_ms"), ",.1f", " ms"),
+        ),
+        ("samples per second", markdown.na(timing.get("samples_per_second"))),
         (
             "samples per second per replica",
-            _fmt(timing.get("samples_per_second_per_replica"), "", 1),
+            markdown.na(timing.get("samples_per_second_per_replica")),
         ),
         ("arithmetic (wall time per batch)", _arithmetic(report["arithmetic"])),
         (
@@ -250,9 +250,9 @@ def summary_rows(report):
             f"(the compile step, {report['config']['warmup_steps']} warm-up steps and as many timing the bare step excluded)",
         ),
         ("grids, evaluation, checkpoints", _maintenance(report.get("maintenance_seconds") or {})),
-        ("peak memory", _fmt(report["peak_memory_bytes"] / 2**20, " MiB", 1)),
+        ("peak memory", markdown.na(report["peak_memory_bytes"] / 2**20, ",.1f", " MiB")),
         ("cost of 10^6 batches", _cost(report["cost"])),
-        ("wall time", _fmt(report["wall_seconds"], " s", 1)),
+        ("wall time", markdown.na(report["wall_seconds"], ",.1f", " s")),
     ]
 
 
