@@ -6,6 +6,13 @@ DISK_FULL_STATUS = 4  # a write failed: no space left, a file-size limit or a di
 LOST_WORKER_STATUS = 5  # a multi_worker run lost one of its processes (acgan.train)
 
 
+def one_line(text, limit=300):
+    """`text` (an exception or a string) with its whitespace collapsed onto one line, at most `limit`
+    characters ("..." ending a cut one): how another library's error is quoted in a message of ours."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class UserError(Exception):
     """A problem the user can fix (bad flag, missing or corrupt file); its message is one line."""
 

@@ -24,7 +24,7 @@ import numpy as np
 from acgan import backend, presets
 from acgan.bench.jobs import Job, ProbeJob, StepJob, TrainerJob
 from acgan.data.batches import sample_noise
-from acgan.errors import UserError
+from acgan.errors import UserError, one_line
 from acgan.measure import advice, device, flops, profile, timing
 from acgan.model import jax_formulations, precision
 from acgan.model.networks import build_models
@@ -234,11 +234,6 @@ def _status_of(error):
     # XLA (TensorFlow's and JAX's XlaRuntimeError alike) reports device OOM as an error carrying the status
     # code in its text.
     return "oom" if "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower() else "failed"
-
-
-def one_line(text, limit=300):
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from acgan.errors import one_line
+
 QUICKDRAW_DEFAULT_CLASSES = (
     "airplane",
     "apple",
@@ -65,7 +67,7 @@ class ImageSet:
 
 def error_text(e: BaseException, limit: int = 200) -> str:
     """An exception's message squeezed onto one line, for quoting inside a UserError."""
-    return " ".join(str(getattr(e, "strerror", None) or e).split())[:limit]
+    return one_line(getattr(e, "strerror", None) or e, limit)
 
 
 def split_slice(n: int, split: str) -> slice:

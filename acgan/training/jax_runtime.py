@@ -16,7 +16,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from acgan.data.batches import BatchPlan, prefetched
-from acgan.errors import UserError
+from acgan.errors import UserError, one_line
 from acgan.step.distribute import check_global_batch, short_device_name
 from acgan.step.factory import build_step
 from acgan.training import jax_checkpoints
@@ -47,7 +47,7 @@ def start_processes(config):
             **values,
         )
     except (ValueError, TypeError, RuntimeError) as e:
-        detail = " ".join(str(e).split())[:200]
+        detail = one_line(e, 200)
         raise UserError(
             f"--strategy multi_worker on JAX: jax.distributed.initialize failed ({detail}); give "
             "--coordinator_address, --num_processes and --process_id (see docs/scaling.md), or resume a "

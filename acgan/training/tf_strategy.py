@@ -11,7 +11,7 @@ import functools
 import json
 import os
 
-from acgan.errors import UserError
+from acgan.errors import UserError, one_line
 from acgan.step.distribute import short_device_name, strategy_name
 
 
@@ -109,7 +109,7 @@ def _strategy(name, devices):
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, RuntimeError, tf.errors.OpError) as e:
-        detail = " ".join(str(e).split())[:200]
+        detail = one_line(e, 200)
         raise UserError(
             f"--strategy tpu: no TPU found (on a TPU VM it is found by itself; for a pod or remote TPU set TPU_NAME; {detail})"
         ) from None

@@ -4,6 +4,8 @@ import os
 import re
 from pathlib import Path
 
+from acgan.errors import one_line
+
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding acgan/
 
 
@@ -25,5 +27,4 @@ def last_log_line(path, limit=300):
     except OSError:
         return ""
     lines = [l.strip() for l in re.split(r"[\r\n]+", text) if l.strip()]
-    line = " ".join(lines[-1].split()) if lines else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return one_line(lines[-1], limit) if lines else ""
