@@ -187,7 +187,6 @@ def train_with(config, command=None):
     side = _keras_side(config.backend)
     disk.ignore_file_size_signal()  # past a file-size limit a write fails (EFBIG) instead of killing us
     with backend_lib.policy_restored():
-        side.precision.set_policy(config.policy)
         result = side.loop.run(
             config, command=command, make_evaluator=side.evaluation.TrainingEvaluator
         )
@@ -417,12 +416,10 @@ def _keras_side(name):
     the calls need that load Keras, by their names."""
     backend_lib.use(name)
     # The one place this module imports them: Keras reads its backend once, when it is first imported.
-    from acgan.model import precision
     from acgan.quality import compare_judging, evaluation, run_evaluation
     from acgan.training import export, loop, sampling
 
     return types.SimpleNamespace(
-        precision=precision,
         compare_judging=compare_judging,
         evaluation=evaluation,
         run_evaluation=run_evaluation,

@@ -174,7 +174,6 @@ def _load_average():
 def run_trainer(job):
     """The full training loop through acgan.training.loop.run on the job's Config (jobs.trainer_job says how
     its windows time it): the median over its windows of the loop's wall time per step."""
-    precision.set_policy(job.config.policy)
     outcome = loop.run(job.config, command=job.command)
     if outcome.status != "completed":
         return {

@@ -24,8 +24,7 @@ import keras
 
 from acgan.measure.profile import StepWindow
 from acgan.measure.timing import bare_step_seconds
-from acgan.model import jax_formulations
-from acgan.model.precision import needs_loss_scaling
+from acgan.model import jax_formulations, precision
 from acgan.step.common import learning_rate_scale
 from acgan.training import lost_worker, run_lock
 from acgan.training import report as run_report
@@ -50,17 +49,14 @@ class RunResult(NamedTuple):
 
 
 def run(config, command=None, make_evaluator=None):
-    """Trains (or resumes) one AC-GAN as `config` says. The dtype policy must be set already.
+    """Trains (or resumes) one AC-GAN as `config` says, under its dtype policy (set here, as Keras's global
+    policy, before anything is built; a caller that must keep its own puts it back: api.train_with).
 
     make_evaluator: with --eval_every, builds the in-training evaluator from the config (the caller's:
     acgan.quality.evaluation.TrainingEvaluator; training does not import quality)."""
     config.validate()
     jax_formulations.use(config)
-    policy = keras.mixed_precision.global_policy().name
-    if policy != config.policy:
-        raise RuntimeError(
-            f"set the dtype policy {config.policy!r} before run() (it is {policy!r})"
-        )
+    precision.set_policy(config.policy)
     started = time.perf_counter()
     runtime = make_runtime(config)  # before anything touches a device
     # The preset it trains, resolved once ("auto" from the data's shape; --loss and the G-EMA settings
@@ -325,7 +321,10 @@ class Session:
         self.writer.scalars(values, step)
         self.progress.update(step, [(k, values[k]) for k in _SHOWN])
         return divergence(
-            step, values, needs_loss_scaling(self.config.policy), self.config.max_skipped_in_a_row
+            step,
+            values,
+            precision.needs_loss_scaling(self.config.policy),
+            self.config.max_skipped_in_a_row,
         )
 
     def schedule_learning_rates(self, force=False):
