@@ -227,6 +227,8 @@ class Session:
         self.pending = None  # (step, metrics) of a logged step not read yet
         self.last_read, self.last_values = None, {}
         self.status, self.message, self.stop_signal = "completed", None, None
+        # train_loop's: when the loop (and the compile step's time) started, and how long it ran
+        self.loop_started, self.loop_seconds = None, None
 
     def before_step(self):
         """At the top of each turn, before its batch is fetched: the clock's lap (past the compile step
