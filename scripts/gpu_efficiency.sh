@@ -66,11 +66,13 @@ for spec in "${SPECS[@]}"; do
         continue
     fi
     echo "variant $name: ${settings:-no settings}; $policies${flags:+; $flags}"
+    # The rows' device: the GPU and what the variant changed ("default" for the baseline alone).
+    label="$settings${settings:+${flags:+, }}$flags"
     status=0
     env "${assignments[@]}" timeout $((BUDGET + 120 - elapsed)) "$PY" -m acgan.benchmark \
         --backends jax --synthetic --jit on --policies "$policies" --batches "$BATCH" \
         --steps "${ACGAN_GPU_STEPS:-50}" --repeats "${ACGAN_GPU_REPEATS:-3}" --warmup "${ACGAN_GPU_WARMUP:-5}" \
-        --width "${ACGAN_GPU_WIDTH:-1.0}" --no-overhead --device_name "$DEVICE, ${settings:-default}${flags:+, $flags}" \
+        --width "${ACGAN_GPU_WIDTH:-1.0}" --no-overhead --device_name "$DEVICE, ${label:-default}" \
         --profile "$WORK/$name/profiles" --output_dir "$WORK/$name/bench" "${extra[@]}" > "$WORK/$name.out" 2>&1 \
         || status=$?
     grep -E "^\[[0-9]+/[0-9]+\]" "$WORK/$name.out" || tail -n 5 "$WORK/$name.out"
