@@ -1,1 +1,2 @@
-"""Small helpers with no acgan dependencies: atomic file writes, child processes, markdown tables."""
+"""Small helpers that use nothing of acgan's but its errors: atomic file writes, a full disk, child
+processes, markdown tables."""
